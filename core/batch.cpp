@@ -1,0 +1,261 @@
+// Batches: planning requests onto transports, progress, completion and waiting.
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "engine_impl.hpp"
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+// An op's user_data points at its OpRecord, so no table lookup per completion; the batch
+// stays alive until free_batch, which refuses while ops are in flight.
+constexpr size_t kMaxBatchOps = 1u << 24;
+constexpr size_t kPollChunk = 64;
+
+std::string hex(uint64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+    return buf;
+}
+
+const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
+
+struct Group {
+    size_t transport;
+    uint64_t peer;
+    std::vector<ferry_xfer_op_t> ops;
+};
+
+} // namespace
+
+std::shared_ptr<Batch> Engine::Impl::find_batch(BatchId id) {
+    std::lock_guard lock(batches_mutex);
+    auto it = batches.find(id);
+    return it == batches.end() ? nullptr : it->second;
+}
+
+Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
+    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
+    if (requests.size() >= kMaxBatchOps)
+        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    auto batch = std::make_shared<Batch>();
+    batch->id = next_batch.fetch_add(1);
+    batch->size = requests.size();
+    batch->ops = std::make_unique<OpRecord[]>(requests.size());
+    batch->remaining.store(requests.size(), std::memory_order_relaxed);
+
+    std::vector<Group> groups;
+    {
+        std::shared_lock regions_lock(regions_mutex);
+        std::shared_ptr<RemoteSegment> seg;
+        std::unique_lock<std::mutex> seg_lock;
+        std::vector<SegmentId> refreshed;
+
+        for (size_t i = 0; i < requests.size(); ++i) {
+            const Request &rq = requests[i];
+            auto bad = [&](int code, const std::string &why) {
+                return fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why));
+            };
+            if (rq.opcode != Opcode::Read && rq.opcode != Opcode::Write)
+                return bad(-EINVAL, cat("unknown opcode ", static_cast<uint32_t>(rq.opcode)));
+            if (rq.length == 0) return bad(-EINVAL, "length is 0");
+            uint64_t local = reinterpret_cast<uintptr_t>(rq.local);
+            if (local + rq.length < local) return bad(-EINVAL, "local range wraps around");
+
+            auto it = regions.upper_bound(local);
+            const LocalRegion *lr = nullptr;
+            if (it != regions.begin()) {
+                auto &cand = std::prev(it)->second;
+                if (local >= cand.addr && local + rq.length <= cand.end()) lr = &cand;
+            }
+            if (!lr)
+                return bad(-EFAULT, cat("local range [", hex(local), ", ", hex(local + rq.length),
+                                        ") is not inside one registered region; register the buffer first"));
+
+            if (!seg || seg->id != rq.segment) {
+                if (seg_lock.owns_lock()) seg_lock.unlock();
+                seg = segment(rq.segment);
+                if (!seg) return bad(-ENOENT, cat("segment id ", rq.segment, " is not open; call open_segment first"));
+                seg_lock = std::unique_lock(seg->mutex);
+            }
+            const RegionDescriptor *rr = seg->descriptor.find_region(rq.remote, rq.length);
+            if (!rr && std::find(refreshed.begin(), refreshed.end(), seg->id) == refreshed.end()) {
+                // The peer may have registered this memory after we fetched its descriptor.
+                refreshed.push_back(seg->id);
+                if (auto r = refresh_segment(*seg); !r) return bad(r.error().code, r.error().message);
+                rr = seg->descriptor.find_region(rq.remote, rq.length);
+            }
+            if (!rr)
+                return bad(-EFAULT, cat("remote range [", hex(rq.remote), ", ", hex(rq.remote + rq.length),
+                                        ") is not inside one region that segment ", seg->name, " registered"));
+            uint32_t need = rq.opcode == Opcode::Read ? kRemoteRead : kRemoteWrite;
+            if (!(rr->access & need))
+                return bad(-EACCES, cat("segment ", seg->name, " registered [", hex(rr->addr), ", ", hex(rr->end()),
+                                        ") without remote ", rq.opcode == Opcode::Read ? "read" : "write", " access"));
+
+            // Transport: the forced one, or the first in priority order both sides can use.
+            std::optional<size_t> chosen;
+            std::string tried;
+            auto consider = [&](size_t t) {
+                const auto &tr = transports[t];
+                const char *why = nullptr;
+                if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
+                else if (!tr->reaches(seg->same_host)) why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
+                else if (!lr->handles[t]) why = "cannot move the local memory kind";
+                else if (!rr->key_for(tr->name())) why = "the peer did not register the remote region with it";
+                if (!why) return true;
+                tried += cat(tried.empty() ? "" : "; ", tr->name(), ": ", why);
+                return false;
+            };
+            if (!rq.transport.empty()) {
+                auto t = transport_index(rq.transport);
+                if (!t) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
+                if (consider(*t)) chosen = *t;
+            } else {
+                for (size_t t : priority)
+                    if (consider(t)) {
+                        chosen = t;
+                        break;
+                    }
+            }
+            if (!chosen) return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg->name, " (", tried, ")"));
+
+            auto remote_mem = import_for(*seg, *chosen, *rr);
+            if (!remote_mem) return bad(remote_mem.error().code, remote_mem.error().message);
+            uint64_t peer = *seg->peers[*chosen];
+
+            auto &op = batch->ops[i];
+            op.batch = batch.get();
+            op.transport = static_cast<uint16_t>(*chosen);
+            ferry_xfer_op_t x{};
+            x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
+            x.local_addr = local;
+            x.local_mem = *lr->handles[*chosen];
+            x.remote_addr = rq.remote;
+            x.remote_mem = *remote_mem;
+            x.length = rq.length;
+            x.user_data = reinterpret_cast<uintptr_t>(&op);
+            auto g = std::find_if(groups.begin(), groups.end(),
+                                  [&](const Group &gr) { return gr.transport == *chosen && gr.peer == peer; });
+            if (g == groups.end()) {
+                groups.push_back({*chosen, peer, {}});
+                g = std::prev(groups.end());
+            }
+            g->ops.push_back(x);
+        }
+    }
+
+    {
+        std::lock_guard lock(batches_mutex);
+        batches[batch->id] = batch;
+    }
+    for (auto &g : groups) {
+        if (auto r = transports[g.transport]->submit(g.peer, g.ops); !r) {
+            // Other groups may already be moving, so these ops fail one by one instead.
+            FERRY_ERROR("batch ", batch->id, ": ", r.error().message);
+            for (auto &x : g.ops) complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
+        }
+    }
+    return batch->id;
+}
+
+void Engine::Impl::complete(OpRecord &op, int code, std::string_view message) {
+    if (op.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(OpState::Pending)) {
+        FERRY_ERROR("transport ", transports[op.transport]->name(), " completed an op twice; ignored");
+        return;
+    }
+    if (code != 0) {
+        op.code = code < 0 ? code : -code;
+        op.message = message.empty() ? strerror(-op.code) : std::string(message);
+    }
+    op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
+    if (op.batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(progress_mutex);
+        if (progress_driver) {
+            uint64_t one = 1;
+            [[maybe_unused]] auto n = ::write(wake_fd.get(), &one, sizeof one);
+        }
+        progress_cv.notify_all();
+    }
+}
+
+size_t Engine::Impl::drain(size_t t) {
+    std::unique_lock lock(*poll_mutexes[t], std::try_to_lock);
+    if (!lock.owns_lock()) return 0;
+    ferry_completion_t out[kPollChunk];
+    size_t total = 0;
+    for (;;) {
+        auto n = transports[t]->poll(out);
+        if (!n) {
+            FERRY_ERROR(n.error().message);
+            return total;
+        }
+        for (size_t i = 0; i < *n; ++i) {
+            out[i].message[sizeof out[i].message - 1] = '\0';
+            complete(*reinterpret_cast<OpRecord *>(out[i].user_data), out[i].status,
+                     out[i].status ? std::string_view(out[i].message) : std::string_view());
+        }
+        total += *n;
+        if (*n < kPollChunk) return total;
+    }
+}
+
+void Engine::Impl::progress(int timeout_ms) {
+    if (timeout_ms != 0) {
+        std::vector<pollfd> fds;
+        bool every_transport_has_fd = true;
+        for (auto &t : transports) {
+            if (t->completion_fd() >= 0) fds.push_back({t->completion_fd(), POLLIN, 0});
+            else every_transport_has_fd = false;
+        }
+        fds.push_back({wake_fd.get(), POLLIN, 0});
+        // Transports without a completion fd are polled every millisecond instead.
+        int wait_ms = every_transport_has_fd ? timeout_ms : std::min(timeout_ms, 1);
+        if (::poll(fds.data(), fds.size(), wait_ms) > 0 && (fds.back().revents & POLLIN)) {
+            uint64_t v;
+            [[maybe_unused]] auto n = ::read(wake_fd.get(), &v, sizeof v);
+        }
+    }
+    for (size_t t = 0; t < transports.size(); ++t) drain(t);
+}
+
+Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
+    auto batch = find_batch(id);
+    if (!batch) return fail(-ENOENT, cat("wait: batch ", id, " does not exist (never submitted or already freed)"));
+    auto start = std::chrono::steady_clock::now();
+    auto deadline = timeout.count() < 0 ? std::chrono::steady_clock::time_point::max() : start + timeout;
+    std::unique_lock lock(progress_mutex);
+    while (batch->remaining.load(std::memory_order_acquire) > 0) {
+        auto now = std::chrono::steady_clock::now();
+        if (now >= deadline)
+            return fail(-ETIMEDOUT, cat("wait: batch ", id, " still has ", batch->remaining.load(), " of ", batch->size,
+                                        " ops in flight after ", timeout.count(), " ms"));
+        auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+        int slice_ms = static_cast<int>(std::clamp<int64_t>(slice, 1, 100));
+        if (!progress_driver) {
+            progress_driver = true;
+            lock.unlock();
+            progress(slice_ms);
+            lock.lock();
+            progress_driver = false;
+            progress_cv.notify_all();
+        } else {
+            progress_cv.wait_for(lock, std::chrono::milliseconds(slice_ms));
+        }
+    }
+    lock.unlock();
+    for (size_t i = 0; i < batch->size; ++i) {
+        auto &op = batch->ops[i];
+        if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Failed))
+            return fail(op.code, cat("op ", i, " failed: ", op.message));
+    }
+    return {};
+}
+
+} // namespace ferry

@@ -1,0 +1,199 @@
+// The C API over the C++ engine: status codes, thread-local last-error messages, no exceptions.
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "ferry/engine.hpp"
+#include "ferry/ferry.h"
+#include "plugin_loader.hpp"
+#include "config.hpp"
+#include "log.hpp"
+
+struct ferry_engine {
+    std::unique_ptr<ferry::Engine> engine;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int set_error(const ferry::Error &e) {
+    last_error = e.message;
+    return e.code < 0 ? e.code : -EIO;
+}
+
+int set_error(int code, std::string message) {
+    last_error = std::move(message);
+    return code;
+}
+
+template <class T>
+int check(const ferry::Result<T> &r) {
+    if (!r) return set_error(r.error());
+    last_error.clear();
+    return 0;
+}
+
+// Every entry point runs through here: a C caller never sees a C++ exception.
+template <class Fn>
+int guarded(const char *what, Fn &&fn) {
+    try {
+        return fn();
+    } catch (const std::bad_alloc &) {
+        return set_error(-ENOMEM, std::string(what) + ": out of memory");
+    } catch (const std::exception &e) {
+        return set_error(-EIO, std::string(what) + ": " + e.what());
+    }
+}
+
+ferry::Result<ferry::Config> to_config(const char *const *keys, const char *const *values, size_t count) {
+    ferry::Config config;
+    for (size_t i = 0; i < count; ++i) {
+        if (!keys || !values || !keys[i] || !values[i])
+            return ferry::fail(-EINVAL, ferry::cat("config entry ", i, " has a NULL key or value"));
+        config[keys[i]] = values[i];
+    }
+    return config;
+}
+
+int copy_string(const std::string &s, char *buf, size_t len) {
+    if (!buf || len < s.size() + 1)
+        return set_error(-ENOSPC, ferry::cat("buffer of ", len, " bytes is too small; ", s.size() + 1, " needed"));
+    memcpy(buf, s.c_str(), s.size() + 1);
+    return 0;
+}
+
+#define REQUIRE_ENGINE(e)                                                                 \
+    if (!(e) || !(e)->engine) return set_error(-EINVAL, std::string(__func__) + ": engine is NULL")
+
+} // namespace
+
+extern "C" {
+
+int ferry_engine_create(const char *const *keys, const char *const *values, size_t count, ferry_engine_t **out) {
+    return guarded(__func__, [&] {
+        if (!out) return set_error(-EINVAL, "ferry_engine_create: output pointer is NULL");
+        auto config = to_config(keys, values, count);
+        if (!config) return set_error(config.error());
+        auto engine = ferry::Engine::create(*config);
+        if (!engine) return set_error(engine.error());
+        *out = new ferry_engine{std::move(*engine)};
+        return 0;
+    });
+}
+
+int ferry_engine_create_from_file(const char *path, const char *const *keys, const char *const *values, size_t count,
+                                  ferry_engine_t **out) {
+    return guarded(__func__, [&] {
+        if (!out || !path) return set_error(-EINVAL, "ferry_engine_create_from_file: path or output pointer is NULL");
+        auto config = to_config(keys, values, count);
+        if (!config) return set_error(config.error());
+        auto engine = ferry::Engine::create_from_file(path, *config);
+        if (!engine) return set_error(engine.error());
+        *out = new ferry_engine{std::move(*engine)};
+        return 0;
+    });
+}
+
+void ferry_engine_destroy(ferry_engine_t *engine) { delete engine; }
+
+int ferry_engine_segment_name(ferry_engine_t *e, char *buf, size_t len) {
+    REQUIRE_ENGINE(e);
+    return copy_string(e->engine->segment_name(), buf, len);
+}
+
+int ferry_register(ferry_engine_t *e, void *addr, uint64_t length, uint32_t kind, int32_t device, uint32_t access) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] {
+        ferry::MemoryOptions o{static_cast<ferry::MemoryKind>(kind), device, access};
+        return check(e->engine->register_memory(addr, length, o));
+    });
+}
+
+int ferry_unregister(ferry_engine_t *e, void *addr) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] { return check(e->engine->unregister_memory(addr)); });
+}
+
+int ferry_open_segment(ferry_engine_t *e, const char *name, ferry_segment_id_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!name || !out) return set_error(-EINVAL, "ferry_open_segment: name or output pointer is NULL");
+    return guarded(__func__, [&] {
+        auto r = e->engine->open_segment(name);
+        if (!r) return set_error(r.error());
+        *out = *r;
+        return 0;
+    });
+}
+
+int ferry_close_segment(ferry_engine_t *e, ferry_segment_id_t segment) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] { return check(e->engine->close_segment(segment)); });
+}
+
+int ferry_submit(ferry_engine_t *e, const ferry_request_t *requests, size_t count, ferry_batch_id_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out || (!requests && count)) return set_error(-EINVAL, "ferry_submit: requests or output pointer is NULL");
+    return guarded(__func__, [&] {
+        std::vector<ferry::Request> reqs(count);
+        for (size_t i = 0; i < count; ++i) {
+            const auto &r = requests[i];
+            reqs[i] = {static_cast<ferry::Opcode>(r.opcode), r.local_addr, r.segment, r.remote_addr, r.length,
+                       r.transport ? std::string(r.transport) : std::string()};
+        }
+        auto b = e->engine->submit(reqs);
+        if (!b) return set_error(b.error());
+        *out = *b;
+        return 0;
+    });
+}
+
+int ferry_get_status(ferry_engine_t *e, ferry_batch_id_t batch, size_t index, ferry_op_status_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out) return set_error(-EINVAL, "ferry_get_status: output pointer is NULL");
+    return guarded(__func__, [&] {
+        auto s = e->engine->status(batch, index);
+        if (!s) return set_error(s.error());
+        ferry_op_status_t st{};
+        st.state = static_cast<uint32_t>(s->state);
+        st.error = s->code;
+        snprintf(st.transport, sizeof st.transport, "%s", s->transport.c_str());
+        snprintf(st.message, sizeof st.message, "%s", s->message.c_str());
+        *out = st;
+        return 0;
+    });
+}
+
+int ferry_wait(ferry_engine_t *e, ferry_batch_id_t batch, int64_t timeout_ms) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] { return check(e->engine->wait(batch, std::chrono::milliseconds(timeout_ms))); });
+}
+
+int ferry_free_batch(ferry_engine_t *e, ferry_batch_id_t batch) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] { return check(e->engine->free_batch(batch)); });
+}
+
+const char *ferry_last_error(void) { return last_error.c_str(); }
+
+const char *ferry_version(void) { return FERRY_VERSION; }
+
+int ferry_plugin_report_json(char *buf, size_t *len) {
+    if (!len) return set_error(-EINVAL, "ferry_plugin_report_json: len is NULL");
+    return guarded(__func__, [&] {
+        ferry::LoaderOptions options;
+        options.search_path = ferry::default_search_path();
+        const char *sel = std::getenv("FERRY_PLUGINS");
+        options.selection = ferry::PluginSelection::parse(sel ? sel : "");
+        std::string json = ferry::load_plugins(options).to_json();
+        if (!buf || *len < json.size() + 1) {
+            *len = json.size() + 1;
+            return set_error(-ENOSPC, "buffer too small for the plugin report");
+        }
+        memcpy(buf, json.c_str(), json.size() + 1);
+        *len = json.size() + 1;
+        return 0;
+    });
+}
+
+} // extern "C"

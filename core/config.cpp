@@ -1,0 +1,144 @@
+#include "config.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+const std::map<std::string, std::string> kEngineKeys = {
+    {"metadata", "metadata server: P2PHANDSHAKE"},
+    {"metadata_server", "alias of metadata"},
+    {"local_ip", "address the handshake server binds (default 127.0.0.1)"},
+    {"rpc_port", "handshake port, 0 for any free port"},
+    {"local_server_name", "segment name to publish, where the metadata backend names segments"},
+    {"host_id", "host identity override (default: machine id + boot id)"},
+    {"protocols", "transport priority, best first, e.g. shm,tcp"},
+    {"plugin_path", "colon-separated plugin directories searched first"},
+    {"plugins", "allow list (tcp,shm) or deny list (^efa)"},
+    {"log_level", "error, warn, info, debug or trace"},
+    {"handshake_timeout_ms", "timeout for fetching a peer's descriptor"},
+};
+
+void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
+    if (node.IsMap()) {
+        for (const auto &kv : node) {
+            std::string key = kv.first.as<std::string>();
+            flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+        }
+    } else if (node.IsSequence()) {
+        std::string joined;
+        for (const auto &item : node) joined += (joined.empty() ? "" : ",") + item.as<std::string>();
+        out[prefix] = joined;
+    } else if (node.IsScalar()) {
+        out[prefix] = node.as<std::string>();
+    } else if (node.IsNull()) {
+        out[prefix] = "";
+    }
+}
+
+Result<uint64_t> parse_unsigned(const std::string &key, const std::string &value, uint64_t max) {
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || ptr != value.data() + value.size() || v > max)
+        return fail(-EINVAL, cat("config key '", key, "' = '", value, "' is not an integer in [0, ", max, "]"));
+    return v;
+}
+
+} // namespace
+
+std::vector<std::string> split_list(const std::string &text, char sep) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    std::string item;
+    while (std::getline(in, item, sep)) {
+        auto b = item.find_first_not_of(" \t");
+        auto e = item.find_last_not_of(" \t");
+        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    }
+    return out;
+}
+
+Result<Config> load_yaml_config(const std::string &path) {
+    try {
+        YAML::Node root = YAML::LoadFile(path);
+        if (!root.IsMap() && !root.IsNull())
+            return fail(-EINVAL, cat("config file ", path, ": the top level must be a mapping of keys"));
+        Config out;
+        flatten(root, "", out);
+        // transports: {tcp: {lanes: 2}} is the same as tcp.lanes: 2
+        Config renamed;
+        for (auto &[k, v] : out) {
+            if (k.rfind("transports.", 0) == 0) renamed[k.substr(11)] = v;
+            else renamed[k] = v;
+        }
+        return renamed;
+    } catch (const YAML::BadFile &) {
+        return fail(-ENOENT, cat("cannot read config file ", path));
+    } catch (const YAML::Exception &e) {
+        return fail(-EINVAL, cat("config file ", path, ": ", e.what()));
+    }
+}
+
+Result<EngineSettings> parse_engine_settings(const Config &config) {
+    EngineSettings s;
+    s.protocols = split_list(kDefaultProtocolPriority);
+    for (const auto &[key, value] : config) {
+        if (auto dot = key.find('.'); dot != std::string::npos) {
+            if (dot == 0 || dot + 1 == key.size())
+                return fail(-EINVAL, cat("config key '", key, "' must look like <transport>.<option>"));
+            s.plugin_options[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
+            continue;
+        }
+        if (!kEngineKeys.count(key)) {
+            std::string known;
+            for (auto &[k, _] : kEngineKeys) known += (known.empty() ? "" : ", ") + k;
+            return fail(-EINVAL, cat("unknown config key '", key, "'; engine keys are: ", known,
+                                     "; transport options are written <transport>.<option>"));
+        }
+        if (key == "metadata" || key == "metadata_server") s.metadata.url = value;
+        else if (key == "local_ip") s.metadata.local_ip = value;
+        else if (key == "rpc_port") {
+            auto v = parse_unsigned(key, value, 65535);
+            if (!v) return std::unexpected(v.error());
+            s.metadata.rpc_port = static_cast<uint16_t>(*v);
+        } else if (key == "local_server_name") s.metadata.local_server_name = value;
+        else if (key == "host_id") s.host_id = value;
+        else if (key == "protocols") {
+            s.protocols = split_list(value);
+            if (s.protocols.empty()) return fail(-EINVAL, "config key 'protocols' is empty; list transports, e.g. shm,tcp");
+        } else if (key == "plugin_path") s.plugin_path = split_list(value, ':');
+        else if (key == "plugins") s.plugins = value;
+        else if (key == "log_level") {
+            log::Level l;
+            if (!log::parse_level(value, l))
+                return fail(-EINVAL, cat("config key 'log_level' = '", value, "'; use error, warn, info, debug or trace"));
+            s.log_level = value;
+        } else if (key == "handshake_timeout_ms") {
+            auto v = parse_unsigned(key, value, 3600000);
+            if (!v || *v == 0) return fail(-EINVAL, cat("config key 'handshake_timeout_ms' = '", value, "'; use 1..3600000"));
+            s.metadata.timeout = std::chrono::milliseconds(*v);
+        }
+    }
+    // local_server_name "ip:port" also sets where the P2P handshake listens.
+    if (!s.metadata.local_server_name.empty() &&
+        (s.metadata.url.empty() || s.metadata.url == "P2PHANDSHAKE")) {
+        auto colon = s.metadata.local_server_name.rfind(':');
+        if (colon != std::string::npos && config.count("local_ip") == 0) {
+            s.metadata.local_ip = s.metadata.local_server_name.substr(0, colon);
+            if (config.count("rpc_port") == 0) {
+                auto v = parse_unsigned("local_server_name", s.metadata.local_server_name.substr(colon + 1), 65535);
+                if (!v) return std::unexpected(v.error());
+                s.metadata.rpc_port = static_cast<uint16_t>(*v);
+            }
+        }
+    }
+    return s;
+}
+
+} // namespace ferry

@@ -1,0 +1,32 @@
+// Engine settings from the flat key/value Config (which YAML files flatten into).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ferry/engine.hpp"
+#include "metadata.hpp"
+#include "transport.hpp"
+
+namespace ferry {
+
+inline constexpr const char *kDefaultProtocolPriority = "cuda_ipc,hip_ipc,shm,rdma,efa,tcp";
+
+struct EngineSettings {
+    MetadataSettings metadata;
+    std::string host_id;                  // empty: probe it
+    std::vector<std::string> protocols;   // transport priority, best first
+    std::vector<std::string> plugin_path; // searched before FERRY_PLUGIN_PATH
+    std::string plugins;                  // allow/deny list; empty: FERRY_PLUGINS
+    std::string log_level;                // empty: FERRY_LOG_LEVEL
+    std::map<std::string, PluginOptions> plugin_options; // "tcp.lanes" -> {"tcp": {"lanes", ..}}
+};
+
+// Rejects unknown keys and bad values with a message naming the key.
+Result<EngineSettings> parse_engine_settings(const Config &config);
+
+std::vector<std::string> split_list(const std::string &text, char sep = ',');
+
+} // namespace ferry

@@ -1,0 +1,25 @@
+#include <cstdlib>
+
+#include "config.hpp"
+#include "ferry/engine.hpp"
+#include "plugin_loader.hpp"
+
+namespace ferry {
+
+PluginReportOutput describe_plugins(const Config &config) {
+    LoaderOptions options;
+    std::vector<std::string> extra;
+    std::string selection;
+    if (auto it = config.find("plugin_path"); it != config.end()) extra = split_list(it->second, ':');
+    if (auto it = config.find("plugins"); it != config.end()) selection = it->second;
+    else if (const char *env = std::getenv("FERRY_PLUGINS")) selection = env;
+    options.search_path = default_search_path(extra);
+    options.selection = PluginSelection::parse(selection);
+    for (const auto &[key, value] : config)
+        if (auto dot = key.find('.'); dot != std::string::npos && dot > 0)
+            options.plugin_options[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
+    auto report = load_plugins(options);
+    return {report.to_text(), report.to_json(), report.errors.empty()};
+}
+
+} // namespace ferry

@@ -1,0 +1,365 @@
+// Engine setup, memory registration and remote segments. Batches live in batch.cpp.
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+
+#include "engine_impl.hpp"
+#include "host_identity.hpp"
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+std::string hex(uint64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+    return buf;
+}
+
+const char *kind_name(uint32_t kind) {
+    switch (kind) {
+    case FERRY_MEM_HOST: return "host";
+    case FERRY_MEM_CUDA: return "cuda";
+    case FERRY_MEM_ROCM: return "rocm";
+    }
+    return "unknown";
+}
+
+ferry_mem_region_t to_abi(const RegionDescriptor &r) {
+    return ferry_mem_region_t{r.addr, r.length, r.kind, r.device, r.access, 0};
+}
+
+} // namespace
+
+Engine::Impl::~Impl() {
+    // Transports stop serving and fail their in-flight ops before the batches those ops point
+    // into go away; the metadata server stops first so no peer learns of a dying engine.
+    metadata.reset();
+    transports.clear();
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create_from_file(const std::string &yaml_path, const Config &overrides) {
+    auto config = load_yaml_config(yaml_path);
+    if (!config) return std::unexpected(config.error());
+    for (const auto &[k, v] : overrides) (*config)[k] = v;
+    return create(*config);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
+    auto settings = parse_engine_settings(config);
+    if (!settings) return std::unexpected(settings.error());
+    if (!settings->log_level.empty()) {
+        log::Level l;
+        if (log::parse_level(settings->log_level, l)) log::set_level(l);
+    }
+    auto impl = std::make_unique<Impl>();
+    impl->settings = std::move(*settings);
+    auto &s = impl->settings;
+    impl->host_id = s.host_id.empty() ? local_host_identity() : s.host_id;
+
+    LoaderOptions loader;
+    loader.search_path = default_search_path(s.plugin_path);
+    std::string selection = s.plugins;
+    if (selection.empty())
+        if (const char *env = std::getenv("FERRY_PLUGINS")) selection = env;
+    loader.selection = PluginSelection::parse(selection);
+    for (auto &[name, opts] : s.plugin_options) loader.plugin_options[name] = opts;
+    impl->plugin_report = load_plugins(loader);
+    auto &report = impl->plugin_report;
+    if (!report.errors.empty()) {
+        std::string all;
+        for (auto &e : report.errors) all += (all.empty() ? "" : "; ") + e;
+        FERRY_ERROR(all);
+        return fail(-ENOENT, all);
+    }
+
+    for (auto &rec : report.plugins) {
+        if (rec.state != PluginState::Loaded) continue;
+        PluginOptions opts;
+        if (auto it = s.plugin_options.find(rec.name); it != s.plugin_options.end()) opts = it->second;
+        auto t = Transport::create(rec.plugin, opts);
+        if (!t) {
+            if (loader.selection.requested(rec.name)) {
+                FERRY_ERROR(t.error().message);
+                return std::unexpected(t.error());
+            }
+            FERRY_WARN("transport ", rec.name, " skipped: ", t.error().message);
+            continue;
+        }
+        auto endpoint = (*t)->endpoint();
+        if (!endpoint) return std::unexpected(endpoint.error());
+        impl->endpoints.push_back(std::move(*endpoint));
+        impl->transports.push_back(std::move(*t));
+        impl->poll_mutexes.push_back(std::make_unique<std::mutex>());
+    }
+    if (impl->transports.empty()) {
+        std::string dirs;
+        for (auto &d : report.search_path) dirs += (dirs.empty() ? "" : ":") + d;
+        return fail(-ENOENT, cat("no transport plugin could be loaded from the search path (", dirs,
+                                 "); run ferry-info to see why, or set FERRY_PLUGIN_PATH"));
+    }
+    for (auto &name : s.protocols)
+        if (auto i = impl->transport_index(name)) impl->priority.push_back(*i);
+    for (size_t i = 0; i < impl->transports.size(); ++i)
+        if (std::find(impl->priority.begin(), impl->priority.end(), i) == impl->priority.end())
+            impl->priority.push_back(i);
+
+    auto md = make_metadata_backend(s.metadata);
+    if (!md) return std::unexpected(md.error());
+    impl->metadata = std::move(*md);
+    {
+        std::unique_lock lock(impl->regions_mutex);
+        if (auto p = impl->publish_locked(); !p) return std::unexpected(p.error());
+    }
+    std::string names;
+    for (auto i : impl->priority) names += (names.empty() ? "" : ",") + impl->transports[i]->name();
+    FERRY_INFO("engine ", impl->metadata->segment_name(), " up with transports ", names);
+    return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const std::string &Engine::segment_name() const { return impl_->metadata->segment_name(); }
+
+std::vector<TransportInfo> Engine::transports() const {
+    std::vector<TransportInfo> out;
+    for (auto i : impl_->priority) {
+        auto &t = impl_->transports[i];
+        out.push_back({t->name(), t->path(), t->version(), t->caps()});
+    }
+    return out;
+}
+
+std::optional<size_t> Engine::Impl::transport_index(std::string_view name) const {
+    for (size_t i = 0; i < transports.size(); ++i)
+        if (transports[i]->name() == name) return i;
+    return std::nullopt;
+}
+
+Result<void> Engine::Impl::publish_locked() {
+    SegmentDescriptor d;
+    d.name = metadata->segment_name();
+    d.host_id = host_id;
+    d.generation = ++generation;
+    for (size_t i = 0; i < transports.size(); ++i) d.transports.push_back({transports[i]->name(), endpoints[i]});
+    for (const auto &[addr, r] : regions) {
+        RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
+        for (size_t i = 0; i < transports.size(); ++i)
+            if (r.handles[i]) rd.keys.push_back({transports[i]->name(), r.keys[i]});
+        d.regions.push_back(std::move(rd));
+    }
+    return metadata->publish(d);
+}
+
+Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {
+    auto &im = *impl_;
+    uint64_t a = reinterpret_cast<uintptr_t>(addr);
+    uint32_t kind = static_cast<uint32_t>(options.kind);
+    if (!addr || length == 0) return fail(-EINVAL, "register_memory: address is null or length is 0");
+    if (a + length < a) return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") wraps around"));
+    if (kind > FERRY_MEM_ROCM) return fail(-EINVAL, cat("register_memory: unknown memory kind ", kind));
+    if (options.access & ~(kRemoteRead | kRemoteWrite))
+        return fail(-EINVAL, cat("register_memory: access ", options.access, " has bits other than read (1) and write (2)"));
+    if (kind != FERRY_MEM_HOST && options.device < 0)
+        return fail(-EINVAL, cat("register_memory: ", kind_name(kind), " memory needs a device ordinal >= 0"));
+
+    std::unique_lock lock(im.regions_mutex);
+    // Neighbours that could overlap: the last region starting below end.
+    auto next = im.regions.lower_bound(a);
+    if (next != im.regions.end() && next->first < a + length)
+        return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length), ") overlaps the registered region [",
+                                 hex(next->first), ", ", hex(next->second.end()), "); unregister it first or register disjoint ranges"));
+    if (next != im.regions.begin()) {
+        auto prev = std::prev(next);
+        if (prev->second.end() > a)
+            return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length), ") overlaps the registered region [",
+                                     hex(prev->first), ", ", hex(prev->second.end()), "); unregister it first or register disjoint ranges"));
+    }
+
+    LocalRegion region{a, length, kind, options.device, options.access, {}, {}};
+    region.handles.resize(im.transports.size());
+    region.keys.resize(im.transports.size());
+    ferry_mem_region_t abi{a, length, kind, kind == FERRY_MEM_HOST ? -1 : options.device, options.access, 0};
+    auto rollback = [&] {
+        for (size_t j = 0; j < im.transports.size(); ++j)
+            if (region.handles[j]) (void)im.transports[j]->deregister_mem(*region.handles[j]);
+    };
+    std::string unable;
+    for (size_t i = 0; i < im.transports.size(); ++i) {
+        auto &t = im.transports[i];
+        if (!t->moves(kind)) {
+            unable += (unable.empty() ? "" : ", ") + t->name();
+            continue;
+        }
+        auto h = t->register_mem(abi);
+        if (!h) {
+            rollback();
+            return fail(h.error().code, cat("register_memory [", hex(a), ", +", length, "): ", h.error().message));
+        }
+        region.handles[i] = *h;
+        auto key = t->export_mem(*h);
+        if (!key) {
+            rollback();
+            return std::unexpected(key.error());
+        }
+        region.keys[i] = std::move(*key);
+    }
+    if (std::none_of(region.handles.begin(), region.handles.end(), [](auto &h) { return h.has_value(); }))
+        return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind),
+                                  " memory (loaded: ", unable, "); install the plugin for it (see ferry-info)"));
+    im.regions.emplace(a, std::move(region));
+    if (auto p = im.publish_locked(); !p) return p;
+    FERRY_DEBUG("registered ", kind_name(kind), " region [", hex(a), ", +", length, ")");
+    return {};
+}
+
+Result<void> Engine::unregister_memory(void *addr) {
+    auto &im = *impl_;
+    uint64_t a = reinterpret_cast<uintptr_t>(addr);
+    std::unique_lock lock(im.regions_mutex);
+    auto it = im.regions.find(a);
+    if (it == im.regions.end())
+        return fail(-ENOENT, cat("unregister_memory: no region starts at ", hex(a),
+                                 "; pass the address that was given to register_memory"));
+    Result<void> result;
+    for (size_t i = 0; i < im.transports.size(); ++i) {
+        if (!it->second.handles[i]) continue;
+        if (auto r = im.transports[i]->deregister_mem(*it->second.handles[i]); !r && result) result = r;
+    }
+    im.regions.erase(it);
+    if (auto p = im.publish_locked(); !p && result) result = p;
+    return result;
+}
+
+Result<SegmentId> Engine::open_segment(std::string_view name) {
+    auto &im = *impl_;
+    std::string key(name);
+    {
+        std::lock_guard lock(im.segments_mutex);
+        if (auto it = im.segment_ids.find(key); it != im.segment_ids.end()) return it->second;
+    }
+    auto descriptor = im.metadata->fetch(key);
+    if (!descriptor) return std::unexpected(descriptor.error());
+    auto seg = std::make_shared<RemoteSegment>();
+    seg->name = key;
+    seg->same_host = descriptor->host_id == im.host_id;
+    seg->descriptor = std::move(*descriptor);
+    seg->peers.resize(im.transports.size());
+    std::lock_guard lock(im.segments_mutex);
+    if (auto it = im.segment_ids.find(key); it != im.segment_ids.end()) return it->second;
+    seg->id = im.next_segment++;
+    im.segment_ids[key] = seg->id;
+    im.segments[seg->id] = seg;
+    FERRY_DEBUG("opened segment ", key, " (", seg->same_host ? "same host" : "other host", ", ",
+                seg->descriptor.regions.size(), " regions)");
+    return seg->id;
+}
+
+Result<void> Engine::close_segment(SegmentId id) {
+    auto &im = *impl_;
+    std::shared_ptr<RemoteSegment> seg;
+    {
+        std::lock_guard lock(im.segments_mutex);
+        auto it = im.segments.find(id);
+        if (it == im.segments.end()) return fail(-ENOENT, cat("close_segment: segment id ", id, " is not open"));
+        seg = it->second;
+        im.segments.erase(it);
+        im.segment_ids.erase(seg->name);
+    }
+    std::lock_guard lock(seg->mutex);
+    for (auto &[key, handle] : seg->imported) {
+        auto &peer = seg->peers[key.first];
+        if (peer) (void)im.transports[key.first]->release_mem(*peer, handle);
+    }
+    for (size_t i = 0; i < seg->peers.size(); ++i)
+        if (seg->peers[i]) (void)im.transports[i]->disconnect(*seg->peers[i]);
+    return {};
+}
+
+std::shared_ptr<RemoteSegment> Engine::Impl::segment(SegmentId id) {
+    std::lock_guard lock(segments_mutex);
+    auto it = segments.find(id);
+    return it == segments.end() ? nullptr : it->second;
+}
+
+// Re-reads a peer's descriptor (it registered or unregistered memory since we opened it) and
+// drops imports of regions that changed.
+Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
+    auto fresh = metadata->fetch(seg.name);
+    if (!fresh) return std::unexpected(fresh.error());
+    for (auto it = seg.imported.begin(); it != seg.imported.end();) {
+        auto [transport, addr] = it->first;
+        const RegionDescriptor *was = seg.descriptor.find_region(addr, 1);
+        const RegionDescriptor *now = fresh->find_region(addr, 1);
+        bool same = was && now && was->addr == now->addr && was->length == now->length &&
+                    was->key_for(transports[transport]->name()) && now->key_for(transports[transport]->name()) &&
+                    was->key_for(transports[transport]->name())->key == now->key_for(transports[transport]->name())->key;
+        if (!same) {
+            if (seg.peers[transport]) (void)transports[transport]->release_mem(*seg.peers[transport], it->second);
+            it = seg.imported.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    seg.same_host = fresh->host_id == host_id;
+    seg.descriptor = std::move(*fresh);
+    return {};
+}
+
+Result<uint64_t> Engine::Impl::peer_for(RemoteSegment &seg, size_t transport) {
+    if (seg.peers[transport]) return *seg.peers[transport];
+    const auto *ep = seg.descriptor.endpoint_for(transports[transport]->name());
+    if (!ep) return fail(-ENOTCONN, cat("segment ", seg.name, " offers no ", transports[transport]->name(), " endpoint"));
+    auto peer = transports[transport]->connect(ep->endpoint);
+    if (!peer) return fail(peer.error().code, cat("segment ", seg.name, ": ", peer.error().message));
+    seg.peers[transport] = *peer;
+    return *peer;
+}
+
+Result<uint64_t> Engine::Impl::import_for(RemoteSegment &seg, size_t transport, const RegionDescriptor &region) {
+    auto key = std::make_pair(transport, region.addr);
+    if (auto it = seg.imported.find(key); it != seg.imported.end()) return it->second;
+    auto peer = peer_for(seg, transport);
+    if (!peer) return peer;
+    const auto *k = region.key_for(transports[transport]->name());
+    auto abi = to_abi(region);
+    auto handle = transports[transport]->import_mem(*peer, abi, k ? std::span<const uint8_t>(k->key) : std::span<const uint8_t>());
+    if (!handle) return handle;
+    seg.imported[key] = *handle;
+    return *handle;
+}
+
+Result<BatchId> Engine::submit(std::span<const Request> requests) { return impl_->submit(requests); }
+
+Result<OpStatus> Engine::status(BatchId id, size_t index) {
+    auto batch = impl_->find_batch(id);
+    if (!batch) return fail(-ENOENT, cat("status: batch ", id, " does not exist (never submitted or already freed)"));
+    if (index >= batch->size)
+        return fail(-EINVAL, cat("status: batch ", id, " has ", batch->size, " ops; index ", index, " is out of range"));
+    auto &op = batch->ops[index];
+    if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Pending)) impl_->progress(0);
+    OpStatus st;
+    st.state = static_cast<OpState>(op.state.load(std::memory_order_acquire));
+    st.transport = impl_->transports[op.transport]->name();
+    if (st.state == OpState::Failed) {
+        st.code = op.code;
+        st.message = op.message;
+    }
+    return st;
+}
+
+Result<void> Engine::wait(BatchId batch, std::chrono::milliseconds timeout) { return impl_->wait(batch, timeout); }
+
+Result<void> Engine::free_batch(BatchId id) {
+    auto &im = *impl_;
+    std::lock_guard lock(im.batches_mutex);
+    auto it = im.batches.find(id);
+    if (it == im.batches.end()) return fail(-ENOENT, cat("free_batch: batch ", id, " does not exist"));
+    if (size_t left = it->second->remaining.load(std::memory_order_acquire))
+        return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight; wait for them first"));
+    im.batches.erase(it);
+    return {};
+}
+
+} // namespace ferry

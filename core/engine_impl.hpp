@@ -1,0 +1,116 @@
+// Engine internals shared by engine.cpp (setup, memory, segments) and batch.cpp (submit,
+// progress, wait).
+#pragma once
+
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config.hpp"
+#include "descriptor.hpp"
+#include "fd.hpp"
+#include "ferry/engine.hpp"
+#include "metadata.hpp"
+#include "plugin_loader.hpp"
+#include "transport.hpp"
+
+namespace ferry {
+
+struct LocalRegion {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t kind = 0;
+    int32_t device = -1;
+    uint32_t access = 0;
+    // Registration handle per transport index; nullopt where that transport cannot move it.
+    std::vector<std::optional<uint64_t>> handles;
+    std::vector<std::vector<uint8_t>> keys;
+
+    uint64_t end() const { return addr + length; }
+};
+
+struct RemoteSegment {
+    SegmentId id = 0;
+    std::string name;
+    std::mutex mutex; // guards everything below
+    SegmentDescriptor descriptor;
+    bool same_host = false;
+    std::vector<std::optional<uint64_t>> peers;                 // per transport index
+    std::map<std::pair<size_t, uint64_t>, uint64_t> imported;   // (transport, region addr) -> handle
+};
+
+struct Batch;
+
+struct OpRecord {
+    Batch *batch = nullptr;
+    std::atomic<uint32_t> state{static_cast<uint32_t>(OpState::Pending)};
+    int code = 0;
+    uint16_t transport = 0;
+    std::string message; // written before state is released as Failed
+};
+
+struct Batch {
+    BatchId id = 0;
+    size_t size = 0;
+    std::unique_ptr<OpRecord[]> ops;
+    std::atomic<size_t> remaining{0};
+};
+
+struct Engine::Impl {
+    EngineSettings settings;
+    std::string host_id;
+    PluginReport plugin_report;
+    std::vector<std::unique_ptr<Transport>> transports;
+    std::vector<std::vector<uint8_t>> endpoints; // per transport
+    std::vector<size_t> priority;                // transport indices, best first
+    std::unique_ptr<MetadataBackend> metadata;
+
+    std::shared_mutex regions_mutex;
+    std::map<uint64_t, LocalRegion> regions; // by start address
+    uint64_t generation = 0;
+
+    std::mutex segments_mutex;
+    std::unordered_map<SegmentId, std::shared_ptr<RemoteSegment>> segments;
+    std::unordered_map<std::string, SegmentId> segment_ids;
+    SegmentId next_segment = 1;
+
+    std::mutex batches_mutex;
+    std::unordered_map<BatchId, std::shared_ptr<Batch>> batches;
+    std::atomic<BatchId> next_batch{1};
+
+    // Progress: one thread at a time sleeps on the transports' completion fds and dispatches;
+    // the others wait on `progress_cv` for their batches.
+    std::vector<std::unique_ptr<std::mutex>> poll_mutexes; // per transport
+    std::mutex progress_mutex;
+    std::condition_variable progress_cv;
+    bool progress_driver = false;
+    Fd wake_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}; // wakes the driver when another thread finishes a batch
+
+    ~Impl();
+
+    // engine.cpp
+    Result<void> publish_locked();
+    std::optional<size_t> transport_index(std::string_view name) const;
+    std::shared_ptr<RemoteSegment> segment(SegmentId id);
+    Result<void> refresh_segment(RemoteSegment &seg);
+    Result<uint64_t> peer_for(RemoteSegment &seg, size_t transport);
+    Result<uint64_t> import_for(RemoteSegment &seg, size_t transport, const RegionDescriptor &region);
+
+    // batch.cpp
+    Result<BatchId> submit(std::span<const Request> requests);
+    void progress(int timeout_ms);
+    size_t drain(size_t transport);
+    void complete(OpRecord &op, int code, std::string_view message);
+    Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
+    std::shared_ptr<Batch> find_batch(BatchId id);
+};
+
+} // namespace ferry

@@ -1,0 +1,37 @@
+// ferry-info: which transport plugins exist, which loaded, and exactly why the others did not.
+#include <cstdio>
+#include <cstring>
+
+#include "ferry/engine.hpp"
+#include "ferry/ferry.h"
+
+int main(int argc, char **argv) {
+    bool json = false;
+    ferry::Config config;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--plugin-path") && i + 1 < argc) {
+            config["plugin_path"] = argv[++i];
+        } else if (!strcmp(argv[i], "--plugins") && i + 1 < argc) {
+            config["plugins"] = argv[++i];
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: ferry-info [--json] [--plugin-path DIR[:DIR...]] [--plugins LIST]\n"
+                   "Lists the plugin search path and every plugin found: ABI, version, probe result, and why\n"
+                   "any plugin did not load. Exits 1 when a plugin named in FERRY_PLUGINS (or --plugins) is\n"
+                   "missing or unavailable.\n"
+                   "Environment: FERRY_PLUGIN_PATH (directories searched first), FERRY_PLUGINS (tcp,shm or ^efa).\n");
+            return 0;
+        } else {
+            fprintf(stderr, "ferry-info: unknown argument '%s'; see ferry-info --help\n", argv[i]);
+            return 2;
+        }
+    }
+    auto report = ferry::describe_plugins(config);
+    if (json) {
+        printf("%s\n", report.json.c_str());
+    } else {
+        printf("Ferry %s\n%s", ferry_version(), report.text.c_str());
+    }
+    return report.requested_ok ? 0 : 1;
+}

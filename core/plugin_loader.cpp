@@ -1,0 +1,344 @@
+#include "plugin_loader.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include "json_writer.hpp"
+#include "log.hpp"
+
+#ifndef FERRY_INSTALL_PLUGIN_DIR
+#define FERRY_INSTALL_PLUGIN_DIR "/usr/local/lib/ferry/plugins"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace ferry {
+namespace {
+
+constexpr size_t kRequiredV1Size = FERRY_PLUGIN_V1_SIZE_UNTIL(completion_fd);
+
+std::vector<std::string> split(const std::string &text, char sep) {
+    std::vector<std::string> out;
+    std::string item;
+    std::istringstream in(text);
+    while (std::getline(in, item, sep)) {
+        auto b = item.find_first_not_of(" \t");
+        auto e = item.find_last_not_of(" \t");
+        if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    }
+    return out;
+}
+
+std::string abi_text(uint32_t v) { return cat(v >> 16, ".", v & 0xffff); }
+
+// Boost.DLL reports every dlopen failure as "Bad file descriptor"; the dynamic loader's own
+// text ("libamdhip64.so.6: cannot open shared object file") is what users need, so ask it.
+std::string dlopen_error_text(const std::string &path) {
+    dlerror();
+    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        dlclose(h);
+        return "Boost.DLL failed to load it, but dlopen succeeded on retry";
+    }
+    const char *e = dlerror();
+    return e ? e : "dlopen failed without a message";
+}
+
+std::vector<std::string> plugin_files(const fs::path &dir) {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const auto &p = it->path();
+        if (p.extension() == ".so" && it->is_regular_file(ec)) files.push_back(p.string());
+    }
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// Variant subdirectories of `dir`, the ones an installed runtime serves first (newest
+// major first), then the rest.
+std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, const InstalledRuntimes &rt,
+                                                       std::map<std::string, std::string> &why) {
+    std::vector<std::pair<int, std::string>> matching;
+    std::vector<std::string> others;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        if (!it->is_directory(ec)) continue;
+        std::string name = it->path().filename().string();
+        std::string family, reason;
+        int major = 0;
+        if (!parse_variant(name, family, major)) continue;
+        if (variant_matches(rt, name, reason))
+            matching.emplace_back(major, name);
+        else
+            others.push_back(name);
+        why[name] = reason;
+    }
+    std::sort(matching.begin(), matching.end(), std::greater<>());
+    std::sort(others.begin(), others.end());
+    std::vector<std::pair<std::string, bool>> out;
+    for (auto &[major, name] : matching) out.emplace_back(name, true);
+    for (auto &name : others) out.emplace_back(name, false);
+    return out;
+}
+
+} // namespace
+
+const char *to_string(PluginState state) {
+    switch (state) {
+    case PluginState::Loaded: return "loaded";
+    case PluginState::Unavailable: return "unavailable";
+    case PluginState::Failed: return "failed";
+    case PluginState::Excluded: return "excluded";
+    case PluginState::Shadowed: return "shadowed";
+    case PluginState::VariantSkipped: return "variant-skipped";
+    }
+    return "unknown";
+}
+
+PluginSelection PluginSelection::parse(const std::string &text) {
+    PluginSelection s;
+    s.text = text;
+    std::string body = text;
+    if (!body.empty() && body[0] == '^') {
+        s.negate = true;
+        body = body.substr(1);
+    }
+    for (auto &n : split(body, ',')) s.names.insert(n);
+    return s;
+}
+
+bool PluginSelection::allows(const std::string &name) const {
+    if (names.empty()) return true;
+    return negate ? names.count(name) == 0 : names.count(name) != 0;
+}
+
+const PluginRecord *PluginReport::find(const std::string &name) const {
+    const PluginRecord *first = nullptr;
+    for (const auto &p : plugins) {
+        if (p.name != name) continue;
+        if (p.state == PluginState::Loaded) return &p;
+        if (!first) first = &p;
+    }
+    return first;
+}
+
+std::vector<std::string> default_search_path(const std::vector<std::string> &extra) {
+    std::vector<std::string> path = extra;
+    if (const char *env = std::getenv("FERRY_PLUGIN_PATH"))
+        for (auto &p : split(env, ':')) path.push_back(p);
+    boost::system::error_code ec;
+    auto self = boost::dll::this_line_location(ec);
+    if (!ec) path.push_back((fs::path(self.parent_path().string()) / "ferry" / "plugins").string());
+    path.push_back(FERRY_INSTALL_PLUGIN_DIR);
+    std::vector<std::string> unique;
+    for (auto &p : path) {
+        std::error_code fec;
+        auto canonical = fs::weakly_canonical(p, fec);
+        std::string key = fec ? p : canonical.string();
+        if (std::find(unique.begin(), unique.end(), key) == unique.end()) unique.push_back(key);
+    }
+    return unique;
+}
+
+bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record) {
+    auto fail_with = [&](std::string reason) {
+        record.state = PluginState::Failed;
+        record.reason = std::move(reason);
+        return false;
+    };
+    boost::system::error_code ec;
+    boost::dll::shared_library library(
+        path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+    if (ec || !library.is_loaded()) return fail_with(dlopen_error_text(path));
+
+    if (!library.has(FERRY_PLUGIN_SYMBOL_V1)) {
+        for (int major = 9; major >= 2; --major) {
+            std::string sym = cat("ferry_plugin_v", major);
+            if (library.has(sym))
+                return fail_with(cat("exports ", sym, " (plugin ABI ", major,
+                                     ") but this Ferry loads ABI ", FERRY_PLUGIN_ABI_MAJOR,
+                                     "; use a Ferry that supports ABI ", major,
+                                     " or rebuild the plugin against this Ferry's plugin.h"));
+        }
+        return fail_with(cat("no symbol ", FERRY_PLUGIN_SYMBOL_V1,
+                             ": not a Ferry plugin, or built without exporting it"));
+    }
+    const auto *api = &library.get<const ferry_plugin_v1_t>(FERRY_PLUGIN_SYMBOL_V1);
+    record.abi_version = api->abi_version;
+    uint32_t major = api->abi_version >> 16;
+    if (major != FERRY_PLUGIN_ABI_MAJOR)
+        return fail_with(cat("plugin ABI ", abi_text(api->abi_version), " but this Ferry implements ABI ",
+                             abi_text(FERRY_PLUGIN_ABI_VERSION), "; rebuild the plugin against this Ferry's plugin.h"));
+    if (api->struct_size < kRequiredV1Size)
+        return fail_with(cat("plugin struct is ", api->struct_size, " bytes but ABI ",
+                             abi_text(FERRY_PLUGIN_ABI_VERSION), " needs at least ", kRequiredV1Size,
+                             "; the plugin was built against a broken plugin.h"));
+    if (!api->name || !api->version)
+        return fail_with("plugin struct has no name or version string");
+    record.version = api->version;
+    record.caps = api->caps;
+    if (name != api->name)
+        return fail_with(cat("file is named ", name, ".so but the plugin calls itself '", api->name,
+                             "'; rename the file to ", api->name, ".so"));
+    if (!api->probe || !api->create || !api->destroy || !api->export_endpoint || !api->register_mem ||
+        !api->deregister_mem || !api->export_mem || !api->connect || !api->disconnect ||
+        !api->import_mem || !api->release_mem || !api->submit || !api->poll)
+        return fail_with("plugin struct leaves a required function pointer NULL");
+
+    auto loaded = std::make_shared<LoadedPlugin>();
+    loaded->library = std::move(library);
+    loaded->api = api;
+    loaded->name = name;
+    loaded->path = path;
+    record.plugin = std::move(loaded);
+    record.state = PluginState::Loaded;
+    return true;
+}
+
+PluginReport load_plugins(const LoaderOptions &options) {
+    PluginReport report;
+    report.search_path = options.search_path;
+    report.runtimes = probe_installed_runtimes();
+    std::map<std::string, std::string> winner; // plugin name -> path of the copy used
+
+    auto consider = [&](const std::string &file, const std::string &variant, bool variant_ok,
+                        const std::string &variant_why) {
+        PluginRecord rec;
+        rec.path = file;
+        rec.name = fs::path(file).stem().string();
+        rec.variant = variant;
+        if (!options.selection.allows(rec.name)) {
+            rec.state = PluginState::Excluded;
+            rec.reason = "left out by FERRY_PLUGINS=" + options.selection.text;
+        } else if (!variant.empty() && !variant_ok) {
+            rec.state = PluginState::VariantSkipped;
+            rec.reason = variant + "/: " + variant_why;
+        } else if (auto w = winner.find(rec.name); w != winner.end()) {
+            rec.state = PluginState::Shadowed;
+            rec.reason = "shadowed by " + w->second;
+        } else if (load_plugin_file(file, rec.name, rec)) {
+            winner[rec.name] = file;
+            ferry_probe_result_t probe{};
+            std::vector<ferry_kv_t> kv;
+            if (auto it = options.plugin_options.find(rec.name); it != options.plugin_options.end())
+                for (auto &[k, v] : it->second) kv.push_back({k.c_str(), v.c_str()});
+            int rc = rec.plugin->api->probe(kv.data(), kv.size(), &probe);
+            probe.reason[sizeof probe.reason - 1] = '\0';
+            if (rc != 0) {
+                rec.state = PluginState::Unavailable;
+                rec.reason = cat("probe failed (", rc, "): ", probe.reason);
+            } else {
+                rec.state = probe.available ? PluginState::Loaded : PluginState::Unavailable;
+                rec.reason = probe.reason;
+            }
+            if (rec.state == PluginState::Unavailable) rec.plugin.reset();
+        } else {
+            // A failed copy does not shadow a later good one of the same name.
+        }
+        report.plugins.push_back(std::move(rec));
+    };
+
+    for (const auto &dir : options.search_path) {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec)) continue;
+        std::map<std::string, std::string> why;
+        for (auto &[variant, ok] : variant_dirs(dir, report.runtimes, why))
+            for (auto &file : plugin_files(fs::path(dir) / variant)) consider(file, variant, ok, why[variant]);
+        for (auto &file : plugin_files(dir)) consider(file, "", true, "");
+    }
+
+    for (const auto &rec : report.plugins) {
+        bool asked = options.selection.requested(rec.name);
+        if (rec.state == PluginState::Loaded || rec.state == PluginState::Shadowed) continue;
+        if (asked) {
+            bool other_copy_loaded = std::any_of(report.plugins.begin(), report.plugins.end(), [&](const PluginRecord &r) {
+                return r.name == rec.name && r.state == PluginState::Loaded;
+            });
+            if (other_copy_loaded) continue;
+            report.errors.push_back(cat("plugin '", rec.name, "' (", rec.path, ") was requested but is ",
+                                        to_string(rec.state), ": ", rec.reason));
+        } else {
+            FERRY_DEBUG("plugin ", rec.name, " (", rec.path, ") ", to_string(rec.state), ": ", rec.reason);
+        }
+    }
+    for (const auto &name : options.selection.names) {
+        if (options.selection.negate) break;
+        bool found = std::any_of(report.plugins.begin(), report.plugins.end(),
+                                 [&](const PluginRecord &r) { return r.name == name; });
+        if (!found) {
+            std::string dirs;
+            for (auto &d : options.search_path) dirs += (dirs.empty() ? "" : ":") + d;
+            report.errors.push_back(cat("plugin '", name, "' was requested but no ", name,
+                                        ".so exists on the plugin search path (", dirs,
+                                        "); install it or set FERRY_PLUGIN_PATH"));
+        }
+    }
+    return report;
+}
+
+std::string PluginReport::to_text() const {
+    std::ostringstream out;
+    out << "Plugin search path (first match wins):\n";
+    for (const auto &d : search_path) {
+        std::error_code ec;
+        out << "  " << d << (fs::is_directory(d, ec) ? "" : "  (missing)") << "\n";
+    }
+    out << "Runtimes:\n";
+    out << "  CUDA: " << (runtimes.cuda_major ? cat("major ", *runtimes.cuda_major, " — ") : "none — ")
+        << runtimes.cuda_detail << "\n";
+    out << "  ROCm: " << (runtimes.rocm_major ? cat("major ", *runtimes.rocm_major, " — ") : "none — ")
+        << runtimes.rocm_detail << "\n";
+    out << "Plugins:\n";
+    if (plugins.empty()) out << "  (no plugin files found)\n";
+    for (const auto &p : plugins) {
+        out << "  " << p.name << "  [" << to_string(p.state) << "]  " << p.path << "\n";
+        if (p.abi_version) out << "      abi " << abi_text(p.abi_version) << ", version " << p.version << "\n";
+        if (!p.reason.empty()) out << "      " << p.reason << "\n";
+    }
+    if (!errors.empty()) {
+        out << "Errors:\n";
+        for (const auto &e : errors) out << "  " << e << "\n";
+    }
+    return out.str();
+}
+
+std::string PluginReport::to_json() const {
+    JsonWriter j;
+    j.begin_object();
+    j.key("search_path").begin_array();
+    for (const auto &d : search_path) j.value(d);
+    j.end_array();
+    j.key("runtimes").begin_object();
+    j.key("cuda_major");
+    runtimes.cuda_major ? j.value(*runtimes.cuda_major) : j.null();
+    j.field("cuda_detail", runtimes.cuda_detail);
+    j.key("rocm_major");
+    runtimes.rocm_major ? j.value(*runtimes.rocm_major) : j.null();
+    j.field("rocm_detail", runtimes.rocm_detail);
+    j.end_object();
+    j.key("plugins").begin_array();
+    for (const auto &p : plugins) {
+        j.begin_object();
+        j.field("name", p.name).field("path", p.path).field("variant", p.variant);
+        j.field("state", to_string(p.state)).field("loaded", p.state == PluginState::Loaded);
+        j.field("abi", p.abi_version ? abi_text(p.abi_version) : std::string());
+        j.field("version", p.version).field("caps", p.caps).field("reason", p.reason);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("errors").begin_array();
+    for (const auto &e : errors) j.value(e);
+    j.end_array();
+    j.end_object();
+    return j.str();
+}
+
+} // namespace ferry

@@ -1,0 +1,90 @@
+// Finds transport plugins on the search path, loads them with Boost.DLL (RTLD_NOW |
+// RTLD_LOCAL), checks their ABI, probes them, and records for every file found exactly what
+// happened and why, for the engine and for ferry-info.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+
+#include "ferry/plugin.h"
+#include "runtime_probe.hpp"
+
+namespace ferry {
+
+// A loaded plugin; the library stays mapped while any copy of this lives.
+struct LoadedPlugin {
+    boost::dll::shared_library library;
+    const ferry_plugin_v1_t *api = nullptr;
+    std::string name;
+    std::string path;
+};
+
+enum class PluginState {
+    Loaded,         // usable: ABI accepted and probe says available
+    Unavailable,    // loaded, but its probe says this host lacks the driver or device
+    Failed,         // could not be loaded: dlopen error, missing symbol, ABI mismatch
+    Excluded,       // not loaded: FERRY_PLUGINS (or the `plugins` key) leaves it out
+    Shadowed,       // not loaded: a plugin of the same name earlier on the path wins
+    VariantSkipped, // not loaded: its variant directory's runtime is not installed
+};
+const char *to_string(PluginState state);
+
+struct PluginRecord {
+    std::string name;     // from the file name: tcp.so -> "tcp"
+    std::string path;
+    std::string variant;  // "" or the variant directory, e.g. "cuda13"
+    PluginState state = PluginState::Failed;
+    std::string reason;   // the exact reason, e.g. the dynamic loader's text
+    uint32_t abi_version = 0;
+    std::string version;
+    uint64_t caps = 0;
+    std::shared_ptr<LoadedPlugin> plugin; // set when Loaded
+};
+
+// FERRY_PLUGINS syntax: "tcp,shm" allows only those; "^efa,rdma" allows all but those.
+struct PluginSelection {
+    bool negate = false;
+    std::set<std::string> names;
+    std::string text;
+
+    static PluginSelection parse(const std::string &text);
+    bool allows(const std::string &name) const;
+    // Named explicitly in an allow list: failing to load it is an error, not a debug line.
+    bool requested(const std::string &name) const { return !negate && names.count(name) != 0; }
+};
+
+struct LoaderOptions {
+    std::vector<std::string> search_path;
+    PluginSelection selection;
+    // Options passed to each plugin's probe, by plugin name.
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> plugin_options;
+};
+
+struct PluginReport {
+    std::vector<std::string> search_path;
+    InstalledRuntimes runtimes;
+    std::vector<PluginRecord> plugins;
+    // Problems with plugins the user asked for by name; non-empty means "fail loudly".
+    std::vector<std::string> errors;
+
+    const PluginRecord *find(const std::string &name) const;
+    std::string to_text() const;
+    std::string to_json() const;
+};
+
+// FERRY_PLUGIN_PATH entries, then <dir of libferry>/ferry/plugins, then the install dir;
+// `extra` (the engine's plugin_path key) goes first. Duplicates removed.
+std::vector<std::string> default_search_path(const std::vector<std::string> &extra = {});
+
+PluginReport load_plugins(const LoaderOptions &options);
+
+// Loads and validates one file (no search, no probe). Used by load_plugins and tests.
+bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record);
+
+} // namespace ferry

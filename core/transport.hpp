@@ -1,0 +1,58 @@
+// RAII handle over one plugin transport instance: turns the C ABI's codes and message
+// buffers into Result values prefixed with the transport's name.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ferry/engine.hpp"
+#include "ferry/plugin.h"
+#include "plugin_loader.hpp"
+
+namespace ferry {
+
+using PluginOptions = std::vector<std::pair<std::string, std::string>>;
+
+class Transport {
+public:
+    static Result<std::unique_ptr<Transport>> create(std::shared_ptr<LoadedPlugin> plugin,
+                                                     const PluginOptions &options);
+    ~Transport();
+    Transport(const Transport &) = delete;
+    Transport &operator=(const Transport &) = delete;
+
+    const std::string &name() const { return plugin_->name; }
+    const std::string &path() const { return plugin_->path; }
+    const char *version() const { return plugin_->api->version; }
+    uint64_t caps() const { return plugin_->api->caps; }
+    bool moves(uint32_t memory_kind) const;
+    bool reaches(bool same_host) const;
+
+    Result<std::vector<uint8_t>> endpoint();
+    Result<uint64_t> register_mem(const ferry_mem_region_t &region);
+    Result<void> deregister_mem(uint64_t handle);
+    Result<std::vector<uint8_t>> export_mem(uint64_t handle);
+    Result<uint64_t> connect(std::span<const uint8_t> endpoint);
+    Result<void> disconnect(uint64_t peer);
+    Result<uint64_t> import_mem(uint64_t peer, const ferry_mem_region_t &region, std::span<const uint8_t> key);
+    Result<void> release_mem(uint64_t peer, uint64_t remote_mem);
+    Result<void> submit(uint64_t peer, std::span<const ferry_xfer_op_t> ops);
+    Result<size_t> poll(std::span<ferry_completion_t> out);
+    int completion_fd() const { return completion_fd_; }
+
+private:
+    Transport(std::shared_ptr<LoadedPlugin> plugin, ferry_transport_t *instance);
+    Error error(int code, const ferry_error_t &err, const char *call) const;
+    template <class Fn>
+    Result<std::vector<uint8_t>> export_bytes(Fn &&fn, const char *call);
+
+    std::shared_ptr<LoadedPlugin> plugin_;
+    std::unique_ptr<ferry_host_api_t> host_;
+    ferry_transport_t *instance_ = nullptr;
+    int completion_fd_ = -1;
+};
+
+} // namespace ferry

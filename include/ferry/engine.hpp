@@ -1,0 +1,119 @@
+// Ferry C++ API. Results are std::expected: no exceptions cross this API.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#define FERRY_API __attribute__((visibility("default")))
+
+namespace ferry {
+
+struct Error {
+    int code = 0;        // negative errno-style
+    std::string message; // names the problem and what to do
+};
+
+template <class T>
+using Result = std::expected<T, Error>;
+
+inline std::unexpected<Error> fail(int code, std::string message) {
+    return std::unexpected(Error{code, std::move(message)});
+}
+
+enum class Opcode : uint32_t { Read = 0, Write = 1 };
+enum class MemoryKind : uint32_t { Host = 0, Cuda = 1, Rocm = 2 };
+
+inline constexpr uint32_t kRemoteRead = 1;
+inline constexpr uint32_t kRemoteWrite = 2;
+
+using SegmentId = uint64_t;
+using BatchId = uint64_t;
+
+// Flat key/value configuration. YAML files flatten into it with dotted keys.
+using Config = std::map<std::string, std::string>;
+
+struct MemoryOptions {
+    MemoryKind kind = MemoryKind::Host;
+    int device = -1;
+    uint32_t access = kRemoteRead | kRemoteWrite;
+};
+
+struct Request {
+    Opcode opcode = Opcode::Read;
+    void *local = nullptr;
+    SegmentId segment = 0;
+    uint64_t remote = 0;
+    uint64_t length = 0;
+    std::string transport; // empty: choose by priority
+};
+
+enum class OpState : uint32_t { Pending = 0, Done = 1, Failed = 2 };
+
+struct OpStatus {
+    OpState state = OpState::Pending;
+    int code = 0;
+    std::string transport;
+    std::string message;
+};
+
+struct TransportInfo {
+    std::string name;
+    std::string plugin_path;
+    std::string version;
+    uint64_t caps = 0;
+};
+
+class FERRY_API Engine {
+public:
+    static Result<std::unique_ptr<Engine>> create(const Config &config);
+    // YAML file, then `overrides` on top.
+    static Result<std::unique_ptr<Engine>> create_from_file(const std::string &yaml_path,
+                                                            const Config &overrides = {});
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine &operator=(const Engine &) = delete;
+
+    const std::string &segment_name() const;
+    std::vector<TransportInfo> transports() const;
+
+    Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
+    Result<void> unregister_memory(void *addr);
+
+    Result<SegmentId> open_segment(std::string_view name);
+    Result<void> close_segment(SegmentId segment);
+
+    Result<BatchId> submit(std::span<const Request> requests);
+    Result<OpStatus> status(BatchId batch, size_t index);
+    // Ok when every op succeeded; the first failure's error otherwise; -ETIMEDOUT on timeout.
+    Result<void> wait(BatchId batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+    Result<void> free_batch(BatchId batch);
+
+    struct Impl;
+
+private:
+    explicit Engine(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+// Config helpers shared by the C API, the bench and Python.
+FERRY_API Result<Config> load_yaml_config(const std::string &path);
+
+// What ferry-info prints: the plugin search path, every plugin file found, its ABI, version,
+// probe result and the reason for each failure. `plugin_path` and `plugins` keys of `config`
+// apply as in an engine. `requested_ok` is false when a plugin named in the allow list
+// (FERRY_PLUGINS or `plugins`) is missing or unavailable.
+struct PluginReportOutput {
+    std::string text;
+    std::string json;
+    bool requested_ok = true;
+};
+FERRY_API PluginReportOutput describe_plugins(const Config &config = {});
+
+} // namespace ferry

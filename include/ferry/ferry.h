@@ -1,0 +1,116 @@
+/*
+ * Ferry C API: what Python's cffi and other languages load.
+ *
+ * Conventions (cffi can parse this file after the preprocessor lines are removed):
+ * - Handles are opaque pointers; plain structs and integers otherwise.
+ * - Every function returns 0 on success or a negative errno-style code. The message that goes
+ *   with the last failure on the calling thread is ferry_last_error().
+ * - Output parameters are written only on success.
+ */
+#ifndef FERRY_FERRY_H
+#define FERRY_FERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(FERRY_CFFI)
+#define FERRY_C_API __attribute__((visibility("default")))
+#else
+#define FERRY_C_API
+#endif
+
+typedef struct ferry_engine ferry_engine_t;
+typedef uint64_t ferry_segment_id_t;
+typedef uint64_t ferry_batch_id_t;
+
+enum {
+    FERRY_MEMORY_HOST = 0,
+    FERRY_MEMORY_CUDA = 1,
+    FERRY_MEMORY_ROCM = 2
+};
+
+enum {
+    FERRY_READ = 0, /* remote -> local */
+    FERRY_WRITE = 1 /* local -> remote */
+};
+
+enum {
+    FERRY_REMOTE_READ = 1,  /* peers may read the region */
+    FERRY_REMOTE_WRITE = 2  /* peers may write the region */
+};
+
+enum {
+    FERRY_OP_PENDING = 0,
+    FERRY_OP_DONE = 1,
+    FERRY_OP_FAILED = 2
+};
+
+typedef struct ferry_request {
+    uint32_t opcode;            /* FERRY_READ or FERRY_WRITE */
+    uint32_t reserved;          /* zero */
+    void *local_addr;           /* inside a region registered with this engine */
+    ferry_segment_id_t segment; /* from ferry_open_segment */
+    uint64_t remote_addr;       /* address in the peer, inside a region it registered */
+    uint64_t length;            /* bytes, > 0 */
+    const char *transport;      /* NULL: choose by priority; else force this transport */
+} ferry_request_t;
+
+typedef struct ferry_op_status {
+    uint32_t state;      /* FERRY_OP_* */
+    int32_t error;       /* negative errno-style code when FAILED */
+    char transport[32];  /* transport that carried the op */
+    char message[256];   /* why it failed */
+} ferry_op_status_t;
+
+/* Create an engine from key/value pairs (see README "Configuration"). */
+FERRY_C_API int ferry_engine_create(const char *const *keys, const char *const *values,
+                                    size_t count, ferry_engine_t **engine);
+/* Create an engine from a YAML file; keys/values (may be empty) override it. */
+FERRY_C_API int ferry_engine_create_from_file(const char *yaml_path, const char *const *keys,
+                                              const char *const *values, size_t count,
+                                              ferry_engine_t **engine);
+FERRY_C_API void ferry_engine_destroy(ferry_engine_t *engine);
+
+/* Name peers use to open this engine's segment. Copies it, NUL-terminated, into buf. */
+FERRY_C_API int ferry_engine_segment_name(ferry_engine_t *engine, char *buf, size_t len);
+
+/* Register [addr, addr+length) with every transport that can move this memory kind.
+ * access: FERRY_REMOTE_READ | FERRY_REMOTE_WRITE. device: GPU ordinal, -1 for host. */
+FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length,
+                               uint32_t memory_kind, int32_t device, uint32_t access);
+FERRY_C_API int ferry_unregister(ferry_engine_t *engine, void *addr);
+
+FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name,
+                                   ferry_segment_id_t *segment);
+FERRY_C_API int ferry_close_segment(ferry_engine_t *engine, ferry_segment_id_t segment);
+
+/* Submit a batch; never blocks on the network. */
+FERRY_C_API int ferry_submit(ferry_engine_t *engine, const ferry_request_t *requests,
+                             size_t count, ferry_batch_id_t *batch);
+/* Status of op `index` of a batch; drives progress without blocking. */
+FERRY_C_API int ferry_get_status(ferry_engine_t *engine, ferry_batch_id_t batch, size_t index,
+                                 ferry_op_status_t *status);
+/* Wait until every op of the batch is done or failed: 0 when all succeeded, the first op's
+ * error when one failed, -ETIMEDOUT when timeout_ms (< 0: forever) passed first. */
+FERRY_C_API int ferry_wait(ferry_engine_t *engine, ferry_batch_id_t batch, int64_t timeout_ms);
+/* Release a finished batch; -EBUSY while ops are in flight. */
+FERRY_C_API int ferry_free_batch(ferry_engine_t *engine, ferry_batch_id_t batch);
+
+/* Message for the last failure on this thread ("" when none). */
+FERRY_C_API const char *ferry_last_error(void);
+/* Library version string. */
+FERRY_C_API const char *ferry_version(void);
+
+/* Plugin report as JSON (what `ferry-info --json` prints). Copies into buf; when it does not
+ * fit returns -ENOSPC and sets *len to the size needed, NUL included. */
+FERRY_C_API int ferry_plugin_report_json(char *buf, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_FERRY_H */

@@ -1,0 +1,239 @@
+/*
+ * Ferry transport plugin ABI, plain C.
+ *
+ * This header is all a plugin author needs: copy it into your plugin's source tree and build
+ * against it alone. A plugin is a shared object (`<name>.so`) in one of Ferry's plugin
+ * directories that exports exactly one symbol per ABI major it implements:
+ *
+ *     FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = { ... };
+ *
+ * Rules of the ABI
+ * - Nothing C++ crosses this boundary: plain structs, integers, pointers to bytes.
+ * - Every function returns 0 (or a count, where documented) on success and a negative
+ *   errno-style code (-EINVAL, -ENOMEM, -ECONNRESET, ...) on failure. On failure the function
+ *   writes a human-readable message into `err->message` (NUL-terminated) when `err` is not NULL.
+ * - Output parameters are written only on success.
+ * - Fields are only ever appended to ferry_plugin_v1_t. A plugin sets `struct_size` to
+ *   sizeof() of the struct it was compiled with; the host accepts any struct at least as large
+ *   as the fields it uses and ignores fields it does not know. A change that breaks existing
+ *   fields bumps FERRY_PLUGIN_ABI_MAJOR and the symbol name (ferry_plugin_v2).
+ * - All functions taking a ferry_transport_t may be called from several threads at once,
+ *   except `destroy`, which the host calls once, after every other call on that transport has
+ *   returned.
+ * - Compile with -fvisibility=hidden and export only the plugin symbol (FERRY_PLUGIN_EXPORT).
+ *
+ * Transfer model
+ * - The host registers local memory with `register_mem`; the plugin returns a handle and can
+ *   describe the region's remote-access data (keys) with `export_mem`.
+ * - The host publishes `export_endpoint` bytes and `export_mem` bytes in its segment
+ *   descriptor. A peer's host passes them to `connect` and `import_mem`.
+ * - `submit` posts a batch of one-sided READ/WRITE operations to one peer and never blocks on
+ *   the network. Once submit returns 0 every op in the batch produces exactly one completion
+ *   via `poll`; when submit fails, none of the ops was started and none will complete.
+ * - A WRITE completes successfully only once its bytes are in the remote memory; a READ only
+ *   once its bytes are in the local memory.
+ * - The serving side must refuse any access outside memory registered with the matching
+ *   FERRY_ACCESS_REMOTE_* right, without touching other memory.
+ */
+#ifndef FERRY_PLUGIN_H
+#define FERRY_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERRY_PLUGIN_ABI_MAJOR 1u
+#define FERRY_PLUGIN_ABI_MINOR 0u
+/* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
+#define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
+/* Name of the exported symbol for ABI major 1. */
+#define FERRY_PLUGIN_SYMBOL_V1 "ferry_plugin_v1"
+
+#define FERRY_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+/* Size of every message buffer crossing the ABI, NUL included. */
+#define FERRY_MESSAGE_MAX 256
+
+/* Memory kinds. */
+typedef enum ferry_mem_kind {
+    FERRY_MEM_HOST = 0, /* ordinary host (CPU) memory */
+    FERRY_MEM_CUDA = 1, /* NVIDIA device memory, device_id is the CUDA ordinal */
+    FERRY_MEM_ROCM = 2  /* AMD device memory, device_id is the HIP ordinal */
+} ferry_mem_kind_t;
+
+/* Capability bits in ferry_plugin_v1_t.caps. */
+#define FERRY_CAP_MEM_HOST (1ull << 0)  /* can move host memory */
+#define FERRY_CAP_MEM_CUDA (1ull << 1)  /* can move CUDA device memory directly */
+#define FERRY_CAP_MEM_ROCM (1ull << 2)  /* can move ROCm device memory directly */
+#define FERRY_CAP_INTRA_NODE (1ull << 8) /* reaches peers on the same host */
+#define FERRY_CAP_INTER_NODE (1ull << 9) /* reaches peers on other hosts */
+
+/* Access rights of a registered region, for remote peers. */
+#define FERRY_ACCESS_REMOTE_READ 0x1u
+#define FERRY_ACCESS_REMOTE_WRITE 0x2u
+
+/* Operation codes. */
+typedef enum ferry_opcode {
+    FERRY_OP_READ = 0, /* remote -> local */
+    FERRY_OP_WRITE = 1 /* local -> remote */
+} ferry_opcode_t;
+
+/* Log levels for ferry_host_api_t.log. */
+typedef enum ferry_log_level {
+    FERRY_LOG_ERROR = 0,
+    FERRY_LOG_WARN = 1,
+    FERRY_LOG_INFO = 2,
+    FERRY_LOG_DEBUG = 3,
+    FERRY_LOG_TRACE = 4
+} ferry_log_level_t;
+
+/* An error message written by a failing call. */
+typedef struct ferry_error {
+    char message[FERRY_MESSAGE_MAX];
+} ferry_error_t;
+
+/* One key/value option. Keys are the plugin's own (the host strips its "<plugin>." prefix). */
+typedef struct ferry_kv {
+    const char *key;
+    const char *value;
+} ferry_kv_t;
+
+/* Services the host offers a transport instance. Valid until `destroy` returns. */
+typedef struct ferry_host_api {
+    uint32_t struct_size; /* sizeof(ferry_host_api_t) as the host compiled it */
+    uint32_t reserved;
+    void *ctx;            /* pass back as the first argument of the callbacks */
+    /* Route a log line through the host's logger. May be called from any thread. */
+    void (*log)(void *ctx, int level, const char *plugin_name, const char *message);
+    /* Current log level: lines above it are dropped, so skip formatting them. */
+    int log_level;
+} ferry_host_api_t;
+
+/* Result of `probe`. */
+typedef struct ferry_probe_result {
+    int available;                   /* 1: usable on this host, 0: not */
+    char reason[FERRY_MESSAGE_MAX];  /* why not, or what was found, for ferry-info */
+} ferry_probe_result_t;
+
+/* A memory region, local (register_mem) or remote (import_mem). */
+typedef struct ferry_mem_region {
+    uint64_t addr;      /* virtual address in the owning process */
+    uint64_t length;    /* bytes */
+    uint32_t kind;      /* ferry_mem_kind_t */
+    int32_t device_id;  /* device ordinal for GPU memory, -1 for host memory */
+    uint32_t access;    /* FERRY_ACCESS_* bits granted to remote peers */
+    uint32_t reserved;  /* zero */
+} ferry_mem_region_t;
+
+/* One one-sided operation. Both ranges lie inside a single registered region each. */
+typedef struct ferry_xfer_op {
+    uint32_t opcode;      /* ferry_opcode_t */
+    uint32_t reserved;    /* zero */
+    uint64_t local_addr;  /* address in this process */
+    uint64_t local_mem;   /* handle from register_mem for the region holding local_addr */
+    uint64_t remote_addr; /* address in the peer process */
+    uint64_t remote_mem;  /* handle from import_mem for the region holding remote_addr */
+    uint64_t length;      /* bytes, > 0 */
+    uint64_t user_data;   /* returned unchanged in the completion */
+} ferry_xfer_op_t;
+
+/* Completion of one op. */
+typedef struct ferry_completion {
+    uint64_t user_data;
+    int32_t status;                  /* 0 or a negative errno-style code */
+    uint32_t reserved;
+    char message[FERRY_MESSAGE_MAX]; /* set when status != 0 */
+} ferry_completion_t;
+
+/* A transport instance; its layout is private to the plugin. */
+typedef struct ferry_transport ferry_transport_t;
+
+typedef struct ferry_plugin_v1 {
+    /* ---- header: identical in every ABI major ---- */
+    uint32_t abi_version;   /* FERRY_PLUGIN_ABI_VERSION the plugin was built with */
+    uint32_t struct_size;   /* sizeof(ferry_plugin_v1_t) the plugin was built with */
+    const char *name;       /* transport name, e.g. "tcp"; matches the file name */
+    const char *version;    /* plugin version string, e.g. "1.0.0" */
+
+    /* ---- ABI 1.0 ---- */
+    uint64_t caps; /* FERRY_CAP_* */
+
+    /* Is the transport usable here (driver loaded, device present)? Cheap and side-effect
+     * free; called before create and by ferry-info. Fills `result` and returns 0; returns a
+     * negative code only when the probe itself could not run. */
+    int (*probe)(const ferry_kv_t *options, size_t n_options, ferry_probe_result_t *result);
+
+    /* Create a transport instance from key/value options. `host` stays valid until destroy.
+     * Serving (answering peers' requests) starts here. */
+    int (*create)(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
+                  ferry_transport_t **out, ferry_error_t *err);
+
+    /* Stop serving, fail in-flight ops, free everything. Called once. */
+    void (*destroy)(ferry_transport_t *transport);
+
+    /* Bytes a peer needs to reach this instance (address, port, queue numbers, ...).
+     * `*len` holds the capacity of `buf` on entry and the size written on return. When the
+     * buffer is too small, returns -ENOSPC and sets `*len` to the size needed. */
+    int (*export_endpoint)(ferry_transport_t *transport, void *buf, size_t *len,
+                           ferry_error_t *err);
+
+    /* Register a local region for transfers (and for remote access per region->access). */
+    int (*register_mem)(ferry_transport_t *transport, const ferry_mem_region_t *region,
+                        uint64_t *mem_handle, ferry_error_t *err);
+
+    /* Deregister. Returns once no transfer touches the region any more; later remote requests
+     * for it are refused. */
+    int (*deregister_mem)(ferry_transport_t *transport, uint64_t mem_handle, ferry_error_t *err);
+
+    /* Remote-access bytes for a registered region (keys, IPC handles); may be empty (*len = 0).
+     * Same buffer convention as export_endpoint. */
+    int (*export_mem)(ferry_transport_t *transport, uint64_t mem_handle, void *buf, size_t *len,
+                      ferry_error_t *err);
+
+    /* Connect to a peer from its exported endpoint bytes. May block for the connection
+     * set-up (bounded by the plugin's timeout), never for transfers. */
+    int (*connect)(ferry_transport_t *transport, const void *endpoint, size_t len,
+                   uint64_t *peer, ferry_error_t *err);
+
+    /* Drop a peer. In-flight ops to it complete with -ECANCELED. */
+    int (*disconnect)(ferry_transport_t *transport, uint64_t peer, ferry_error_t *err);
+
+    /* Make a peer's region usable as remote_mem in ops: `region` from the peer's descriptor,
+     * `desc` its export_mem bytes. */
+    int (*import_mem)(ferry_transport_t *transport, uint64_t peer,
+                      const ferry_mem_region_t *region, const void *desc, size_t len,
+                      uint64_t *remote_mem, ferry_error_t *err);
+
+    /* Forget an imported region. */
+    int (*release_mem)(ferry_transport_t *transport, uint64_t peer, uint64_t remote_mem,
+                       ferry_error_t *err);
+
+    /* Post `n_ops` ops to `peer`. Never blocks on the network. All-or-nothing: on failure no
+     * op was started. */
+    int (*submit)(ferry_transport_t *transport, uint64_t peer, const ferry_xfer_op_t *ops,
+                  size_t n_ops, ferry_error_t *err);
+
+    /* Move up to `max` finished ops into `out`. Returns how many (0 when none), or a negative
+     * code. Never blocks. */
+    int (*poll)(ferry_transport_t *transport, ferry_completion_t *out, size_t max,
+                ferry_error_t *err);
+
+    /* A file descriptor that becomes readable while completions are waiting, so hosts can
+     * sleep in poll(2)/epoll instead of spinning. Owned by the plugin; the host never reads
+     * or closes it. Returns -ENOTSUP when the plugin has none. */
+    int (*completion_fd)(ferry_transport_t *transport, int *fd, ferry_error_t *err);
+} ferry_plugin_v1_t;
+
+/* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a
+ * field requires struct_size to be at least this. */
+#define FERRY_PLUGIN_V1_SIZE_UNTIL(member) \
+    (offsetof(ferry_plugin_v1_t, member) + sizeof(((ferry_plugin_v1_t *)0)->member))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_PLUGIN_H */

@@ -1,0 +1,310 @@
+/*
+ * example.so: the smallest complete Ferry transport, in plain C, to copy when writing a new one.
+ *
+ * It moves bytes between engines of the SAME PROCESS with memcpy, which keeps the code about the
+ * ABI rather than about a network. Everything a real transport needs is here: a probe, options,
+ * registration with access rights checked on the serving side, endpoints, peers, imported
+ * regions, an asynchronous completion queue with an eventfd, and errors as negative codes plus a
+ * message. It builds against plugin.h alone and is not installed.
+ *
+ * Endpoint bytes: { pid, instance id }. Instances live in a process-wide table so a peer that has
+ * been destroyed is detected instead of dereferenced.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "ferry/plugin.h"
+
+#define MAX_INSTANCES 64
+#define MAX_REGIONS 256
+
+typedef struct region {
+    ferry_mem_region_t r;
+    int used;
+} region_t;
+
+struct ferry_transport {
+    uint64_t id;
+    const ferry_host_api_t *host;
+    pthread_mutex_t lock; /* guards regions and the completion queue */
+    region_t regions[MAX_REGIONS];
+    ferry_completion_t *done; /* completion queue (grown as needed) */
+    size_t done_len, done_cap;
+    int event_fd;
+};
+
+typedef struct endpoint {
+    uint64_t pid;
+    uint64_t instance_id;
+} endpoint_t;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static ferry_transport_t *g_instances[MAX_INSTANCES];
+static uint64_t g_next_id = 1;
+
+static int fail(ferry_error_t *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static void log_line(ferry_transport_t *t, int level, const char *message) {
+    if (t->host && t->host->log && level <= t->host->log_level) t->host->log(t->host->ctx, level, "example", message);
+}
+
+static int example_probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
+    (void)options;
+    (void)n;
+    result->available = 1;
+    snprintf(result->reason, sizeof result->reason, "in-process memcpy transport (example for plugin authors)");
+    return 0;
+}
+
+static int example_create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out,
+                          ferry_error_t *err) {
+    if (n > 0) return fail(err, -EINVAL, "unknown option '%s': the example transport takes no options", options[0].key);
+    ferry_transport_t *t = calloc(1, sizeof *t);
+    if (!t) return fail(err, -ENOMEM, "out of memory");
+    t->host = host;
+    pthread_mutex_init(&t->lock, NULL);
+    t->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (t->event_fd < 0) {
+        int e = errno;
+        free(t);
+        return fail(err, -e, "eventfd: %s", strerror(e));
+    }
+    pthread_mutex_lock(&g_lock);
+    int slot = -1;
+    for (int i = 0; i < MAX_INSTANCES; ++i)
+        if (!g_instances[i]) { slot = i; break; }
+    if (slot >= 0) {
+        t->id = g_next_id++;
+        g_instances[slot] = t;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (slot < 0) {
+        close(t->event_fd);
+        free(t);
+        return fail(err, -EMFILE, "more than %d example instances in one process", MAX_INSTANCES);
+    }
+    *out = t;
+    return 0;
+}
+
+static void example_destroy(ferry_transport_t *t) {
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_INSTANCES; ++i)
+        if (g_instances[i] == t) g_instances[i] = NULL;
+    pthread_mutex_unlock(&g_lock);
+    close(t->event_fd);
+    free(t->done);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+static int export_bytes(const void *src, size_t size, void *buf, size_t *len, ferry_error_t *err) {
+    if (*len < size) {
+        *len = size;
+        return fail(err, -ENOSPC, "need %zu bytes", size);
+    }
+    memcpy(buf, src, size);
+    *len = size;
+    return 0;
+}
+
+static int example_export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) {
+    endpoint_t ep = {(uint64_t)getpid(), t->id};
+    return export_bytes(&ep, sizeof ep, buf, len, err);
+}
+
+static int example_register(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
+    if (r->kind != FERRY_MEM_HOST) return fail(err, -ENOTSUP, "only host memory");
+    pthread_mutex_lock(&t->lock);
+    for (uint64_t i = 0; i < MAX_REGIONS; ++i) {
+        if (t->regions[i].used) continue;
+        t->regions[i].r = *r;
+        t->regions[i].used = 1;
+        pthread_mutex_unlock(&t->lock);
+        *handle = i;
+        return 0;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return fail(err, -ENOSPC, "more than %d regions registered", MAX_REGIONS);
+}
+
+static int example_deregister(ferry_transport_t *t, uint64_t handle, ferry_error_t *err) {
+    if (handle >= MAX_REGIONS || !t->regions[handle].used) return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
+    pthread_mutex_lock(&t->lock); /* copies hold this lock, so none is running after we take it */
+    t->regions[handle].used = 0;
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+static int example_export_mem(ferry_transport_t *t, uint64_t handle, void *buf, size_t *len, ferry_error_t *err) {
+    (void)t;
+    (void)handle;
+    (void)buf;
+    (void)err;
+    *len = 0; /* nothing beyond the address: the target checks ranges itself */
+    return 0;
+}
+
+static int example_connect(ferry_transport_t *t, const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
+    (void)t;
+    endpoint_t ep;
+    if (len != sizeof ep) return fail(err, -EPROTO, "endpoint is %zu bytes, expected %zu", len, sizeof ep);
+    memcpy(&ep, endpoint, sizeof ep);
+    if (ep.pid != (uint64_t)getpid())
+        return fail(err, -EHOSTUNREACH, "peer is process %" PRIu64 "; the example transport reaches only its own process", ep.pid);
+    *peer = ep.instance_id;
+    return 0;
+}
+
+static int example_disconnect(ferry_transport_t *t, uint64_t peer, ferry_error_t *err) {
+    (void)t; (void)peer; (void)err;
+    return 0; /* copies finish inside submit, so nothing is ever in flight */
+}
+
+static int example_import(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *region, const void *desc,
+                          size_t len, uint64_t *remote_mem, ferry_error_t *err) {
+    (void)t; (void)peer; (void)desc; (void)len; (void)err;
+    *remote_mem = region->addr;
+    return 0;
+}
+
+static int example_release(ferry_transport_t *t, uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
+    (void)t; (void)peer; (void)remote_mem; (void)err;
+    return 0;
+}
+
+/* The serving side's check: the whole range inside one region with the needed right. */
+static int target_allows(ferry_transport_t *target, uint64_t addr, uint64_t length, uint32_t need) {
+    for (int i = 0; i < MAX_REGIONS; ++i) {
+        const region_t *g = &target->regions[i];
+        if (g->used && addr >= g->r.addr && length <= g->r.length && addr - g->r.addr <= g->r.length - length)
+            return (g->r.access & need) ? 0 : -EACCES;
+    }
+    return -EFAULT;
+}
+
+static int push_completion(ferry_transport_t *t, uint64_t user_data, int status, const char *message) {
+    if (t->done_len == t->done_cap) {
+        size_t cap = t->done_cap ? t->done_cap * 2 : 64;
+        ferry_completion_t *grown = realloc(t->done, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        t->done = grown;
+        t->done_cap = cap;
+    }
+    ferry_completion_t *c = &t->done[t->done_len++];
+    memset(c, 0, sizeof *c);
+    c->user_data = user_data;
+    c->status = status;
+    if (message) snprintf(c->message, sizeof c->message, "%s", message);
+    return 0;
+}
+
+static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    pthread_mutex_lock(&g_lock); /* keeps the target alive while we copy */
+    ferry_transport_t *target = NULL;
+    for (int i = 0; i < MAX_INSTANCES; ++i)
+        if (g_instances[i] && g_instances[i]->id == peer) target = g_instances[i];
+    if (!target) {
+        pthread_mutex_unlock(&g_lock);
+        return fail(err, -ECONNRESET, "peer instance %" PRIu64 " no longer exists", peer);
+    }
+    pthread_mutex_lock(&t->lock);
+    if (t->done_cap - t->done_len < n) { /* reserve first: submit is all-or-nothing */
+        size_t cap = t->done_len + n;
+        ferry_completion_t *grown = realloc(t->done, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_unlock(&g_lock);
+            return fail(err, -ENOMEM, "out of memory for %zu completions", n);
+        }
+        t->done = grown;
+        t->done_cap = cap;
+    }
+    if (target != t) pthread_mutex_lock(&target->lock);
+    int was_empty = t->done_len == 0;
+    for (size_t i = 0; i < n; ++i) {
+        const ferry_xfer_op_t *op = &ops[i];
+        uint32_t need = op->opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
+        int rc = target_allows(target, op->remote_addr, op->length, need);
+        char message[FERRY_MESSAGE_MAX] = "";
+        if (rc == 0) {
+            if (op->opcode == FERRY_OP_READ)
+                memcpy((void *)(uintptr_t)op->local_addr, (const void *)(uintptr_t)op->remote_addr, op->length);
+            else
+                memcpy((void *)(uintptr_t)op->remote_addr, (const void *)(uintptr_t)op->local_addr, op->length);
+        } else {
+            snprintf(message, sizeof message, "peer refused [0x%" PRIx64 ", +%" PRIu64 "): %s", op->remote_addr,
+                     op->length, rc == -EACCES ? "region lacks that access right" : "not inside a registered region");
+        }
+        push_completion(t, op->user_data, rc, rc ? message : NULL);
+    }
+    if (target != t) pthread_mutex_unlock(&target->lock);
+    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&g_lock);
+    if (was_empty) {
+        uint64_t one = 1;
+        if (write(t->event_fd, &one, sizeof one) < 0) log_line(t, FERRY_LOG_WARN, "eventfd write failed");
+    }
+    return 0;
+}
+
+static int example_poll(ferry_transport_t *t, ferry_completion_t *out, size_t max, ferry_error_t *err) {
+    (void)err;
+    uint64_t v;
+    if (read(t->event_fd, &v, sizeof v) < 0 && errno != EAGAIN) log_line(t, FERRY_LOG_WARN, "eventfd read failed");
+    pthread_mutex_lock(&t->lock);
+    size_t n = t->done_len < max ? t->done_len : max;
+    memcpy(out, t->done, n * sizeof *out);
+    memmove(t->done, t->done + n, (t->done_len - n) * sizeof *out);
+    t->done_len -= n;
+    int left = t->done_len > 0;
+    pthread_mutex_unlock(&t->lock);
+    if (left) {
+        uint64_t one = 1;
+        if (write(t->event_fd, &one, sizeof one) < 0) log_line(t, FERRY_LOG_WARN, "eventfd write failed");
+    }
+    return (int)n;
+}
+
+static int example_completion_fd(ferry_transport_t *t, int *fd, ferry_error_t *err) {
+    (void)err;
+    *fd = t->event_fd;
+    return 0;
+}
+
+FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
+    .abi_version = FERRY_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(ferry_plugin_v1_t),
+    .name = "example",
+    .version = "1.0.0",
+    .caps = FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE,
+    .probe = example_probe,
+    .create = example_create,
+    .destroy = example_destroy,
+    .export_endpoint = example_export_endpoint,
+    .register_mem = example_register,
+    .deregister_mem = example_deregister,
+    .export_mem = example_export_mem,
+    .connect = example_connect,
+    .disconnect = example_disconnect,
+    .import_mem = example_import,
+    .release_mem = example_release,
+    .submit = example_submit,
+    .poll = example_poll,
+    .completion_fd = example_completion_fd,
+};

@@ -1,0 +1,71 @@
+// ferry-info as a user runs it: a child process with FERRY_PLUGIN_PATH, FERRY_PLUGINS and, for
+// the variant directories, a fake NVIDIA driver library on LD_LIBRARY_PATH.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+using ferry::test::TempDir;
+
+namespace {
+
+std::string fake(const std::string &name) { return std::string(FERRY_FAKE_PLUGIN_DIR) + "/" + name + ".so"; }
+
+std::string ferry_info(const std::string &env, const std::string &args, int *status) {
+    return ferry::test::run_command("env -u FERRY_PLUGINS " + env + " " + FERRY_INFO_BIN + " " + args + " 2>&1", status);
+}
+
+class FerryInfoTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ferry::test::copy_file(fake("fake_gpu_plain"), dir / "fake_gpu.so");
+        ferry::test::copy_file(fake("fake_gpu_cuda12"), dir / "cuda12/fake_gpu.so");
+        ferry::test::copy_file(fake("fake_gpu_cuda13"), dir / "cuda13/fake_gpu.so");
+        ferry::test::copy_file(fake("fake_gpu_cuda13"), dir / "cuda14/fake_gpu.so");
+        ferry::test::copy_file(fake("fake_good"), dir / "fake_good.so");
+        ferry::test::copy_file(fake("fake_unavailable"), dir / "fake_unavailable.so");
+        path = "FERRY_PLUGIN_PATH=" + dir.path().string();
+    }
+    TempDir dir;
+    std::string path;
+};
+
+} // namespace
+
+TEST_F(FerryInfoTest, WithoutADriverThePlainCopyLoadsAndVariantsSaySo) {
+    int status = 0;
+    std::string out = ferry_info(path + " LD_LIBRARY_PATH=/nonexistent", "", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("fake_gpu  [loaded]  " + (dir / "fake_gpu.so").string()), std::string::npos) << out;
+    EXPECT_NE(out.find("[variant-skipped]  " + (dir / "cuda13/fake_gpu.so").string()), std::string::npos) << out;
+    EXPECT_NE(out.find("cuda13/: no NVIDIA driver"), std::string::npos) << out;
+    EXPECT_NE(out.find("no fake device: /dev/fake0 does not exist"), std::string::npos) << out;
+}
+
+TEST_F(FerryInfoTest, WithADriverTheNewestMatchingVariantWins) {
+    int status = 0;
+    std::string out = ferry_info(path + " LD_LIBRARY_PATH=" + FERRY_FAKE_RUNTIME_DIR, "--json", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("\"cuda_major\":13"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"path\":\"" + (dir / "cuda13/fake_gpu.so").string() + "\",\"variant\":\"cuda13\",\"state\":\"loaded\""),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("\"variant\":\"cuda12\",\"state\":\"shadowed\""), std::string::npos) << out;
+    EXPECT_NE(out.find("built for CUDA 14 but the driver supports CUDA 13 at most"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"variant\":\"\",\"state\":\"shadowed\""), std::string::npos) << out;
+}
+
+TEST_F(FerryInfoTest, ExitsNonZeroWhenARequestedPluginIsUnavailable) {
+    int status = 0;
+    std::string out = ferry_info(path + " FERRY_PLUGINS=fake_good,fake_unavailable", "", &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("plugin 'fake_unavailable'"), std::string::npos) << out;
+    EXPECT_NE(out.find("[excluded]"), std::string::npos) << out;
+    out = ferry_info(path + " FERRY_PLUGINS=fake_good", "", &status);
+    EXPECT_EQ(status, 0) << out;
+}
+
+TEST_F(FerryInfoTest, RejectsUnknownArguments) {
+    int status = 0;
+    std::string out = ferry_info(path, "--frobnicate", &status);
+    EXPECT_EQ(status, 2);
+    EXPECT_NE(out.find("unknown argument '--frobnicate'"), std::string::npos) << out;
+}
