@@ -18,12 +18,6 @@ namespace {
 constexpr size_t kMaxBatchOps = 1u << 24;
 constexpr size_t kPollChunk = 64;
 
-std::string hex(uint64_t v) {
-    char buf[24];
-    snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-    return buf;
-}
-
 const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
 
 struct Group {
@@ -51,6 +45,12 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
     batch->remaining.store(requests.size(), std::memory_order_relaxed);
 
     std::vector<Group> groups;
+    // A refused batch hands back the staging buffers its earlier ops took.
+    auto abandon = [&](std::unexpected<Error> e) {
+        for (size_t k = 0; k < batch->size; ++k)
+            if (batch->ops[k].staging) give_staging(batch->ops[k].staging->buffer);
+        return e;
+    };
     {
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
@@ -60,7 +60,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
         for (size_t i = 0; i < requests.size(); ++i) {
             const Request &rq = requests[i];
             auto bad = [&](int code, const std::string &why) {
-                return fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why));
+                return abandon(fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why)));
             };
             if (rq.opcode != Opcode::Read && rq.opcode != Opcode::Write)
                 return bad(-EINVAL, cat("unknown opcode ", static_cast<uint32_t>(rq.opcode)));
@@ -101,15 +101,27 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
 
             // Transport: the forced one, or the first in priority order both sides can use.
             std::optional<size_t> chosen;
+            bool staged = false;
             std::string tried;
             auto consider = [&](size_t t) {
                 const auto &tr = transports[t];
-                const char *why = nullptr;
+                std::string why;
+                bool stage = false;
                 if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
                 else if (!tr->reaches(seg->same_host)) why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
-                else if (!lr->handles[t]) why = "cannot move the local memory kind";
-                else if (!rr->key_for(tr->name())) why = "the peer did not register the remote region with it";
-                if (!why) return true;
+                else if (!rr->key_for(tr->name()))
+                    why = rr->kind == FERRY_MEM_HOST ? "the peer did not register the remote region with it"
+                                                     : "the remote region is GPU memory, which it cannot serve";
+                else if (!lr->handles[t]) {
+                    // GPU memory on a host-only transport goes through a pinned staging buffer.
+                    std::string no_stager;
+                    if (lr->kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && stager(lr->kind, no_stager)) stage = true;
+                    else why = "cannot move the local memory kind" + (no_stager.empty() ? "" : " (" + no_stager + ")");
+                }
+                if (why.empty()) {
+                    staged = stage;
+                    return true;
+                }
                 tried += cat(tried.empty() ? "" : "; ", tr->name(), ": ", why);
                 return false;
             };
@@ -136,7 +148,20 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
             ferry_xfer_op_t x{};
             x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
             x.local_addr = local;
-            x.local_mem = *lr->handles[*chosen];
+            if (staged) {
+                auto buf = take_staging(*chosen, lr->kind, lr->device, rq.length);
+                if (!buf) return (bad(buf.error().code, "staging GPU memory: " + buf.error().message));
+                op.staging = Staging{*buf, rq.local, rq.length, rq.opcode == Opcode::Read};
+                if (rq.opcode == Opcode::Write) {
+                    std::string why;
+                    if (auto c = stager(lr->kind, why)->copy(lr->device, buf->ptr, rq.local, rq.length); !c)
+                        return (bad(c.error().code, "staging GPU memory: " + c.error().message));
+                }
+                x.local_addr = reinterpret_cast<uintptr_t>(buf->ptr);
+                x.local_mem = buf->handle;
+            } else {
+                x.local_mem = *lr->handles[*chosen];
+            }
             x.remote_addr = rq.remote;
             x.remote_mem = *remote_mem;
             x.length = rq.length;
@@ -165,14 +190,27 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
     return batch->id;
 }
 
-void Engine::Impl::complete(OpRecord &op, int code, std::string_view message) {
+void Engine::Impl::complete(OpRecord &op, int code, std::string_view message_in) {
+    std::string message(message_in);
     if (op.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(OpState::Pending)) {
         FERRY_ERROR("transport ", transports[op.transport]->name(), " completed an op twice; ignored");
         return;
     }
+    if (op.staging) {
+        auto &st = *op.staging;
+        if (code == 0 && st.read) {
+            std::string why;
+            auto *s = stager(st.buffer.kind, why);
+            if (auto c = s->copy(st.buffer.device, st.gpu, st.buffer.ptr, st.length); !c) {
+                code = c.error().code;
+                message = c.error().message;
+            }
+        }
+        give_staging(st.buffer);
+    }
     if (code != 0) {
         op.code = code < 0 ? code : -code;
-        op.message = message.empty() ? strerror(-op.code) : std::string(message);
+        op.message = message.empty() ? strerror(-op.code) : message;
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
     if (op.batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -198,8 +236,9 @@ size_t Engine::Impl::drain(size_t t) {
         }
         for (size_t i = 0; i < *n; ++i) {
             out[i].message[sizeof out[i].message - 1] = '\0';
-            complete(*reinterpret_cast<OpRecord *>(out[i].user_data), out[i].status,
-                     out[i].status ? std::string_view(out[i].message) : std::string_view());
+            auto &op = *reinterpret_cast<OpRecord *>(out[i].user_data);
+            if (out[i].status == 0) complete(op, 0, {});
+            else complete(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));
         }
         total += *n;
         if (*n < kPollChunk) return total;

@@ -10,12 +10,6 @@
 namespace ferry {
 namespace {
 
-std::string hex(uint64_t v) {
-    char buf[24];
-    snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-    return buf;
-}
-
 const char *kind_name(uint32_t kind) {
     switch (kind) {
     case FERRY_MEM_HOST: return "host";
@@ -35,7 +29,10 @@ Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
     // into go away; the metadata server stops first so no peer learns of a dying engine.
     metadata.reset();
-    transports.clear();
+    auto staging = release_staging();
+    transports.clear(); // their threads may touch staging memory until they are joined
+    for (auto &b : staging)
+        if (auto it = stagers.find(b.kind); it != stagers.end()) it->second->free_pinned(b.device, b.ptr);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -205,9 +202,19 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
         }
         region.keys[i] = std::move(*key);
     }
-    if (std::none_of(region.handles.begin(), region.handles.end(), [](auto &h) { return h.has_value(); }))
-        return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind),
-                                  " memory (loaded: ", unable, "); install the plugin for it (see ferry-info)"));
+    if (std::none_of(region.handles.begin(), region.handles.end(), [](auto &h) { return h.has_value(); })) {
+        // Host-only transports can still carry it through pinned staging buffers.
+        std::string why;
+        bool host_transport = std::any_of(im.transports.begin(), im.transports.end(),
+                                          [](auto &t) { return t->moves(FERRY_MEM_HOST); });
+        GpuStager *stager = kind == FERRY_MEM_HOST || !host_transport ? nullptr : im.stager(kind, why);
+        if (!stager)
+            return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind), " memory (loaded: ",
+                                      unable, ")", why.empty() ? "" : cat(", and it cannot be staged: ", why),
+                                      "; install the plugin for it (see ferry-info)"));
+        if (auto c = stager->check_device_memory(addr, length, options.device); !c)
+            return fail(c.error().code, "register_memory: " + c.error().message);
+    }
     im.regions.emplace(a, std::move(region));
     if (auto p = im.publish_locked(); !p) return p;
     FERRY_DEBUG("registered ", kind_name(kind), " region [", hex(a), ", +", length, ")");
@@ -275,6 +282,17 @@ Result<void> Engine::close_segment(SegmentId id) {
     for (size_t i = 0; i < seg->peers.size(); ++i)
         if (seg->peers[i]) (void)im.transports[i]->disconnect(*seg->peers[i]);
     return {};
+}
+
+Result<std::vector<RemoteRegion>> Engine::segment_regions(SegmentId id) {
+    auto seg = impl_->segment(id);
+    if (!seg) return fail(-ENOENT, cat("segment_regions: segment id ", id, " is not open"));
+    std::lock_guard lock(seg->mutex);
+    if (auto r = impl_->refresh_segment(*seg); !r) return std::unexpected(r.error());
+    std::vector<RemoteRegion> out;
+    for (const auto &r : seg->descriptor.regions)
+        out.push_back({r.addr, r.length, static_cast<MemoryKind>(r.kind), r.device, r.access});
+    return out;
 }
 
 std::shared_ptr<RemoteSegment> Engine::Impl::segment(SegmentId id) {

@@ -3,6 +3,7 @@
 // templates compile once.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -14,6 +15,13 @@ template <class... Args>
 std::string cat(Args &&...args) {
     std::ostringstream out;
     (out << ... << std::forward<Args>(args));
+    return out.str();
+}
+
+// 0x-prefixed hexadecimal, for addresses in messages.
+inline std::string hex(uint64_t v) {
+    std::ostringstream out;
+    out << "0x" << std::hex << v;
     return out.str();
 }
 

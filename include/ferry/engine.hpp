@@ -63,6 +63,15 @@ struct OpStatus {
     std::string message;
 };
 
+// A region another engine registered, as its descriptor tells it.
+struct RemoteRegion {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    MemoryKind kind = MemoryKind::Host;
+    int device = -1;
+    uint32_t access = 0;
+};
+
 struct TransportInfo {
     std::string name;
     std::string plugin_path;
@@ -88,6 +97,8 @@ public:
 
     Result<SegmentId> open_segment(std::string_view name);
     Result<void> close_segment(SegmentId segment);
+    // The regions the segment's engine has registered (re-read from its metadata).
+    Result<std::vector<RemoteRegion>> segment_regions(SegmentId segment);
 
     Result<BatchId> submit(std::span<const Request> requests);
     Result<OpStatus> status(BatchId batch, size_t index);

@@ -1,0 +1,17 @@
+// Content the test peer fills its buffer with, and the checksum it reports.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::test {
+
+inline uint8_t peer_pattern(uint64_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 11)); }
+
+inline uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+} // namespace ferry::test

@@ -1,0 +1,88 @@
+// A ferry_test_peer child process driven over pipes.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#ifndef FERRY_TEST_PEER_BIN
+#define FERRY_TEST_PEER_BIN "" // set by the tests that use the default peer
+#endif
+
+namespace ferry::test {
+
+class PeerProcess {
+public:
+    explicit PeerProcess(std::vector<std::string> args, const char *binary = FERRY_TEST_PEER_BIN) {
+        int to_child[2], from_child[2];
+        if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
+        pid_ = fork();
+        if (pid_ == 0) {
+            dup2(to_child[0], 0);
+            dup2(from_child[1], 1);
+            std::vector<char *> argv;
+            args.insert(args.begin(), binary);
+            for (auto &a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            execv(argv[0], argv.data());
+            _exit(127);
+        }
+        close(to_child[0]);
+        close(from_child[1]);
+        in_ = to_child[1];
+        out_ = fdopen(from_child[0], "r");
+        std::string ready = read_line();
+        ready_line = ready;
+        std::istringstream s(ready);
+        std::string word, addr;
+        s >> word >> segment >> addr >> size;
+        ok = word == "READY";
+        if (ok) base = std::stoull(addr, nullptr, 16);
+        else error = ready;
+    }
+    ~PeerProcess() {
+        if (pid_ > 0) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+        if (in_ >= 0) close(in_);
+        if (out_) fclose(out_);
+    }
+    std::string command(const std::string &cmd) {
+        std::string line = cmd + "\n";
+        if (write(in_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+        return read_line();
+    }
+    void kill_now() {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        pid_ = -1;
+    }
+
+    bool ok = false;
+    std::string error;
+    std::string ready_line; // the whole READY line, for peers that print more
+    std::string segment;
+    uint64_t base = 0;
+    uint64_t size = 0;
+
+private:
+    std::string read_line() {
+        char buf[1024];
+        if (!out_ || !fgets(buf, sizeof buf, out_)) return "";
+        std::string s(buf);
+        if (!s.empty() && s.back() == '\n') s.pop_back();
+        return s;
+    }
+    pid_t pid_ = -1;
+    int in_ = -1;
+    FILE *out_ = nullptr;
+};
+
+} // namespace ferry::test
