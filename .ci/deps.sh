@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Ferry builds and tests with, skipping those already present.
+set -euo pipefail
+packages=(
+  g++ meson ninja-build pkg-config ccache
+  libboost-dev libboost-filesystem-dev libboost-log-dev libboost-program-options-dev
+  libyaml-cpp-dev libgtest-dev libbenchmark-dev
+  iperf3 python3
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "deps: installing ${missing[*]}"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
