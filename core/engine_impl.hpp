@@ -17,6 +17,7 @@
 #include "config.hpp"
 #include "descriptor.hpp"
 #include "fd.hpp"
+#include "gpu_staging.hpp"
 #include "ferry/engine.hpp"
 #include "metadata.hpp"
 #include "plugin_loader.hpp"
@@ -47,6 +48,24 @@ struct RemoteSegment {
     std::map<std::pair<size_t, uint64_t>, uint64_t> imported;   // (transport, region addr) -> handle
 };
 
+// A pinned host buffer registered with one transport, standing in for GPU memory that
+// transport cannot touch.
+struct StagingBuffer {
+    void *ptr = nullptr;
+    uint64_t size = 0;
+    uint32_t kind = 0;
+    int device = -1;
+    size_t transport = 0;
+    uint64_t handle = 0;
+};
+
+struct Staging {
+    StagingBuffer buffer;
+    void *gpu = nullptr; // the op's GPU address
+    uint64_t length = 0;
+    bool read = false;   // READ: copy to the GPU once the transport is done
+};
+
 struct Batch;
 
 struct OpRecord {
@@ -55,6 +74,7 @@ struct OpRecord {
     int code = 0;
     uint16_t transport = 0;
     std::string message; // written before state is released as Failed
+    std::optional<Staging> staging;
 };
 
 struct Batch {
@@ -94,6 +114,13 @@ struct Engine::Impl {
     bool progress_driver = false;
     Fd wake_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}; // wakes the driver when another thread finishes a batch
 
+    // GPU staging (gpu_staging.hpp), opened on first use per memory kind.
+    std::mutex staging_mutex;
+    std::map<uint32_t, std::unique_ptr<GpuStager>> stagers;
+    std::map<uint32_t, std::string> stager_errors;
+    std::multimap<std::tuple<size_t, uint32_t, int, uint64_t>, StagingBuffer> staging_free;
+    std::vector<StagingBuffer> staging_all;
+
     ~Impl();
 
     // engine.cpp
@@ -103,6 +130,13 @@ struct Engine::Impl {
     Result<void> refresh_segment(RemoteSegment &seg);
     Result<uint64_t> peer_for(RemoteSegment &seg, size_t transport);
     Result<uint64_t> import_for(RemoteSegment &seg, size_t transport, const RegionDescriptor &region);
+
+    // staging.cpp
+    GpuStager *stager(uint32_t kind, std::string &why);
+    Result<StagingBuffer> take_staging(size_t transport, uint32_t kind, int device, uint64_t length);
+    void give_staging(const StagingBuffer &buffer);
+    // Deregisters every staging buffer; the caller frees them once the transports are gone.
+    std::vector<StagingBuffer> release_staging();
 
     // batch.cpp
     Result<BatchId> submit(std::span<const Request> requests);

@@ -1,10 +1,12 @@
 #include "runtime_probe.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <vector>
 
 #include "log.hpp"
 
@@ -42,6 +44,32 @@ void probe_cuda(InstalledRuntimes &rt) {
     dlclose(lib);
 }
 
+// Where the dynamic loader would find `name`, searching LD_LIBRARY_PATH, the ROCm prefix and
+// the system directories, without loading it.
+std::optional<std::string> find_library_file(const std::string &name) {
+    std::vector<std::string> dirs;
+    if (const char *env = std::getenv("LD_LIBRARY_PATH")) {
+        std::string list = env;
+        size_t start = 0;
+        while (start <= list.size()) {
+            size_t end = list.find(':', start);
+            if (end == std::string::npos) end = list.size();
+            if (end > start) dirs.push_back(list.substr(start, end - start));
+            start = end + 1;
+        }
+    }
+    const char *root = std::getenv("ROCM_PATH");
+    std::string rocm = root && *root ? root : "/opt/rocm";
+    for (const char *d : {"/lib", "/lib64"}) dirs.push_back(rocm + d);
+    for (const char *d : {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"})
+        dirs.push_back(d);
+    for (const auto &d : dirs) {
+        std::string path = d + "/" + name;
+        if (access(path.c_str(), R_OK) == 0) return path;
+    }
+    return std::nullopt;
+}
+
 std::optional<int> major_of(const std::string &version_text) {
     size_t i = 0;
     while (i < version_text.size() && std::isspace(static_cast<unsigned char>(version_text[i]))) ++i;
@@ -76,13 +104,14 @@ void probe_rocm(InstalledRuntimes &rt) {
             return;
         }
     }
-    // 3. The HIP runtime's soname: libamdhip64.so.N ships with ROCm N (Debian's 5.x too).
+    // 3. The HIP runtime's soname: libamdhip64.so.N ships with ROCm N (Debian's 5.x too). Look
+    //    for the file, never dlopen it: its static initialisers (LLVM inside comgr) abort a
+    //    process that already holds another LLVM.
     for (int major : {7, 6, 5}) {
         std::string name = cat("libamdhip64.so.", major);
-        if (void *hip = open_library(name.c_str(), error)) {
-            dlclose(hip);
+        if (auto path = find_library_file(name)) {
             rt.rocm_major = major;
-            rt.rocm_detail = "HIP runtime " + name;
+            rt.rocm_detail = "HIP runtime " + *path;
             return;
         }
     }

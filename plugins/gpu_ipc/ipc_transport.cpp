@@ -1,0 +1,430 @@
+#include "ipc_transport.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace ferry_gpu {
+namespace {
+
+// Restores the caller's current device when it goes out of scope: the application's device
+// choice is never changed behind its back.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(Runtime &rt) : rt_(rt) {
+        std::string ignored;
+        ok_ = rt_.current_device(saved_, ignored) == 0;
+    }
+    ~DeviceGuard() {
+        std::string ignored;
+        if (ok_) rt_.set_device(saved_, ignored);
+    }
+
+private:
+    Runtime &rt_;
+    int saved_ = 0;
+    bool ok_ = false;
+};
+
+std::string hex(uint64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+    return buf;
+}
+
+void put64(uint8_t *&p, uint64_t v) {
+    memcpy(p, &v, 8);
+    p += 8;
+}
+uint64_t get64(const uint8_t *&p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    p += 8;
+    return v;
+}
+
+} // namespace
+
+IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
+                           size_t streams_per_device)
+    : rt_(std::move(runtime)), host_(host), name_(name), streams_per_device_(streams_per_device),
+      pid_(static_cast<uint64_t>(getpid())) {}
+
+IpcTransport::~IpcTransport() {
+    {
+        std::lock_guard lock(pending_mu_);
+        stopping_ = true;
+    }
+    pending_cv_.notify_all();
+    if (completion_thread_.joinable()) completion_thread_.join();
+    std::string ignored;
+    for (auto &p : pending_) rt_->event_destroy(p.event);
+    for (auto e : free_events_) rt_->event_destroy(e);
+    for (auto &[key, m] : mappings_)
+        if (m.mapped && key.first != pid_) rt_->ipc_close(m.mapped, ignored);
+    for (auto &[dev, streams] : streams_)
+        for (auto s : streams) rt_->stream_destroy(s);
+    if (event_fd_ >= 0) close(event_fd_);
+}
+
+void IpcTransport::log(int level, const std::string &message) const {
+    if (host_ && host_->log && level <= host_->log_level) host_->log(host_->ctx, level, name_, message.c_str());
+}
+
+int IpcTransport::fail(ferry_error_t *err, int code, const std::string &message) const {
+    if (err) snprintf(err->message, sizeof err->message, "%s", message.c_str());
+    return code;
+}
+
+int IpcTransport::start(ferry_error_t *err) {
+    event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (event_fd_ < 0) return fail(err, -errno, std::string("eventfd: ") + strerror(errno));
+    completion_thread_ = std::thread([this] { completion_loop(); });
+    return 0;
+}
+
+int IpcTransport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
+    const size_t need = 12;
+    if (*len < need) {
+        *len = need;
+        return fail(err, -ENOSPC, "endpoint needs 12 bytes");
+    }
+    auto *p = static_cast<uint8_t *>(buf);
+    memcpy(p, &kEndpointMagic, 4);
+    memcpy(p + 4, &pid_, 8);
+    *len = need;
+    return 0;
+}
+
+int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
+    if (r->kind != rt_->memory_kind())
+        return fail(err, -ENOTSUP, std::string(name_) + " moves only " + rt_->name() + " device memory");
+    std::string e;
+    DeviceGuard guard(*rt_);
+    int device = -1;
+    bool is_device = false;
+    if (int rc = rt_->pointer_device(reinterpret_cast<void *>(r->addr), device, is_device, e)) return fail(err, rc, e);
+    if (!is_device)
+        return fail(err, -EINVAL, "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") is not " + rt_->name() +
+                                      " device memory; register it as host memory");
+    if (r->device_id >= 0 && r->device_id != device)
+        return fail(err, -EINVAL, hex(r->addr) + " lives on device " + std::to_string(device) + ", not on device " +
+                                      std::to_string(r->device_id) + " as registered");
+    uintptr_t base = 0;
+    size_t size = 0;
+    if (int rc = rt_->allocation_range(reinterpret_cast<void *>(r->addr), base, size, e)) return fail(err, rc, e);
+    if (r->addr + r->length > base + size)
+        return fail(err, -EINVAL, "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") runs past the end of its " +
+                                      rt_->name() + " allocation [" + hex(base) + ", +" + std::to_string(size) + ")");
+    LocalRegion reg{*r, {}};
+    reg.region.device_id = device;
+    if (int rc = rt_->set_device(device, e)) return fail(err, rc, e);
+    if (int rc = rt_->ipc_export(reinterpret_cast<void *>(base), reg.key.handle, e)) return fail(err, rc, e);
+    reg.key.owner_pid = pid_;
+    reg.key.alloc_base = base;
+    reg.key.alloc_size = size;
+    reg.key.device = device;
+    std::lock_guard lock(mu_);
+    uint64_t h = next_handle_++;
+    regions_[h] = reg;
+    *handle = h;
+    return 0;
+}
+
+int IpcTransport::deregister_mem(uint64_t handle, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    if (!regions_.erase(handle)) return fail(err, -ENOENT, "no registered region with handle " + std::to_string(handle));
+    // Peers map whole allocations through IPC; the owner cannot revoke a mapping it handed
+    // out, which is why the engine only publishes regions the application chose to share.
+    return 0;
+}
+
+int IpcTransport::export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    auto it = regions_.find(handle);
+    if (it == regions_.end()) return fail(err, -ENOENT, "no registered region with handle " + std::to_string(handle));
+    if (*len < kRegionKeyBytes) {
+        *len = kRegionKeyBytes;
+        return fail(err, -ENOSPC, "region key needs " + std::to_string(kRegionKeyBytes) + " bytes");
+    }
+    const RegionKey &k = it->second.key;
+    auto *p = static_cast<uint8_t *>(buf);
+    memcpy(p, k.handle.bytes, kIpcHandleBytes);
+    p += kIpcHandleBytes;
+    put64(p, k.owner_pid);
+    put64(p, k.alloc_base);
+    put64(p, k.alloc_size);
+    memcpy(p, &k.device, 4);
+    *len = kRegionKeyBytes;
+    return 0;
+}
+
+int IpcTransport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
+    uint32_t magic = 0;
+    if (len != 12 || (memcpy(&magic, endpoint, 4), magic != kEndpointMagic))
+        return fail(err, -EPROTO, std::string("malformed ") + name_ + " endpoint (" + std::to_string(len) + " bytes)");
+    Peer p;
+    memcpy(&p.pid, static_cast<const uint8_t *>(endpoint) + 4, 8);
+    std::lock_guard lock(mu_);
+    uint64_t id = next_handle_++;
+    peers_[id] = p;
+    *peer = id;
+    return 0;
+}
+
+int IpcTransport::disconnect(uint64_t peer, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    if (!peers_.erase(peer)) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
+    return 0; // copies already queued finish: their memory stays mapped until release_mem
+}
+
+int IpcTransport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
+                             uint64_t *handle, ferry_error_t *err) {
+    if (len != kRegionKeyBytes)
+        return fail(err, -EPROTO, "region key is " + std::to_string(len) + " bytes, expected " + std::to_string(kRegionKeyBytes));
+    RegionKey k;
+    const auto *p = static_cast<const uint8_t *>(desc);
+    memcpy(k.handle.bytes, p, kIpcHandleBytes);
+    p += kIpcHandleBytes;
+    k.owner_pid = get64(p);
+    k.alloc_base = get64(p);
+    k.alloc_size = get64(p);
+    memcpy(&k.device, p, 4);
+    if (region->addr < k.alloc_base || region->length > k.alloc_size ||
+        region->addr - k.alloc_base > k.alloc_size - region->length)
+        return fail(err, -EPROTO, "peer region [" + hex(region->addr) + ", +" + std::to_string(region->length) +
+                                      ") is not inside the allocation its key names");
+    std::lock_guard lock(mu_);
+    auto pit = peers_.find(peer);
+    if (pit == peers_.end()) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
+    if (pit->second.pid != k.owner_pid) return fail(err, -EPROTO, "region key belongs to another process than the peer");
+    auto key = std::make_pair(k.owner_pid, k.alloc_base);
+    Mapping &m = mappings_[key];
+    if (!m.mapped) {
+        if (k.owner_pid == pid_) {
+            m.mapped = reinterpret_cast<void *>(k.alloc_base); // our own memory: no IPC needed
+            m.opened_on = k.device;
+        } else {
+            std::string e;
+            DeviceGuard guard(*rt_);
+            int count = 0;
+            if (int rc = rt_->device_count(count, e)) return fail(err, rc, e);
+            // Same host, so the owner's ordinal names the same GPU unless the two processes see
+            // different device lists; then the first device opens it and peer access carries it.
+            int dev = k.device >= 0 && k.device < count ? k.device : 0;
+            if (int rc = rt_->set_device(dev, e)) return fail(err, rc, e);
+            if (int rc = rt_->ipc_open(k.handle, m.mapped, e)) {
+                mappings_.erase(key);
+                return fail(err, rc, e + " (opening the peer's allocation at " + hex(k.alloc_base) + ")");
+            }
+            m.opened_on = dev;
+        }
+    }
+    ++m.users;
+    Import imp;
+    imp.peer = peer;
+    imp.region = *region;
+    imp.mapping_key = key;
+    imp.alloc_mapped = static_cast<uint8_t *>(m.mapped);
+    imp.alloc_base = k.alloc_base;
+    imp.device = m.opened_on;
+    uint64_t h = next_handle_++;
+    imports_[h] = imp;
+    *handle = h;
+    return 0;
+}
+
+int IpcTransport::release_mem(uint64_t peer, uint64_t handle, ferry_error_t *err) {
+    (void)peer;
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(handle);
+    if (it == imports_.end()) return fail(err, -ENOENT, "unknown imported region " + std::to_string(handle));
+    auto m = mappings_.find(it->second.mapping_key);
+    if (m != mappings_.end() && --m->second.users == 0) {
+        // Copies still queued on this mapping must finish before it is closed.
+        {
+            std::unique_lock pl(pending_mu_);
+            pending_cv_.wait(pl, [&] { return pending_.empty() || stopping_; });
+        }
+        std::string e;
+        if (m->first.first != pid_ && m->second.mapped) rt_->ipc_close(m->second.mapped, e);
+        mappings_.erase(m);
+    }
+    imports_.erase(it);
+    return 0;
+}
+
+int IpcTransport::streams_for(int device, std::vector<Stream> *&out, std::string &error) {
+    auto &streams = streams_[device];
+    if (streams.empty()) {
+        if (int rc = rt_->set_device(device, error)) return rc;
+        for (size_t i = 0; i < streams_per_device_; ++i) {
+            Stream s;
+            if (int rc = rt_->stream_create(s, error)) return rc;
+            streams.push_back(s);
+        }
+    }
+    out = &streams;
+    return 0;
+}
+
+int IpcTransport::acquire_event(Event &event, std::string &error) {
+    {
+        std::lock_guard lock(pending_mu_);
+        if (!free_events_.empty()) {
+            event = free_events_.back();
+            free_events_.pop_back();
+            return 0;
+        }
+    }
+    return rt_->event_create(event, error);
+}
+
+int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    struct Planned {
+        void *dst;
+        const void *src;
+        size_t bytes;
+        int device;
+        uint64_t user_data;
+    };
+    std::vector<Planned> plan;
+    plan.reserve(n);
+    std::lock_guard lock(mu_);
+    if (!peers_.count(peer)) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
+    // Validate everything first: submit is all-or-nothing.
+    for (size_t i = 0; i < n; ++i) {
+        const auto &op = ops[i];
+        auto lr = regions_.find(op.local_mem);
+        auto im = imports_.find(op.remote_mem);
+        if (lr == regions_.end() || im == imports_.end() || im->second.peer != peer)
+            return fail(err, -EINVAL, "op " + std::to_string(i) + ": unknown local or remote memory handle");
+        const auto &l = lr->second.region;
+        const auto &r = im->second.region;
+        if (op.length == 0 || op.local_addr < l.addr || op.length > l.length || op.local_addr - l.addr > l.length - op.length)
+            return fail(err, -EFAULT, "op " + std::to_string(i) + ": local range outside its registered region");
+        if (op.remote_addr < r.addr || op.length > r.length || op.remote_addr - r.addr > r.length - op.length)
+            return fail(err, -EFAULT, "op " + std::to_string(i) + ": remote range [" + hex(op.remote_addr) + ", +" +
+                                          std::to_string(op.length) + ") outside the peer's registered region");
+        uint32_t need = op.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
+        if (!(r.access & need)) return fail(err, -EACCES, "op " + std::to_string(i) + ": the peer did not grant that access");
+        void *remote = im->second.alloc_mapped + (op.remote_addr - im->second.alloc_base);
+        void *local = reinterpret_cast<void *>(op.local_addr);
+        bool read = op.opcode == FERRY_OP_READ;
+        plan.push_back({read ? local : remote, read ? remote : local, op.length, l.device_id, op.user_data});
+        // Copies run on the local device; it needs peer access to a mapping on another GPU.
+        int mapped_dev = im->second.device;
+        if (mapped_dev >= 0 && mapped_dev != l.device_id) {
+            auto key = std::make_pair(l.device_id, mapped_dev);
+            auto pa = peer_access_.find(key);
+            if (pa == peer_access_.end()) {
+                std::string e;
+                DeviceGuard guard(*rt_);
+                int rc = rt_->enable_peer_access(l.device_id, mapped_dev, e);
+                if (rc) log(FERRY_LOG_WARN, e);
+                pa = peer_access_.emplace(key, rc).first;
+            }
+            if (pa->second != 0)
+                return fail(err, pa->second, "op " + std::to_string(i) + ": device " + std::to_string(l.device_id) +
+                                                 " has no peer access to device " + std::to_string(mapped_dev));
+        }
+    }
+    DeviceGuard guard(*rt_);
+    std::string e;
+    int current = -1;
+    for (auto &p : plan) {
+        std::vector<Stream> *streams = nullptr;
+        if (int rc = streams_for(p.device, streams, e)) return fail(err, rc, e);
+        if (p.device != current) {
+            if (int rc = rt_->set_device(p.device, e)) return fail(err, rc, e);
+            current = p.device;
+        }
+    }
+    // From here on an op that cannot start completes with its error instead: earlier ones are
+    // already queued on the GPU.
+    std::vector<Pending> queued;
+    queued.reserve(plan.size());
+    current = -1;
+    for (auto &p : plan) {
+        if (p.device != current) {
+            rt_->set_device(p.device, e);
+            current = p.device;
+        }
+        Stream s = streams_[p.device][next_stream_.fetch_add(1) % streams_per_device_];
+        Event ev = nullptr;
+        int rc = rt_->copy_async(p.dst, p.src, p.bytes, s, e);
+        if (rc == 0) rc = acquire_event(ev, e);
+        if (rc == 0) rc = rt_->event_record(ev, s, e);
+        if (rc != 0) {
+            if (ev) rt_->event_destroy(ev);
+            push_completion(p.user_data, rc, e);
+            continue;
+        }
+        queued.push_back({ev, p.user_data, peer});
+    }
+    {
+        std::lock_guard pl(pending_mu_);
+        for (auto &q : queued) pending_.push_back(q);
+    }
+    pending_cv_.notify_all();
+    return 0;
+}
+
+void IpcTransport::completion_loop() {
+    for (;;) {
+        Pending p;
+        {
+            std::unique_lock lock(pending_mu_);
+            pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+            if (pending_.empty()) return; // stopping with nothing left
+            p = pending_.front();
+        }
+        // Even when stopping: the copy is on the GPU already, and its memory must outlive it.
+        std::string e;
+        int rc = rt_->event_wait(p.event, e);
+        push_completion(p.user_data, rc, e);
+        {
+            std::lock_guard lock(pending_mu_);
+            pending_.pop_front();
+            free_events_.push_back(p.event);
+        }
+        pending_cv_.notify_all(); // release_mem may be waiting for the queue to drain
+    }
+}
+
+void IpcTransport::push_completion(uint64_t user_data, int status, const std::string &message) {
+    ferry_completion_t c{};
+    c.user_data = user_data;
+    c.status = status;
+    if (status) snprintf(c.message, sizeof c.message, "%s", message.c_str());
+    bool was_empty;
+    {
+        std::lock_guard lock(done_mu_);
+        was_empty = done_.empty();
+        done_.push_back(c);
+    }
+    if (was_empty) {
+        uint64_t one = 1;
+        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
+    }
+}
+
+int IpcTransport::poll(ferry_completion_t *out, size_t max) {
+    uint64_t v;
+    if (read(event_fd_, &v, sizeof v) < 0 && errno != EAGAIN) log(FERRY_LOG_WARN, "eventfd read failed");
+    std::lock_guard lock(done_mu_);
+    size_t n = std::min(max, done_.size());
+    std::copy(done_.begin(), done_.begin() + static_cast<long>(n), out);
+    done_.erase(done_.begin(), done_.begin() + static_cast<long>(n));
+    if (!done_.empty()) {
+        uint64_t one = 1;
+        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
+    }
+    return static_cast<int>(n);
+}
+
+} // namespace ferry_gpu

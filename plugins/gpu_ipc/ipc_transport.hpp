@@ -1,0 +1,118 @@
+// GPU IPC transport shared by cuda_ipc.so and hip_ipc.so: device memory of processes on one
+// host, moved by the GPU's own copy path through runtime IPC mappings.
+//
+// Registration exports an IPC handle for the allocation holding the region plus the region's
+// offset in it, so sub-buffers of one allocation work. An importer opens each allocation once
+// and shares the mapping among all regions in it. Copies run asynchronously on a pool of
+// streams per device; a completion thread waits on their events in submission order and
+// signals an eventfd. Every runtime call restores the caller's current device.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/plugin.h"
+#include "gpu_runtime.hpp"
+
+namespace ferry_gpu {
+
+// export_mem bytes: what a peer needs to map one registered region.
+struct RegionKey {
+    IpcHandle handle;
+    uint64_t owner_pid = 0;
+    uint64_t alloc_base = 0; // allocation start in the owner's address space
+    uint64_t alloc_size = 0;
+    int32_t device = -1;     // owner's device ordinal
+};
+inline constexpr size_t kRegionKeyBytes = kIpcHandleBytes + 8 + 8 + 8 + 4;
+inline constexpr uint32_t kEndpointMagic = 0x46475049; // "FGPI"
+
+class IpcTransport {
+public:
+    IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name, size_t streams_per_device);
+    ~IpcTransport();
+
+    int start(ferry_error_t *err);
+    int export_endpoint(void *buf, size_t *len, ferry_error_t *err);
+    int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
+    int deregister_mem(uint64_t handle, ferry_error_t *err);
+    int export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err);
+    int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
+    int disconnect(uint64_t peer, ferry_error_t *err);
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len, uint64_t *handle,
+                   ferry_error_t *err);
+    int release_mem(uint64_t peer, uint64_t handle, ferry_error_t *err);
+    int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
+    int poll(ferry_completion_t *out, size_t max);
+    int completion_fd() const { return event_fd_; }
+
+private:
+    struct LocalRegion {
+        ferry_mem_region_t region;
+        RegionKey key;
+    };
+    struct Mapping { // one opened allocation of a peer
+        void *mapped = nullptr;
+        int opened_on = -1;
+        size_t users = 0;
+    };
+    struct Import {
+        uint64_t peer = 0;
+        ferry_mem_region_t region; // in the peer's address space
+        std::pair<uint64_t, uint64_t> mapping_key; // (peer pid, alloc base)
+        uint8_t *alloc_mapped = nullptr;           // alloc_base as seen here
+        uint64_t alloc_base = 0;
+        int device = -1; // device the mapping lives on
+    };
+    struct Peer {
+        uint64_t pid = 0;
+    };
+    struct Pending {
+        Event event;
+        uint64_t user_data;
+        uint64_t peer;
+    };
+
+    void log(int level, const std::string &message) const;
+    int fail(ferry_error_t *err, int code, const std::string &message) const;
+    int streams_for(int device, std::vector<Stream> *&out, std::string &error);
+    int acquire_event(Event &event, std::string &error);
+    void push_completion(uint64_t user_data, int status, const std::string &message);
+    void completion_loop();
+
+    std::unique_ptr<Runtime> rt_;
+    const ferry_host_api_t *host_;
+    const char *name_;
+    const size_t streams_per_device_;
+    const uint64_t pid_;
+
+    std::mutex mu_; // regions, peers, imports, mappings, streams, peer access
+    std::map<uint64_t, LocalRegion> regions_;
+    std::map<uint64_t, Peer> peers_;
+    std::map<uint64_t, Import> imports_;
+    std::map<std::pair<uint64_t, uint64_t>, Mapping> mappings_;
+    std::map<int, std::vector<Stream>> streams_;
+    std::map<std::pair<int, int>, int> peer_access_; // (device, peer) -> result
+    uint64_t next_handle_ = 1;
+    std::atomic<uint64_t> next_stream_{0};
+
+    std::mutex pending_mu_;
+    std::condition_variable pending_cv_;
+    std::deque<Pending> pending_;
+    std::vector<Event> free_events_;
+    bool stopping_ = false;
+    std::thread completion_thread_;
+
+    std::mutex done_mu_;
+    std::vector<ferry_completion_t> done_;
+    int event_fd_ = -1;
+};
+
+} // namespace ferry_gpu

@@ -1,0 +1,138 @@
+// cuda_ipc.so and GPU staging on a real NVIDIA GPU, between this process and child processes.
+// Without a usable CUDA device every test here is skipped and says why.
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <sstream>
+
+#include "cuda_util.hpp"
+#include "ferry/engine.hpp"
+#include "peer_pattern.hpp"
+#include "peer_process.hpp"
+
+using namespace ferry;
+using ferry::test::PeerProcess;
+
+namespace {
+
+class CudaTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        std::string why = test::cuda_unavailable_reason();
+        if (!why.empty()) GTEST_SKIP() << "skipped: " << why;
+    }
+    static Result<void> run(Engine &e, const std::vector<Request> &reqs, std::string *transport = nullptr) {
+        auto b = e.submit(reqs);
+        if (!b) return std::unexpected(b.error());
+        auto w = e.wait(*b, std::chrono::seconds(60));
+        if (transport) *transport = e.status(*b, 0)->transport;
+        (void)e.free_batch(*b);
+        return w;
+    }
+};
+
+struct GpuPeer {
+    explicit GpuPeer(uint64_t size) : proc({std::to_string(size)}, FERRY_GPU_TEST_PEER_BIN) {
+        std::istringstream s(proc.ready_line);
+        std::string word, a0, a1;
+        s >> word >> segment >> a0 >> a1 >> size_;
+        ok = word == "READY";
+        if (ok) {
+            r0 = std::stoull(a0, nullptr, 16);
+            r1 = std::stoull(a1, nullptr, 16);
+        }
+    }
+    PeerProcess proc;
+    bool ok = false;
+    std::string segment;
+    uint64_t r0 = 0, r1 = 0, size_ = 0;
+};
+
+} // namespace
+
+TEST_F(CudaTest, IpcReadAndWriteSubBuffersAcrossProcesses) {
+    const uint64_t size = 8 << 20, gap = 4096;
+    GpuPeer peer(size);
+    ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
+    auto engine = Engine::create({{"plugins", "cuda_ipc,tcp"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    // Local: one allocation, two sub-buffers registered separately.
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), 2 * size + 3 * gap));
+    uint8_t *a = dev + gap, *b = dev + 2 * gap + size;
+    for (uint8_t *r : {a, b})
+        ASSERT_TRUE((*engine)->register_memory(r, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
+    auto seg = (*engine)->open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+
+    std::string transport;
+    auto r = run(**engine, {{Opcode::Read, a, *seg, peer.r0, size, ""}, {Opcode::Read, b, *seg, peer.r1, size, ""}}, &transport);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(transport, "cuda_ipc");
+    std::vector<uint8_t> host(size);
+    CUDA_OR_DIE(cudaMemcpy(host.data(), a, size, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(gap + i)) << "region 0 byte " << i;
+    CUDA_OR_DIE(cudaMemcpy(host.data(), b, size, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(2 * gap + size + i)) << "region 1 byte " << i;
+
+    // WRITE awkward pieces into the peer's second region; its checksum must match.
+    std::vector<uint8_t> expected(2 * size);
+    for (uint64_t i = 0; i < size; ++i) {
+        expected[i] = test::peer_pattern(gap + i);
+        expected[size + i] = test::peer_pattern(2 * gap + size + i);
+    }
+    std::vector<uint8_t> fresh(size);
+    for (uint64_t i = 0; i < size; ++i) fresh[i] = static_cast<uint8_t>(i * 29 + 1);
+    CUDA_OR_DIE(cudaMemcpy(a, fresh.data(), size, cudaMemcpyHostToDevice));
+    struct Piece { uint64_t off, len; };
+    std::vector<Request> writes;
+    for (Piece p : std::vector<Piece>{{1, 1}, {4095, 65537}, {size - 3, 3}, {1 << 20, 3 << 20}}) {
+        writes.push_back({Opcode::Write, a + p.off, *seg, peer.r1 + p.off, p.len, ""});
+        memcpy(expected.data() + size + p.off, fresh.data() + p.off, p.len);
+    }
+    r = run(**engine, writes);
+    ASSERT_TRUE(r) << r.error().message;
+    char want[64];
+    snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(expected.data(), expected.size()));
+    EXPECT_EQ(peer.proc.command("sum"), want);
+
+    // Outside the peer's region (the gap between its sub-buffers) is refused.
+    auto b2 = (*engine)->submit(std::vector<Request>{{Opcode::Read, a, *seg, peer.r0 + size, 16, ""}});
+    ASSERT_FALSE(b2);
+    EXPECT_EQ(b2.error().code, -EFAULT);
+    cudaFree(dev);
+}
+
+TEST_F(CudaTest, GpuMemoryMovesOverTcpThroughStaging) {
+    PeerProcess peer({"--size", "8388608"});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = Engine::create({{"plugins", "tcp"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    const uint64_t size = peer.size;
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), size));
+    ASSERT_TRUE((*engine)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
+    auto seg = (*engine)->open_segment(peer.segment);
+    ASSERT_TRUE(seg);
+    std::string transport;
+    std::vector<Request> reads;
+    for (uint64_t off = 0; off < size; off += 1 << 20) reads.push_back({Opcode::Read, dev + off, *seg, peer.base + off, 1 << 20, ""});
+    auto r = run(**engine, reads, &transport);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(transport, "tcp");
+    std::vector<uint8_t> host(size);
+    CUDA_OR_DIE(cudaMemcpy(host.data(), dev, size, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(i)) << "byte " << i;
+
+    for (uint64_t i = 0; i < size; ++i) host[i] = static_cast<uint8_t>(i * 7 + 5);
+    CUDA_OR_DIE(cudaMemcpy(dev, host.data(), size, cudaMemcpyHostToDevice));
+    r = run(**engine, {{Opcode::Write, dev + 100, *seg, peer.base + 100, size - 200, ""}});
+    ASSERT_TRUE(r) << r.error().message;
+    std::vector<uint8_t> expected(size);
+    for (uint64_t i = 0; i < size; ++i) expected[i] = (i >= 100 && i < size - 100) ? host[i] : test::peer_pattern(i);
+    char want[64];
+    snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(expected.data(), expected.size()));
+    EXPECT_EQ(peer.command("sum"), want);
+    cudaFree(dev);
+}
