@@ -17,6 +17,7 @@ namespace {
 // stays alive until free_batch, which refuses while ops are in flight.
 constexpr size_t kMaxBatchOps = 1u << 24;
 constexpr size_t kPollChunk = 64;
+constexpr std::chrono::seconds kRetryUnusable{1};
 
 const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
 
@@ -107,7 +108,10 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
                 const auto &tr = transports[t];
                 std::string why;
                 bool stage = false;
-                if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
+                auto broken = seg->unusable.find(t);
+                if (broken != seg->unusable.end() && std::chrono::steady_clock::now() < broken->second.first)
+                    why = "connecting failed moments ago: " + broken->second.second;
+                else if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
                 else if (!tr->reaches(seg->same_host)) why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
                 else if (!rr->key_for(tr->name()))
                     why = rr->kind == FERRY_MEM_HOST ? "the peer did not register the remote region with it"
@@ -125,21 +129,34 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
                 tried += cat(tried.empty() ? "" : "; ", tr->name(), ": ", why);
                 return false;
             };
+            // A transport that cannot connect (a kernel forbidding cross-process access, a peer
+            // port unreachable) is skipped for the next one, unless the request forced it.
+            std::optional<uint64_t> remote_mem;
+            auto usable = [&](size_t t) {
+                if (!consider(t)) return false;
+                auto m = import_for(*seg, t, *rr);
+                if (m) {
+                    remote_mem = *m;
+                    return true;
+                }
+                FERRY_WARN("segment ", seg->name, ": ", m.error().message, "; trying the next transport");
+                seg->unusable[t] = {std::chrono::steady_clock::now() + kRetryUnusable, m.error().message};
+                tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", m.error().message);
+                return false;
+            };
             if (!rq.transport.empty()) {
                 auto t = transport_index(rq.transport);
                 if (!t) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
-                if (consider(*t)) chosen = *t;
+                seg->unusable.erase(*t); // forced: always try it again
+                if (usable(*t)) chosen = *t;
             } else {
                 for (size_t t : priority)
-                    if (consider(t)) {
+                    if (usable(t)) {
                         chosen = t;
                         break;
                     }
             }
             if (!chosen) return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg->name, " (", tried, ")"));
-
-            auto remote_mem = import_for(*seg, *chosen, *rr);
-            if (!remote_mem) return bad(remote_mem.error().code, remote_mem.error().message);
             uint64_t peer = *seg->peers[*chosen];
 
             auto &op = batch->ops[i];

@@ -45,6 +45,9 @@ struct RemoteSegment {
     SegmentDescriptor descriptor;
     bool same_host = false;
     std::vector<std::optional<uint64_t>> peers;                 // per transport index
+    // Transports whose connect to this segment failed: skipped (falling back to the next one)
+    // until the retry time passes.
+    std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
     std::map<std::pair<size_t, uint64_t>, uint64_t> imported;   // (transport, region addr) -> handle
 };
 

@@ -128,3 +128,28 @@ TEST_F(TcpEngineTest, PeerKilledMidTransferFailsItsOpsAndOthersCarryOn) {
     auto again = run({{Opcode::Read, local.data(), *s1, doomed.base, 4096, ""}});
     EXPECT_FALSE(again);
 }
+
+TEST(TransportFallback, APreferredTransportThatCannotConnectIsSkipped) {
+    // example.so reaches only its own process, so connecting it to a child process fails; the
+    // engine must fall back to tcp instead of failing the op.
+    const std::string path = std::string("plugin_path=") + FERRY_EXAMPLE_PLUGIN_DIR;
+    PeerProcess peer({"--size", "65536", "--option", path, "--option", "plugins=tcp,example"});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = Engine::create({{"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {"plugins", "tcp,example"}, {"protocols", "example,tcp"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    std::vector<uint8_t> local(65536);
+    ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));
+    auto seg = (*engine)->open_segment(peer.segment);
+    ASSERT_TRUE(seg);
+    std::vector<Request> reqs = {{Opcode::Read, local.data(), *seg, peer.base, local.size(), ""}};
+    auto b = (*engine)->submit(reqs);
+    ASSERT_TRUE(b) << b.error().message;
+    ASSERT_TRUE((*engine)->wait(*b, std::chrono::seconds(10)));
+    EXPECT_EQ((*engine)->status(*b, 0)->transport, "tcp");
+    for (size_t i = 0; i < local.size(); ++i) ASSERT_EQ(local[i], test::peer_pattern(i));
+    // Forcing the broken transport reports its own error instead of silently using another.
+    reqs[0].transport = "example";
+    auto forced = (*engine)->submit(reqs);
+    ASSERT_FALSE(forced);
+    EXPECT_NE(forced.error().message.find("reaches only its own process"), std::string::npos) << forced.error().message;
+}
