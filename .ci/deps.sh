@@ -6,6 +6,7 @@ packages=(
   libboost-dev libboost-filesystem-dev libboost-log-dev libboost-program-options-dev
   libyaml-cpp-dev libgtest-dev libbenchmark-dev
   iperf3 python3
+  libamdhip64-dev libhsa-runtime-dev
 )
 missing=()
 for p in "${packages[@]}"; do
