@@ -84,6 +84,10 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
                 seg = segment(rq.segment);
                 if (!seg) return bad(-ENOENT, cat("segment id ", rq.segment, " is not open; call open_segment first"));
                 seg_lock = std::unique_lock(seg->mutex);
+                if (seg->stale.exchange(false) && std::find(refreshed.begin(), refreshed.end(), seg->id) == refreshed.end()) {
+                    refreshed.push_back(seg->id);
+                    if (auto r = refresh_segment(*seg); !r) return bad(r.error().code, r.error().message);
+                }
             }
             const RegionDescriptor *rr = seg->descriptor.find_region(rq.remote, rq.length);
             if (!rr && std::find(refreshed.begin(), refreshed.end(), seg->id) == refreshed.end()) {

@@ -22,7 +22,9 @@ const std::map<std::string, std::string> kEngineKeys = {
     {"plugin_path", "colon-separated plugin directories searched first"},
     {"plugins", "allow list (tcp,shm) or deny list (^efa)"},
     {"log_level", "error, warn, info, debug or trace"},
-    {"handshake_timeout_ms", "timeout for fetching a peer's descriptor"},
+    {"handshake_timeout_ms", "timeout for fetching a peer's descriptor or one metadata request"},
+    {"metadata_retry_ms", "how long to retry an unreachable metadata server at start"},
+    {"etcd_lease_ttl_s", "seconds after which a dead engine's segment leaves etcd"},
 };
 
 void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
@@ -123,6 +125,14 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             auto v = parse_unsigned(key, value, 3600000);
             if (!v || *v == 0) return fail(-EINVAL, cat("config key 'handshake_timeout_ms' = '", value, "'; use 1..3600000"));
             s.metadata.timeout = std::chrono::milliseconds(*v);
+        } else if (key == "metadata_retry_ms") {
+            auto v = parse_unsigned(key, value, 3600000);
+            if (!v) return std::unexpected(v.error());
+            s.metadata.retry_for = std::chrono::milliseconds(*v);
+        } else if (key == "etcd_lease_ttl_s") {
+            auto v = parse_unsigned(key, value, 3600);
+            if (!v || *v < 2) return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
+            s.metadata.lease_ttl_s = static_cast<int>(*v);
         }
     }
     // local_server_name "ip:port" also sets where the P2P handshake listens.

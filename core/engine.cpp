@@ -107,6 +107,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     auto md = make_metadata_backend(s.metadata);
     if (!md) return std::unexpected(md.error());
     impl->metadata = std::move(*md);
+    // A peer that re-registers (restarted with new endpoints or keys) is re-read before its
+    // next op. The Impl outlives the backend, which it destroys first.
+    impl->metadata->on_change([im = impl.get()](const std::string &name) {
+        std::lock_guard lock(im->segments_mutex);
+        if (auto it = im->segment_ids.find(name); it != im->segment_ids.end())
+            if (auto seg = im->segments.find(it->second); seg != im->segments.end()) seg->second->stale = true;
+    });
     {
         std::unique_lock lock(impl->regions_mutex);
         if (auto p = impl->publish_locked(); !p) return std::unexpected(p.error());
@@ -306,6 +313,25 @@ std::shared_ptr<RemoteSegment> Engine::Impl::segment(SegmentId id) {
 Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
     auto fresh = metadata->fetch(seg.name);
     if (!fresh) return std::unexpected(fresh.error());
+    // A transport whose endpoint changed belongs to a restarted peer: drop the old connection.
+    for (size_t t = 0; t < transports.size(); ++t) {
+        if (!seg.peers[t]) continue;
+        const auto *was = seg.descriptor.endpoint_for(transports[t]->name());
+        const auto *now = fresh->endpoint_for(transports[t]->name());
+        if (was && now && was->endpoint == now->endpoint) continue;
+        for (auto it = seg.imported.begin(); it != seg.imported.end();) {
+            if (it->first.first == t) {
+                (void)transports[t]->release_mem(*seg.peers[t], it->second);
+                it = seg.imported.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        (void)transports[t]->disconnect(*seg.peers[t]);
+        seg.peers[t].reset();
+        seg.unusable.erase(t);
+        FERRY_INFO("segment ", seg.name, " re-registered: reconnecting ", transports[t]->name());
+    }
     for (auto it = seg.imported.begin(); it != seg.imported.end();) {
         auto [transport, addr] = it->first;
         const RegionDescriptor *was = seg.descriptor.find_region(addr, 1);

@@ -41,6 +41,7 @@ struct LocalRegion {
 struct RemoteSegment {
     SegmentId id = 0;
     std::string name;
+    std::atomic<bool> stale{false}; // the metadata backend says the descriptor changed
     std::mutex mutex; // guards everything below
     SegmentDescriptor descriptor;
     bool same_host = false;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,8 @@ struct MetadataSettings {
     uint16_t rpc_port = 0; // 0: any free port
     std::string local_server_name; // name to publish under, where the backend allows names
     std::chrono::milliseconds timeout{5000};
+    std::chrono::milliseconds retry_for{10000}; // how long to retry an unreachable metadata server at start
+    int lease_ttl_s = 10;                        // etcd: a dead engine's segment disappears after this
 };
 
 class MetadataBackend {
@@ -29,9 +32,13 @@ public:
     // Publish or replace this engine's descriptor.
     virtual Result<void> publish(const SegmentDescriptor &descriptor) = 0;
     virtual Result<SegmentDescriptor> fetch(const std::string &segment_name) = 0;
+    // Called (from a backend thread) with the name of a segment whose descriptor changed, so
+    // cached copies are re-read. Backends that cannot tell never call it.
+    virtual void on_change(std::function<void(const std::string &)> listener) { (void)listener; }
 };
 
 Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings);
+Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings);
 
 // Handshake wire format, shared by server and client.
 inline constexpr uint32_t kHandshakeMagic = 0x46524853; // "FRHS"

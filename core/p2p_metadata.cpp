@@ -172,8 +172,9 @@ Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSet
             std::make_unique<P2PMetadata>(settings, std::move(*listener), std::move(name));
         return backend;
     }
+    if (settings.url.rfind("etcd://", 0) == 0) return make_etcd_metadata(settings);
     return fail(-EPROTONOSUPPORT, cat("metadata server '", settings.url,
-                                      "' is not supported; use P2PHANDSHAKE (etcd:// arrives with the etcd backend)"));
+                                      "' is not supported; use P2PHANDSHAKE or etcd://host:2379[,host:2379]/prefix"));
 }
 
 } // namespace ferry

@@ -1,0 +1,213 @@
+// The etcd metadata backend against a real etcd server (Debian's etcd-server) that each test
+// starts on loopback, and engines in child processes: publish and fetch, a crashed engine's
+// segment leaving after its lease, a restarted peer re-read through the watch, an etcd restart
+// that loses every lease, and an engine that starts before etcd does.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "ferry/engine.hpp"
+#include "peer_pattern.hpp"
+#include "peer_process.hpp"
+#include "test_util.hpp"
+
+using namespace ferry;
+using ferry::test::PeerProcess;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+uint16_t free_port() {
+    static uint16_t next = static_cast<uint16_t>(23000 + (getpid() % 2000) * 4);
+    next += 2;
+    return next;
+}
+
+// One etcd server on 127.0.0.1, in a directory of its own.
+class EtcdServer {
+public:
+    EtcdServer() : client_port_(free_port()), peer_port_(client_port_ + 1) {}
+    ~EtcdServer() { stop(); }
+
+    std::string endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+
+    bool start(bool wipe = false) {
+        if (wipe) std::filesystem::remove_all(dir_ / "data");
+        pid_ = fork();
+        if (pid_ == 0) {
+            std::string client = "http://" + endpoint();
+            std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+            std::string log = (dir_ / "etcd.log").string();
+            freopen(log.c_str(), "a", stdout);
+            freopen(log.c_str(), "a", stderr);
+            execl(FERRY_ETCD_BIN, "etcd", "--data-dir", (dir_ / "data").c_str(), "--listen-client-urls", client.c_str(),
+                  "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
+                  "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("default=" + peer).c_str(),
+                  static_cast<char *>(nullptr));
+            _exit(127);
+        }
+        // Ready once it answers on its client port.
+        auto deadline = Clock::now() + std::chrono::seconds(20);
+        while (Clock::now() < deadline) {
+            int status;
+            if (ferry::test::run_command("curl -s -m 1 -X POST http://" + endpoint() + "/v3/maintenance/status -d '{}' >/dev/null",
+                                         &status),
+                status == 0)
+                return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return false;
+    }
+    void stop() {
+        if (pid_ > 0) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+            pid_ = -1;
+        }
+    }
+
+private:
+    uint16_t client_port_, peer_port_;
+    ferry::test::TempDir dir_;
+    pid_t pid_ = -1;
+};
+
+class EtcdTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(etcd.start()) << "etcd did not start on " << etcd.endpoint();
+        url = "etcd://" + etcd.endpoint() + "/ferry-test-" + std::to_string(getpid());
+    }
+    Config config(const std::string &name) {
+        return {{"plugins", "tcp"}, {"metadata", url}, {"local_server_name", name}, {"etcd_lease_ttl_s", "2"}};
+    }
+    std::vector<std::string> peer_args(const std::string &name) {
+        return {"--size", "1048576", "--option", "metadata=" + url, "--option", "local_server_name=" + name,
+                "--option", "etcd_lease_ttl_s=2"};
+    }
+    // Waits (bounded) until `open_segment(name)` gives the expected kind of answer.
+    static bool eventually(const std::function<bool()> &check, std::chrono::seconds limit = std::chrono::seconds(15)) {
+        auto deadline = Clock::now() + limit;
+        while (Clock::now() < deadline) {
+            if (check()) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        return false;
+    }
+    static Result<void> read_all(Engine &e, SegmentId seg, uint64_t remote, std::vector<uint8_t> &local) {
+        std::vector<Request> r = {{Opcode::Read, local.data(), seg, remote, local.size(), ""}};
+        auto b = e.submit(r);
+        if (!b) return std::unexpected(b.error());
+        auto w = e.wait(*b, std::chrono::seconds(20));
+        (void)e.free_batch(*b);
+        return w;
+    }
+
+    EtcdServer etcd;
+    std::string url;
+};
+
+} // namespace
+
+TEST_F(EtcdTest, SegmentsArePublishedAndFetchedThroughEtcd) {
+    PeerProcess peer(peer_args("node-a"));
+    ASSERT_TRUE(peer.ok) << peer.error;
+    EXPECT_EQ(peer.segment, "node-a");
+    auto engine = Engine::create(config("node-b"));
+    ASSERT_TRUE(engine) << engine.error().message;
+    auto seg = (*engine)->open_segment("node-a");
+    ASSERT_TRUE(seg) << seg.error().message;
+    std::vector<uint8_t> local(peer.size);
+    ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));
+    auto r = read_all(**engine, *seg, peer.base, local);
+    ASSERT_TRUE(r) << r.error().message;
+    for (size_t i = 0; i < local.size(); ++i) ASSERT_EQ(local[i], test::peer_pattern(i));
+
+    auto missing = (*engine)->open_segment("node-nobody");
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error().code, -ENOENT);
+    EXPECT_NE(missing.error().message.find("is not registered in etcd"), std::string::npos) << missing.error().message;
+}
+
+TEST_F(EtcdTest, ACrashedEnginesSegmentLeavesAfterItsLease) {
+    auto engine = Engine::create(config("observer"));
+    ASSERT_TRUE(engine) << engine.error().message;
+    {
+        PeerProcess doomed(peer_args("doomed"));
+        ASSERT_TRUE(doomed.ok) << doomed.error;
+        ASSERT_TRUE((*engine)->open_segment("doomed"));
+        doomed.kill_now(); // no clean shutdown: only the lease can remove it
+    }
+    ASSERT_TRUE((*engine)->close_segment(*(*engine)->open_segment("doomed")));
+    auto start = Clock::now();
+    EXPECT_TRUE(eventually([&] {
+        auto s = (*engine)->open_segment("doomed");
+        if (s) (void)(*engine)->close_segment(*s); // still there: forget it and ask etcd again
+        return !s;
+    }))
+        << "the dead engine's segment is still in etcd long after its 2 s lease";
+    std::cout << "segment gone after " << std::chrono::duration<double>(Clock::now() - start).count() << " s\n";
+}
+
+TEST_F(EtcdTest, ARestartedPeerIsReReadThroughTheWatch) {
+    auto engine = Engine::create(config("reader"));
+    ASSERT_TRUE(engine) << engine.error().message;
+    std::vector<uint8_t> local(1 << 20);
+    ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));
+    auto first = std::make_unique<PeerProcess>(peer_args("phoenix"));
+    ASSERT_TRUE(first->ok) << first->error;
+    auto seg = (*engine)->open_segment("phoenix");
+    ASSERT_TRUE(seg);
+    ASSERT_TRUE(read_all(**engine, *seg, first->base, local));
+    first->kill_now();
+    // The same name comes back from a new process: new tcp port, new buffer address.
+    PeerProcess second(peer_args("phoenix"));
+    ASSERT_TRUE(second.ok) << second.error;
+    std::fill(local.begin(), local.end(), 0);
+    bool ok = eventually([&] { return static_cast<bool>(read_all(**engine, *seg, second.base, local)); });
+    ASSERT_TRUE(ok) << "ops to the restarted peer never succeeded";
+    for (size_t i = 0; i < local.size(); ++i) ASSERT_EQ(local[i], test::peer_pattern(i));
+}
+
+TEST_F(EtcdTest, EnginesRegisterAgainAfterEtcdRestartsWithoutItsData) {
+    PeerProcess peer(peer_args("survivor"));
+    ASSERT_TRUE(peer.ok) << peer.error;
+    etcd.stop();
+    ASSERT_TRUE(etcd.start(/*wipe=*/true)); // every lease and key is gone
+    auto engine = Engine::create(config("late-reader"));
+    ASSERT_TRUE(engine) << engine.error().message;
+    bool back = eventually([&] { return static_cast<bool>((*engine)->open_segment("survivor")); });
+    ASSERT_TRUE(back) << "the peer never registered again in the restarted etcd";
+    std::vector<uint8_t> local(peer.size);
+    ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));
+    auto r = read_all(**engine, *(*engine)->open_segment("survivor"), peer.base, local);
+    ASSERT_TRUE(r) << r.error().message;
+}
+
+TEST_F(EtcdTest, AnEngineStartedBeforeEtcdRetriesUntilItAnswers) {
+    etcd.stop();
+    std::thread later([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        etcd.start();
+    });
+    auto start = Clock::now();
+    auto c = config("early-bird");
+    c["metadata_retry_ms"] = "30000";
+    auto engine = Engine::create(c);
+    later.join();
+    ASSERT_TRUE(engine) << engine.error().message;
+    EXPECT_GT(Clock::now() - start, std::chrono::milliseconds(1000)) << "it cannot have registered before etcd ran";
+
+    etcd.stop();
+    c["metadata_retry_ms"] = "500";
+    auto gives_up = Engine::create(c);
+    ASSERT_FALSE(gives_up);
+    EXPECT_NE(gives_up.error().message.find("cannot reach etcd"), std::string::npos) << gives_up.error().message;
+}
