@@ -7,6 +7,7 @@ packages=(
   libyaml-cpp-dev libgtest-dev libbenchmark-dev
   iperf3 python3
   libamdhip64-dev libhsa-runtime-dev
+  libcurl4-openssl-dev etcd-server curl iproute2
 )
 missing=()
 for p in "${packages[@]}"; do
