@@ -174,6 +174,27 @@ int ferry_free_batch(ferry_engine_t *e, ferry_batch_id_t batch) {
     return guarded(__func__, [&] { return check(e->engine->free_batch(batch)); });
 }
 
+int ferry_segment_regions(ferry_engine_t *e, ferry_segment_id_t segment, ferry_remote_region_t *regions,
+                          size_t *count) {
+    REQUIRE_ENGINE(e);
+    if (!count || (!regions && *count)) return set_error(-EINVAL, "ferry_segment_regions: regions or count is NULL");
+    return guarded(__func__, [&] {
+        auto r = e->engine->segment_regions(segment);
+        if (!r) return set_error(r.error());
+        if (r->size() > *count) {
+            *count = r->size();
+            return set_error(-ENOSPC, ferry::cat("segment has ", r->size(), " regions; pass room for that many"));
+        }
+        for (size_t i = 0; i < r->size(); ++i) {
+            const auto &g = (*r)[i];
+            regions[i] = ferry_remote_region_t{g.addr, g.length, static_cast<uint32_t>(g.kind), g.device, g.access, 0};
+        }
+        *count = r->size();
+        last_error.clear();
+        return 0;
+    });
+}
+
 const char *ferry_last_error(void) { return last_error.c_str(); }
 
 const char *ferry_version(void) { return FERRY_VERSION; }

@@ -100,6 +100,22 @@ FERRY_C_API int ferry_wait(ferry_engine_t *engine, ferry_batch_id_t batch, int64
 /* Release a finished batch; -EBUSY while ops are in flight. */
 FERRY_C_API int ferry_free_batch(ferry_engine_t *engine, ferry_batch_id_t batch);
 
+/* A region a peer registered, as its descriptor tells it. */
+typedef struct ferry_remote_region {
+    uint64_t addr;        /* address in the peer */
+    uint64_t length;      /* bytes */
+    uint32_t memory_kind; /* FERRY_MEMORY_* */
+    int32_t device;       /* GPU ordinal, -1 for host memory */
+    uint32_t access;      /* FERRY_REMOTE_READ | FERRY_REMOTE_WRITE */
+    uint32_t reserved;    /* zero */
+} ferry_remote_region_t;
+
+/* The regions the segment's engine has registered (re-read from its metadata). On entry
+ * *count is how many entries `regions` holds; on success it is how many were written. When
+ * there are more than fit, returns -ENOSPC and sets *count to the number needed. */
+FERRY_C_API int ferry_segment_regions(ferry_engine_t *engine, ferry_segment_id_t segment,
+                                      ferry_remote_region_t *regions, size_t *count);
+
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);
 /* Library version string. */

@@ -1,0 +1,46 @@
+"""Ferry: move bytes between the host and GPU memory of processes, over pluggable transports.
+
+    import numpy as np, ferry
+    with ferry.Engine(local_ip="127.0.0.1") as target, ferry.Engine() as engine:
+        remote = np.arange(1 << 20, dtype=np.uint8)
+        target.register(remote)
+        local = np.zeros_like(remote)
+        engine.register(local)
+        seg = engine.open_segment(target.segment_name)
+        engine.read(local, seg, remote.ctypes.data)
+        assert (local == remote).all()
+
+The bindings load libferry's C API (ferry.h) through cffi in ABI mode."""
+
+from .engine import (Batch, Engine, OpStatus, Region, RemoteRegion, Request, Segment, READ,
+                     REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)
+from .errors import (AlreadyExists, Busy, Canceled, ConnectionFailed, FerryError,
+                     InvalidArgument, NotFound, OutOfMemory, PermissionDenied, ProtocolError,
+                     Timeout, Unsupported)
+from ._memory import MEMORY_CUDA, MEMORY_HOST, MEMORY_ROCM
+from . import _capi
+
+try:
+    from ._version import __version__
+except ImportError:  # the source tree, not an installed package
+    __version__ = "0+source"
+
+
+def library_path():
+    """The libferry this package loaded."""
+    return _capi.library_path()
+
+
+def package_root():
+    """The installed package directory: lib/ (libferry, lib/ferry/plugins/), bin/, include/."""
+    import os
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+__all__ = [
+    "Engine", "Region", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion",
+    "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "MEMORY_HOST", "MEMORY_CUDA", "MEMORY_ROCM",
+    "FerryError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
+    "Timeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError", "Canceled",
+    "version", "plugin_report", "library_path", "package_root",
+]

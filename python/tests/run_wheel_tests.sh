@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the core wheel (meson-python, then retagged py3-none-<platform>) and plugin wheels,
+# installs them into a fresh virtualenv (Debian's /usr/bin/python3, --system-site-packages for
+# cffi, numpy and pytest), and runs pytest against the INSTALLED package, from outside the
+# source tree.
+#
+#   run_wheel_tests.sh BUILDDIR [NAME:VARIANT:PLUGIN.so ...]
+#
+# BUILDDIR is the main meson build directory; its example.so becomes two test plugin wheels (one
+# in the plain plugin directory, one in a cuda99/ variant directory), and each NAME:VARIANT:FILE
+# argument (e.g. ferry-rocm5:rocm5:build/plugins/hip_ipc/hip_ipc.so) one real plugin wheel.
+# The core wheel is built in BUILDDIR's sibling BUILDDIR-pywheel (FERRY_WHEEL_BUILDDIR), with
+# the same compiler flags and relative paths as a default build so ccache serves its objects.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:?usage: run_wheel_tests.sh BUILDDIR [NAME:VARIANT:PLUGIN.so ...]}" && pwd)
+shift
+PY=/usr/bin/python3  # Debian's: python3-mesonpy, python3-wheel, python3-cffi, python3-numpy
+work="$build/python/wheel-test"
+dist="$work/dist"
+wheelbuild=${FERRY_WHEEL_BUILDDIR:-$(dirname "$build")/$(basename "$build")-pywheel}
+rm -rf "$work"
+mkdir -p "$dist"
+t0=$(date +%s)
+step() { echo "== $* ($(($(date +%s) - t0)) s)"; }
+
+missing=()
+for m in mesonpy wheel cffi numpy pytest venv; do
+  $PY -c "import $m" 2>/dev/null || missing+=("$m")
+done
+command -v patchelf >/dev/null || missing+=(patchelf)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "missing: ${missing[*]} (Debian: python3-mesonpy python3-wheel python3-cffi python3-numpy" \
+       "python3-pytest python3-venv patchelf; .ci/deps.sh installs them)" >&2
+  [ "${CI:-}" = true ] && exit 1
+  exit 77  # meson: skipped
+fi
+
+step "core wheel (meson-python in $wheelbuild; log: $work/core-wheel.log)"
+if ! $PY "$src/python/tools/wheels.py" core --out "$dist" --builddir "$wheelbuild" \
+    --jobs "${FERRY_WHEEL_JOBS:-2}" >"$work/core-wheel.log" 2>&1; then
+  tail -60 "$work/core-wheel.log"
+  echo "core wheel build failed; full log: $work/core-wheel.log" >&2
+  exit 1
+fi
+grep -E "^wheels: (dropping|vendored|  ferry/|newest|core wheel)" "$work/core-wheel.log" || true
+
+step "plugin wheels"
+specs=()
+example="$build/plugins/example/example.so"
+if [ -f "$example" ]; then
+  specs+=("ferry-example-plugin::$example" "ferry-cuda99:cuda99:$example")
+fi
+specs+=("$@")
+plugin_wheels=()
+for spec in "${specs[@]}"; do
+  IFS=: read -r name variant file <<<"$spec"
+  whl=$($PY "$src/python/tools/wheels.py" plugin --out "$dist" --name "$name" --variant "$variant" \
+        --summary "Ferry plugin wheel built by run_wheel_tests.sh" "$file" 2>>"$work/plugin-wheels.log" \
+        | tail -1) || { cat "$work/plugin-wheels.log"; exit 1; }
+  plugin_wheels+=("$whl")
+done
+if [ ${#plugin_wheels[@]} -gt 0 ]; then
+  $PY "$src/python/tools/wheels.py" manifest --out "$dist/plugin-wheels.json" "${plugin_wheels[@]}"
+fi
+
+step "virtualenv"
+$PY -m venv --system-site-packages "$work/venv"
+vpy="$work/venv/bin/python"
+$vpy -m pip install -q --no-index --no-deps "$dist"/ferry-*-py3-none-*.whl
+for whl in "${plugin_wheels[@]}"; do  # one at a time, each adding files next to the others
+  $vpy -m pip install -q --no-index --no-deps "$whl"
+done
+$vpy -m pip list 2>/dev/null | grep -i ferry || true
+
+step "pytest (installed package; cwd $work)"
+cd "$work"
+status=0
+env -u FERRY_PLUGIN_PATH -u FERRY_PLUGINS -u FERRY_LIBRARY -u FERRY_HEADER -u PYTHONPATH \
+  FERRY_SOURCE_ROOT="$src" FERRY_TEST_WHEEL_DIR="$dist" \
+  "$vpy" -m pytest -v -rs -p no:cacheprovider --junitxml="$work/junit.xml" \
+  --rootdir "$src/python/tests" "$src/python/tests" || status=$?
+# Counted by .ci/test.sh's closing "N passed, N failed" line, which reads GoogleTest's format.
+$PY - "$work/junit.xml" <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+s = ET.parse(sys.argv[1]).getroot()
+s = s if s.tag == "testsuite" else s.find("testsuite")
+total, fail, err, skip = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+print("[  PASSED  ] %d tests." % (total - fail - err - skip))
+if fail + err:
+    print("[  FAILED  ] %d tests" % (fail + err))
+PY
+step "done"
+exit $status
