@@ -1,0 +1,42 @@
+// An op posted by submit and the slices it is cut into. An op completes once all its slices
+// have finished; the first failing slice decides its status and message.
+#pragma once
+
+#include "region_table.hpp"
+#include "wire.hpp"
+
+#include <ferry/plugin.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace ferry_tcp {
+
+class Reactor;
+
+struct Op {
+    uint64_t user_data = 0;
+    RegionTable *table = nullptr;
+    Region *local = nullptr; // reference held until the op completes
+    std::atomic<uint32_t> remaining{0};
+    std::atomic<bool> failed{false};
+    int status = 0;                      // written by the first failing slice only
+    char message[FERRY_MESSAGE_MAX] = {}; // idem
+};
+
+struct Slice {
+    Op *op = nullptr;
+    uint8_t opcode = FERRY_OP_READ;
+    uint64_t local_addr = 0;
+    uint64_t remote_addr = 0;
+    uint64_t len = 0;
+    bool copy_only = false;        // the kernel cannot reference the source pages: send by copy
+    uint64_t id = 0;              // request id, set by the lane
+    uint8_t hdr[kHeaderSize] = {}; // encoded request, set by the lane
+};
+
+// Finishes one slice on the loop thread of `r`; the op's last slice releases the local region
+// and queues the completion. Thread safe across slices of one op on different reactors.
+void finish_slice(Reactor &r, Op *op, int status, const char *message);
+
+} // namespace ferry_tcp

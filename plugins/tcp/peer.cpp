@@ -1,0 +1,201 @@
+#include "peer.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+
+namespace ferry_tcp {
+
+Peer::Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions)
+    : id_(id), ep_(std::move(ep)), cfg_(cfg), log_(log), regions_(regions) {}
+
+Peer::~Peer() = default;
+
+void Peer::add_lane(Reactor &reactor) {
+    lanes_.push_back(std::make_unique<Lane>(*this, reactor, static_cast<unsigned>(lanes_.size())));
+}
+
+int Peer::connect_lanes(std::string *why) {
+    for (auto &lane : lanes_) {
+        Lane *l = lane.get();
+        l->reactor().post([l] { l->start(); });
+    }
+    // The lanes enforce connect_timeout_ms themselves; the extra second only guards against
+    // a reactor that cannot run.
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms + 1000);
+    std::unique_lock lk(hs_mu_);
+    bool done = hs_cv_.wait_until(lk, deadline, [&] {
+        return hs_status_ != 0 || hs_ok_ >= lanes_.size();
+    });
+    if (hs_status_ != 0) {
+        *why = hs_why_;
+        return hs_status_;
+    }
+    if (!done) {
+        *why = strprintf("connect to peer %s timed out after %u ms", ep_.name.c_str(),
+                         cfg_.connect_timeout_ms);
+        return -ETIMEDOUT;
+    }
+    return 0;
+}
+
+void Peer::on_handshake(unsigned lane, int status, const std::string &why) {
+    (void)lane;
+    std::lock_guard lk(hs_mu_);
+    if (status == 0) {
+        ++hs_ok_;
+    } else if (hs_status_ == 0) {
+        hs_status_ = status;
+        hs_why_ = why;
+    }
+    hs_cv_.notify_all();
+}
+
+void Peer::close(int status, const std::string &why) {
+    {
+        std::lock_guard lk(submit_mu_);
+        closed_ = true;
+    }
+    for (auto &lane : lanes_) {
+        Lane *l = lane.get();
+        l->reactor().run_sync([&] { l->shutdown(status, why); });
+    }
+}
+
+int Peer::import_region(uint64_t handle, const RemoteRegion &r) {
+    std::unique_lock lk(imp_mu_);
+    imported_[handle] = r;
+    return 0;
+}
+
+bool Peer::release_region(uint64_t handle) {
+    std::unique_lock lk(imp_mu_);
+    return imported_.erase(handle) != 0;
+}
+
+// Early client-side check against the imported description. The serving side checks again
+// against what is really registered: that check is the security boundary.
+int Peer::check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err) {
+    std::shared_lock lk(imp_mu_);
+    auto it = imported_.find(op.remote_mem);
+    if (it == imported_.end())
+        return set_error(err, -EINVAL,
+                         "tcp: op %zu: remote_mem %llu is not a region imported from peer %s", i,
+                         static_cast<unsigned long long>(op.remote_mem), ep_.name.c_str());
+    const RemoteRegion &r = it->second;
+    if (op.remote_addr < r.addr || op.remote_addr + op.length < op.remote_addr ||
+        op.remote_addr + op.length > r.addr + r.len)
+        return set_error(err, -EFAULT,
+                         "tcp: op %zu: remote range [0x%llx, +%llu) is outside imported region "
+                         "[0x%llx, 0x%llx) of peer %s",
+                         i, static_cast<unsigned long long>(op.remote_addr),
+                         static_cast<unsigned long long>(op.length),
+                         static_cast<unsigned long long>(r.addr),
+                         static_cast<unsigned long long>(r.addr + r.len), ep_.name.c_str());
+    uint32_t need =
+        op.opcode == FERRY_OP_WRITE ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
+    if ((r.access & need) == 0)
+        return set_error(err, -EACCES, "tcp: op %zu: imported region [0x%llx, 0x%llx) of peer %s "
+                                       "does not grant remote %s",
+                         i, static_cast<unsigned long long>(r.addr),
+                         static_cast<unsigned long long>(r.addr + r.len), ep_.name.c_str(),
+                         op.opcode == FERRY_OP_WRITE ? "write" : "read");
+    return 0;
+}
+
+int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
+    // Phase 1: validate every op and take the local region references. Nothing is started.
+    std::vector<Region *> locals;
+    locals.reserve(n_ops);
+    auto release_all = [&] {
+        for (Region *r : locals)
+            regions_.release(r);
+    };
+    for (size_t i = 0; i < n_ops; ++i) {
+        const ferry_xfer_op_t &op = ops[i];
+        int rc = 0;
+        if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE)
+            rc = set_error(err, -EINVAL, "tcp: op %zu: unknown opcode %u", i, op.opcode);
+        else if (op.length == 0)
+            rc = set_error(err, -EINVAL, "tcp: op %zu: length is 0", i);
+        else if (op.length / cfg_.slice_size >= UINT32_MAX)
+            rc = set_error(err, -EINVAL, "tcp: op %zu: length %llu is too large", i,
+                           static_cast<unsigned long long>(op.length));
+        else
+            rc = check_remote(i, op, err);
+        if (rc == 0) {
+            int code = 0;
+            std::string why;
+            Region *r = regions_.acquire_local(op.local_mem, op.local_addr, op.length, &code, &why);
+            if (r == nullptr)
+                rc = set_error(err, code, "tcp: op %zu: %s", i, why.c_str());
+            else
+                locals.push_back(r);
+        }
+        if (rc != 0) {
+            release_all();
+            return rc;
+        }
+    }
+
+    std::lock_guard lk(submit_mu_);
+    if (closed_) {
+        release_all();
+        return set_error(err, -ENOTCONN, "tcp: peer %s is disconnected", ep_.name.c_str());
+    }
+    // Phase 2: build the ops and per-lane batches (may throw std::bad_alloc: then nothing
+    // was handed to a lane and everything built is freed).
+    const size_t nl = lanes_.size();
+    std::vector<Lane::Batch> batches(nl);
+    std::vector<uint64_t> load(nl);
+    for (size_t l = 0; l < nl; ++l) {
+        batches[l].emplace_back();
+        load[l] = lanes_[l]->load();
+    }
+    std::vector<Op *> built;
+    try {
+        built.reserve(n_ops);
+        for (size_t i = 0; i < n_ops; ++i) {
+            const ferry_xfer_op_t &o = ops[i];
+            const uint64_t slices = (o.length + cfg_.slice_size - 1) / cfg_.slice_size;
+            auto *op = new Op;
+            built.push_back(op);
+            op->user_data = o.user_data;
+            op->table = &regions_;
+            op->local = locals[i];
+            op->remaining.store(static_cast<uint32_t>(slices), std::memory_order_relaxed);
+            for (uint64_t off = 0; off < o.length; off += cfg_.slice_size) {
+                size_t best = 0;
+                for (size_t l = 1; l < nl; ++l)
+                    if (load[l] < load[best])
+                        best = l;
+                Slice s;
+                s.op = op;
+                s.opcode = static_cast<uint8_t>(o.opcode);
+                s.local_addr = o.local_addr + off;
+                s.remote_addr = o.remote_addr + off;
+                s.len = std::min<uint64_t>(cfg_.slice_size, o.length - off);
+                load[best] += s.len;
+                batches[best].front().push_back(s);
+            }
+        }
+    } catch (...) {
+        for (Op *op : built)
+            delete op;
+        release_all();
+        throw;
+    }
+    // Phase 3: hand the batches over. Nothing here can fail.
+    for (size_t l = 0; l < nl; ++l) {
+        if (batches[l].front().empty())
+            continue;
+        uint64_t bytes = 0;
+        for (const Slice &s : batches[l].front())
+            bytes += s.len;
+        lanes_[l]->add_load(bytes);
+        lanes_[l]->push(batches[l]);
+    }
+    return 0;
+}
+
+} // namespace ferry_tcp

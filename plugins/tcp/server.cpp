@@ -1,0 +1,527 @@
+#include "server.hpp"
+
+#include "socket_util.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <memory>
+
+namespace ferry_tcp {
+
+namespace {
+constexpr uint64_t kBudget = 16ull << 20;  // bytes moved per wake-up before yielding
+constexpr size_t kMaxQueued = 1024;    // unsent responses before reading stops
+constexpr size_t kMaxAwaiting = 4096;  // by-reference READ_RESPs without READ_DONE: a client
+                                       // this far behind is broken (in flight is a few MiB)
+constexpr size_t kScratch = 64 * 1024;
+constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+} // namespace
+
+ServerConn::ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name)
+    : ctx_(ctx), reactor_(reactor), fd_(fd), name_(std::move(peer_name)) {}
+
+ServerConn::~ServerConn() {
+    if (cur_ref_ != nullptr)
+        ctx_.regions.release(cur_ref_);
+    for (Resp &r : out_)
+        if (r.ref != nullptr)
+            ctx_.regions.release(r.ref);
+    for (Awaiting &a : awaiting_)
+        ctx_.regions.release(a.ref);
+    if (fd_ >= 0) {
+        reactor_.del_fd(fd_);
+        close(fd_);
+    }
+}
+
+int ServerConn::start() {
+    last_progress_ = Clock::now();
+    return reactor_.add_fd(fd_, kEvents, this);
+}
+
+void ServerConn::close_conn(int level, const std::string &why) {
+    if (closed_)
+        return;
+    closed_ = true;
+    ctx_.log.log(level, "connection from %s closed: %s", name_.c_str(), why.c_str());
+    reactor_.dispose(this); // deleted at the end of this loop iteration
+}
+
+void ServerConn::on_events(uint32_t events) {
+    if (closed_)
+        return;
+    if (events & EPOLLOUT)
+        writable_ = true;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        readable_ = true;
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        hup_ = true;
+    progress();
+}
+
+bool ServerConn::can_read() const {
+    // Only unsent responses throttle reading: READ_DONE reports arrive on this same stream, so
+    // waiting for them must never stop it.
+    return readable_ && !closing_ && out_.size() < kMaxQueued;
+}
+
+void ServerConn::progress() {
+    uint64_t moved = 0;
+    while (!closed_) {
+        ssize_t n = 0, m = 0;
+        if (writable_ && (!out_.empty() || pipe_.pending() > 0)) {
+            n = do_send();
+            if (n < 0)
+                return;
+        }
+        if (closing_ && out_.empty() && pipe_.pending() == 0) {
+            close_conn(FERRY_LOG_INFO, "handshake refused");
+            return;
+        }
+        if (can_read()) {
+            m = do_recv();
+            if (m < 0)
+                return;
+        }
+        if (n == 0 && m == 0)
+            break;
+        moved += static_cast<uint64_t>(n + m);
+        if (moved >= kBudget) {
+            reactor_.mark_ready(this);
+            break;
+        }
+    }
+    if (!closed_ && ctx_.cfg.op_timeout_ms != 0 && busy())
+        reactor_.want_timer(this);
+}
+
+TxItem ServerConn::tx_item(size_t i) const {
+    const Resp &r = out_[i];
+    TxItem it;
+    it.hdr = r.hdr;
+    it.payload = r.data;
+    it.len = r.len;
+    it.by_ref = r.by_ref;
+    return it;
+}
+
+ssize_t ServerConn::do_send() {
+    TxResult r;
+    ssize_t n = tx_.step(fd_, &pipe_, *this, &r);
+    if (r.refused) {
+        out_.front().by_ref = false; // the client still owes READ_DONE (header flag)
+        n = tx_.step(fd_, &pipe_, *this, &r);
+    }
+    if (n < 0) {
+        close_conn(FERRY_LOG_INFO, "send failed: " + errno_string(static_cast<int>(-n)));
+        return -1;
+    }
+    if (r.blocked)
+        writable_ = false;
+    if (n > 0)
+        last_progress_ = Clock::now();
+    for (size_t i = 0; i < r.completed; ++i) {
+        Resp &resp = out_.front();
+        if (resp.needs_done) {
+            awaiting_.push_back(Awaiting{resp.id, resp.ref});
+            resp.ref = nullptr;
+        } else if (resp.ref != nullptr) {
+            ctx_.regions.release(resp.ref);
+        }
+        out_.pop_front();
+    }
+    if (awaiting_.size() > kMaxAwaiting) {
+        close_conn(FERRY_LOG_WARN, strprintf("client owes READ_DONE for %zu responses",
+                                             awaiting_.size()));
+        return -1;
+    }
+    return n;
+}
+
+ssize_t ServerConn::do_recv() {
+    ssize_t n;
+    size_t requested;
+    size_t chunk = 0; // bytes of payload asked for (Payload / Drain)
+    if (rx_ == Rx::Header && hdr_got_ == 0 && (last_type_ == kReadReq || last_type_ == kReadDone)) {
+        ssize_t k = read_request_run();
+        if (k != 0)
+            return k;
+    }
+    if (rx_ == Rx::Header) {
+        requested = kHeaderSize - hdr_got_;
+        n = recv(fd_, hdr_ + hdr_got_, requested, MSG_DONTWAIT);
+    } else {
+        // Payload: straight into the registered region ([dst_, dst_ + left_) was checked in
+        // on_header). Drain: into a scratch sink. When the rest of the payload fits, the next
+        // request's header is read by the same call.
+        iovec iov[2];
+        if (rx_ == Rx::Payload) {
+            chunk = static_cast<size_t>(std::min<uint64_t>(left_, SSIZE_MAX - kHeaderSize));
+            iov[0] = {dst_, chunk};
+        } else {
+            if (scratch_.empty())
+                scratch_.resize(kScratch);
+            chunk = static_cast<size_t>(std::min<uint64_t>(left_, scratch_.size()));
+            iov[0] = {scratch_.data(), chunk};
+        }
+        iov[1] = {hdr_, kHeaderSize};
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = chunk == left_ ? 2 : 1;
+        requested = chunk + (mh.msg_iovlen == 2 ? kHeaderSize : 0);
+        n = recvmsg(fd_, &mh, MSG_DONTWAIT);
+    }
+    if (n == 0) {
+        bool mid = rx_ != Rx::Header || hdr_got_ != 0;
+        close_conn(mid ? FERRY_LOG_WARN : FERRY_LOG_DEBUG,
+                   mid ? "peer closed the connection in the middle of a request"
+                       : "peer closed the connection");
+        return -1;
+    }
+    if (n < 0) {
+        int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK) {
+            readable_ = false;
+            return 0;
+        }
+        if (e == EINTR)
+            return 0;
+        close_conn(FERRY_LOG_INFO, "receive failed: " + errno_string(e));
+        return -1;
+    }
+    last_progress_ = Clock::now();
+    if (static_cast<size_t>(n) < requested && !hup_) {
+        readable_ = false; // drained: the next data raises a new edge
+        if (rx_ != Rx::Header && static_cast<size_t>(n) < chunk)
+            set_rcvlowat(fd_, &lowat_, static_cast<int>(
+                                           std::min<uint64_t>(left_ - n, kBulkLowat)));
+    }
+    if (rx_ == Rx::Header) {
+        hdr_got_ += static_cast<size_t>(n);
+        if (hdr_got_ < kHeaderSize)
+            return n;
+        hdr_got_ = 0;
+        return on_header() ? n : -1;
+    }
+    const size_t body = std::min(static_cast<size_t>(n), chunk);
+    left_ -= body;
+    if (rx_ == Rx::Payload)
+        dst_ += body;
+    if (left_ != 0)
+        return n;
+    set_rcvlowat(fd_, &lowat_, 1);
+    if (rx_ == Rx::Payload) {
+        ctx_.regions.release(cur_ref_);
+        cur_ref_ = nullptr;
+        queue(kWriteAck, cur_.id, 0, 0);
+    } else {
+        queue_error(cur_.id, drain_status_, drain_why_);
+    }
+    rx_ = Rx::Header;
+    hdr_got_ = static_cast<size_t>(n) - body; // start of the next header, read along
+    if (hdr_got_ == kHeaderSize) {
+        hdr_got_ = 0;
+        if (!on_header())
+            return -1;
+    }
+    return n;
+}
+
+// After a READ_REQ, more are likely to follow (batches): look at what is queued and take a
+// run of payload-less requests (READ_REQ, READ_DONE) with one recv, instead of one recv per
+// 40-byte header. MSG_PEEK leaves anything else (a WRITE_REQ and its payload) in the socket,
+// so no payload byte is ever staged. Returns bytes consumed, 0 to use the one-header path, or
+// -1 when the connection was closed.
+ssize_t ServerConn::read_request_run() {
+    ssize_t n = recv(fd_, run_, sizeof run_, MSG_PEEK | MSG_DONTWAIT);
+    if (n < static_cast<ssize_t>(2 * kHeaderSize))
+        return 0; // nothing, little, EOF or an error: the one-header path reports it
+    size_t k = 0;
+    while ((k + 1) * kHeaderSize <= static_cast<size_t>(n)) {
+        Header h = decode_header(run_ + k * kHeaderSize);
+        if (h.magic != kWireMagic || (h.type != kReadReq && h.type != kReadDone))
+            break;
+        ++k;
+    }
+    if (k < 2)
+        return 0;
+    ssize_t got = recv(fd_, run_, k * kHeaderSize, MSG_DONTWAIT);
+    if (got != static_cast<ssize_t>(k * kHeaderSize)) {
+        // Only this thread reads the socket: peeked bytes cannot vanish.
+        close_conn(FERRY_LOG_ERROR, "receive after peek returned a different length");
+        return -1;
+    }
+    last_progress_ = Clock::now();
+    for (size_t i = 0; i < k; ++i) {
+        memcpy(hdr_, run_ + i * kHeaderSize, kHeaderSize);
+        if (!on_header())
+            return -1;
+    }
+    return got;
+}
+
+void ServerConn::queue(uint8_t type, uint64_t id, int status, uint64_t length, uint8_t flags) {
+    Header h;
+    h.type = type;
+    h.flags = flags;
+    h.id = id;
+    h.status = status;
+    h.length = length;
+    out_.emplace_back();
+    out_.back().id = id;
+    encode_header(h, out_.back().hdr);
+}
+
+void ServerConn::queue_error(uint64_t id, int status, const std::string &msg) {
+    Header h;
+    h.type = kError;
+    h.id = id;
+    h.status = status;
+    h.msg_len = static_cast<uint32_t>(std::min<size_t>(msg.size(), kMaxErrorMsg));
+    out_.emplace_back();
+    Resp &r = out_.back();
+    r.id = id;
+    r.msg = msg.substr(0, h.msg_len);
+    r.data = reinterpret_cast<const uint8_t *>(r.msg.data());
+    r.len = r.msg.size();
+    encode_header(h, r.hdr);
+}
+
+bool ServerConn::on_header() {
+    cur_ = decode_header(hdr_);
+    const Header &h = cur_;
+    last_type_ = h.type;
+    if (!hello_done_) {
+        if (h.magic != kWireMagic || h.type != kHello) {
+            close_conn(FERRY_LOG_WARN,
+                       strprintf("not a Ferry tcp client (magic 0x%08x, type %u instead of "
+                                 "HELLO)",
+                                 h.magic, h.type));
+            return false;
+        }
+        if (h.version != kWireVersion) {
+            std::string why = strprintf("tcp wire version %u is not supported, this server "
+                                        "speaks version %u",
+                                        h.version, kWireVersion);
+            ctx_.log.log(FERRY_LOG_WARN, "refusing connection from %s: %s", name_.c_str(),
+                         why.c_str());
+            queue_error(0, -EPROTONOSUPPORT, why);
+            closing_ = true;
+            return true;
+        }
+        hello_done_ = true;
+        queue(kHelloAck, h.id, 0, 0);
+        return true;
+    }
+    std::string why;
+    if (!check_request(h, &why)) {
+        close_conn(FERRY_LOG_WARN, "malformed request: " + why);
+        return false;
+    }
+    if (h.type == kReadDone)
+        return on_read_done(h);
+    int code = 0;
+    if (h.type == kWriteReq) {
+        Region *r = ctx_.regions.acquire_remote(h.addr, h.length, FERRY_ACCESS_REMOTE_WRITE,
+                                                &code, &why);
+        left_ = h.length;
+        if (r != nullptr) {
+            cur_ref_ = r;
+            dst_ = reinterpret_cast<uint8_t *>(h.addr);
+            rx_ = Rx::Payload;
+        } else {
+            // Keep the stream in sync: read the payload into a scratch sink, then refuse.
+            ctx_.log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
+            drain_status_ = code;
+            drain_why_ = std::move(why);
+            rx_ = Rx::Drain;
+        }
+        return true;
+    }
+    Region *r =
+        ctx_.regions.acquire_remote(h.addr, h.length, FERRY_ACCESS_REMOTE_READ, &code, &why);
+    if (r == nullptr) {
+        ctx_.log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
+        queue_error(h.id, code, why);
+        return true;
+    }
+    // Large payloads go by reference (zero-copy); the region then stays referenced until the
+    // client reports them consumed (READ_DONE).
+    const bool by_ref = ctx_.cfg.zerocopy && h.length >= kZeroCopyMin &&
+                        (pipe_.is_open() || pipe_.open());
+    queue(kReadResp, h.id, 0, h.length, by_ref ? kFlagNeedsDone : 0);
+    Resp &resp = out_.back();
+    resp.data = reinterpret_cast<const uint8_t *>(h.addr);
+    resp.len = h.length;
+    resp.ref = r;
+    resp.by_ref = by_ref;
+    resp.needs_done = by_ref;
+    return true;
+}
+
+bool ServerConn::busy() const {
+    return rx_ != Rx::Header || hdr_got_ != 0 || !out_.empty() || !awaiting_.empty();
+}
+
+bool ServerConn::on_read_done(const Header &h) {
+    const uint64_t n = h.length;
+    if (n > awaiting_.size() || awaiting_[n - 1].id != h.id) {
+        close_conn(FERRY_LOG_WARN,
+                   strprintf("malformed request: READ_DONE for %llu responses up to id %llu, "
+                             "%zu awaiting",
+                             static_cast<unsigned long long>(n),
+                             static_cast<unsigned long long>(h.id), awaiting_.size()));
+        return false;
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+        ctx_.regions.release(awaiting_.front().ref);
+        awaiting_.pop_front();
+    }
+    last_progress_ = Clock::now();
+    return true;
+}
+
+// A client that stops reading responses, or stops in the middle of a request, holds region
+// references (and so blocks deregister_mem): after op_timeout_ms without progress it is cut.
+bool ServerConn::on_timer(Clock::time_point now) {
+    if (closed_ || !busy())
+        return false;
+    if (ctx_.cfg.op_timeout_ms != 0 &&
+        ms_between(last_progress_, now) >= ctx_.cfg.op_timeout_ms) {
+        close_conn(FERRY_LOG_WARN, strprintf("no progress for %u ms (op_timeout_ms)",
+                                             ctx_.cfg.op_timeout_ms));
+        return false;
+    }
+    return ctx_.cfg.op_timeout_ms != 0;
+}
+
+Listener::Listener(ServerContext &ctx, std::vector<Reactor *> reactors)
+    : ctx_(ctx), reactors_(std::move(reactors)) {}
+
+Listener::~Listener() {
+    if (fd_ >= 0)
+        close(fd_);
+}
+
+int Listener::open(sockaddr_storage *bound, std::string *why) {
+    sockaddr_storage addr{};
+    socklen_t len;
+    const char *ip = ctx_.cfg.bind_ip.c_str();
+    auto *a4 = reinterpret_cast<sockaddr_in *>(&addr);
+    auto *a6 = reinterpret_cast<sockaddr_in6 *>(&addr);
+    if (inet_pton(AF_INET, ip, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(ctx_.cfg.port);
+        len = sizeof *a4;
+    } else if (inet_pton(AF_INET6, ip, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(ctx_.cfg.port);
+        len = sizeof *a6;
+    } else {
+        *why = strprintf("bind_ip '%s' is not an IP address", ip);
+        return -EINVAL;
+    }
+    fd_ = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) {
+        int e = errno;
+        *why = "socket(): " + errno_string(e);
+        return -e;
+    }
+    int one = 1;
+    // Lets a restarted instance take its port back while old connections sit in TIME_WAIT.
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (addr.ss_family == AF_INET6)
+        setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd_, reinterpret_cast<sockaddr *>(&addr), len) != 0) {
+        int e = errno;
+        *why = strprintf("bind to %s port %u failed: %s", ip, ctx_.cfg.port,
+                         errno_string(e).c_str());
+        return -e;
+    }
+    if (listen(fd_, SOMAXCONN) != 0) {
+        int e = errno;
+        *why = "listen(): " + errno_string(e);
+        return -e;
+    }
+    len = sizeof addr;
+    if (getsockname(fd_, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+        int e = errno;
+        *why = "getsockname(): " + errno_string(e);
+        return -e;
+    }
+    *bound = addr;
+    return 0;
+}
+
+int Listener::start() { return reactors_[0]->add_fd(fd_, EPOLLIN, this); }
+
+void Listener::stop() {
+    if (fd_ < 0)
+        return;
+    reactors_[0]->forget(this);
+    reactors_[0]->del_fd(fd_);
+    close(fd_);
+    fd_ = -1;
+}
+
+void Listener::on_events(uint32_t) {
+    for (;;) {
+        sockaddr_storage peer{};
+        socklen_t len = sizeof peer;
+        int fd = accept4(fd_, reinterpret_cast<sockaddr *>(&peer), &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EAGAIN || e == EWOULDBLOCK)
+                return;
+            if (e == EINTR || e == ECONNABORTED)
+                continue;
+            ctx_.log.log(FERRY_LOG_ERROR, "accept failed: %s; pausing accepts for a moment",
+                         errno_string(e).c_str());
+            paused_ = true;
+            reactors_[0]->mod_fd(fd_, 0, this);
+            reactors_[0]->want_timer(this);
+            return;
+        }
+        std::string name = sockaddr_name(peer);
+        std::string why;
+        if (tune_socket(fd, ctx_.cfg, &why) != 0) {
+            ctx_.log.log(FERRY_LOG_WARN, "connection from %s dropped: %s", name.c_str(),
+                         why.c_str());
+            close(fd);
+            continue;
+        }
+        ctx_.log.log(FERRY_LOG_DEBUG, "connection from %s", name.c_str());
+        Reactor *r = reactors_[next_++ % reactors_.size()];
+        ServerContext *ctx = &ctx_;
+        // The task owns fd until it runs; the transport runs every reactor's queue before
+        // stopping, so it always runs.
+        r->post([ctx, r, fd, name = std::move(name)]() mutable {
+            auto conn = std::make_unique<ServerConn>(*ctx, *r, fd, std::move(name));
+            if (conn->start() != 0) {
+                ctx->log.log(FERRY_LOG_ERROR, "cannot watch an accepted connection");
+                return; // the destructor closes fd
+            }
+            r->adopt(std::move(conn));
+        });
+    }
+}
+
+bool Listener::on_timer(Clock::time_point) {
+    if (paused_ && fd_ >= 0) {
+        paused_ = false;
+        reactors_[0]->mod_fd(fd_, EPOLLIN, this);
+    }
+    return false;
+}
+
+} // namespace ferry_tcp

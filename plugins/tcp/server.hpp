@@ -1,0 +1,125 @@
+// Serving side: the listening socket and the connections peers opened to this instance.
+// Every request is checked against the region table before a byte of memory is touched.
+#pragma once
+
+#include "options.hpp"
+#include "reactor.hpp"
+#include "region_table.hpp"
+#include "splice_pipe.hpp"
+#include "tx.hpp"
+#include "util.hpp"
+#include "wire.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace ferry_tcp {
+
+struct ServerContext {
+    const Config &cfg;
+    const Logger &log;
+    RegionTable &regions;
+};
+
+class ServerConn final : public Handler, private TxSource {
+public:
+    ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name);
+    ~ServerConn() override; // releases region references, closes the socket
+
+    int start(); // registers with the reactor; 0 or -errno
+
+    void on_events(uint32_t events) override;
+    bool on_timer(Clock::time_point now) override;
+    void on_ready() override { progress(); }
+
+private:
+    enum class Rx { Header, Payload, Drain };
+    struct Resp {
+        uint8_t hdr[kHeaderSize];
+        uint64_t id = 0;
+        const uint8_t *data = nullptr; // READ_RESP payload, or the ERROR message
+        size_t len = 0;
+        Region *ref = nullptr; // held until sent, or until READ_DONE when needs_done
+        bool by_ref = false;     // payload spliced by reference
+        bool needs_done = false; // sent with kFlagNeedsDone
+        std::string msg;
+    };
+    struct Awaiting {
+        uint64_t id;
+        Region *ref;
+    };
+
+    size_t tx_count() const override { return out_.size(); }
+    TxItem tx_item(size_t i) const override;
+    bool on_read_done(const Header &h);
+
+    void progress();
+    ssize_t do_send();
+    ssize_t do_recv();
+    bool on_header(); // false: the connection was closed
+    ssize_t read_request_run();
+    void queue(uint8_t type, uint64_t id, int status, uint64_t length, uint8_t flags = 0);
+    void queue_error(uint64_t id, int status, const std::string &msg);
+    void close_conn(int level, const std::string &why);
+    bool busy() const;
+    bool can_read() const;
+
+    ServerContext &ctx_;
+    Reactor &reactor_;
+    int fd_;
+    const std::string name_;
+    bool hello_done_ = false;
+    bool closing_ = false; // close once the queued responses are sent
+    bool closed_ = false;
+    bool readable_ = false;
+    bool writable_ = false;
+    bool hup_ = false;
+    int lowat_ = 1; // SO_RCVLOWAT currently set
+
+    Rx rx_ = Rx::Header;
+    uint8_t last_type_ = 0;                  // type of the last request
+    uint8_t run_[64 * kHeaderSize] = {};     // a run of payload-less requests
+    uint8_t hdr_[kHeaderSize] = {};
+    size_t hdr_got_ = 0;
+    Header cur_;
+    uint8_t *dst_ = nullptr;
+    uint64_t left_ = 0;
+    Region *cur_ref_ = nullptr; // region a WRITE payload is being received into
+    int drain_status_ = 0;
+    std::string drain_why_;
+    std::vector<uint8_t> scratch_; // sink for refused WRITE payloads
+
+    std::deque<Resp> out_;
+    TxCursor tx_;                   // position inside out_.front()
+    SplicePipe pipe_;               // zero-copy READ_RESP payloads
+    std::deque<Awaiting> awaiting_; // by-reference READ_RESPs not yet reported consumed
+    Clock::time_point last_progress_{};
+};
+
+class Listener final : public Handler {
+public:
+    Listener(ServerContext &ctx, std::vector<Reactor *> reactors);
+    ~Listener() override;
+
+    // Binds cfg.bind_ip:cfg.port and listens. On success *bound is the address bound.
+    int open(sockaddr_storage *bound, std::string *why);
+    int start(); // on reactors[0]'s loop thread
+    void stop(); // on reactors[0]'s loop thread
+
+    void on_events(uint32_t events) override;
+    bool on_timer(Clock::time_point now) override;
+
+private:
+    ServerContext &ctx_;
+    std::vector<Reactor *> reactors_;
+    int fd_ = -1;
+    bool paused_ = false; // accept paused after EMFILE/ENFILE until the next tick
+    unsigned next_ = 0;
+};
+
+} // namespace ferry_tcp

@@ -1,0 +1,253 @@
+#include "transport.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace ferry_tcp {
+
+namespace {
+// Deadline checks run once per tick: fine enough for the smallest timeout configured.
+unsigned tick_for(const Config &cfg) {
+    unsigned t = cfg.connect_timeout_ms;
+    if (cfg.op_timeout_ms != 0)
+        t = std::min(t, cfg.op_timeout_ms);
+    return std::clamp(t / 4, 5u, 100u);
+}
+
+bool is_wildcard(const std::string &ip) { return ip == "0.0.0.0" || ip == "::"; }
+} // namespace
+
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
+    : cfg_(cfg), log_(host), server_ctx_{cfg_, log_, regions_} {}
+
+int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
+                      Transport **out, ferry_error_t *err) {
+    Config cfg;
+    int rc = parse_config(options, n_options, &cfg, err);
+    if (rc != 0)
+        return rc;
+    if (is_wildcard(cfg.bind_ip) && (cfg.advertise_ip.empty() || is_wildcard(cfg.advertise_ip)))
+        return set_error(err, -EINVAL,
+                         "tcp: bind_ip %s is a wildcard: set advertise_ip to the address peers "
+                         "should connect to",
+                         cfg.bind_ip.c_str());
+    std::unique_ptr<Transport> t(new Transport(cfg, host));
+    rc = t->start(err);
+    if (rc != 0)
+        return rc;
+    *out = t.release();
+    return 0;
+}
+
+int Transport::start(ferry_error_t *err) {
+    std::vector<Reactor *> rs;
+    for (unsigned i = 0; i < cfg_.io_threads; ++i) {
+        reactors_.push_back(std::make_unique<Reactor>(log_, cq_, tick_for(cfg_), i));
+        rs.push_back(reactors_.back().get());
+    }
+    listener_ = std::make_unique<Listener>(server_ctx_, rs);
+    sockaddr_storage bound{};
+    std::string why;
+    int rc = listener_->open(&bound, &why);
+    if (rc != 0)
+        return set_error(err, rc, "tcp: %s", why.c_str());
+    for (auto &r : reactors_)
+        r->start();
+    reactors_[0]->run_sync([&] { rc = listener_->start(); });
+    if (rc != 0)
+        return set_error(err, rc, "tcp: cannot watch the listening socket: %s",
+                         errno_string(-rc).c_str());
+    sockaddr_storage adv = bound;
+    if (!cfg_.advertise_ip.empty()) {
+        adv = {};
+        uint16_t port = bound.ss_family == AF_INET6
+                            ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
+                            : reinterpret_cast<sockaddr_in *>(&bound)->sin_port;
+        auto *a4 = reinterpret_cast<sockaddr_in *>(&adv);
+        auto *a6 = reinterpret_cast<sockaddr_in6 *>(&adv);
+        if (inet_pton(AF_INET, cfg_.advertise_ip.c_str(), &a4->sin_addr) == 1) {
+            a4->sin_family = AF_INET;
+            a4->sin_port = port;
+        } else {
+            inet_pton(AF_INET6, cfg_.advertise_ip.c_str(), &a6->sin6_addr);
+            a6->sin6_family = AF_INET6;
+            a6->sin6_port = port;
+        }
+    }
+    encode_endpoint(adv, endpoint_);
+    endpoint_name_ = sockaddr_name(adv);
+    log_.log(FERRY_LOG_INFO, "listening on %s (advertised as %s), %u lanes per peer, "
+                             "%u I/O thread(s), slices of %llu bytes",
+             sockaddr_name(bound).c_str(), endpoint_name_.c_str(), cfg_.lanes, cfg_.io_threads,
+             static_cast<unsigned long long>(cfg_.slice_size));
+    return 0;
+}
+
+Transport::~Transport() {
+    // 1. Peers: fail in-flight ops (-ECANCELED) and close the lanes.
+    std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers;
+    {
+        std::unique_lock lk(peers_mu_);
+        peers.swap(peers_);
+    }
+    for (auto &[id, p] : peers)
+        p->close(-ECANCELED, "peer " + p->endpoint().name + ": transport destroyed");
+    peers.clear();
+    // 2. Serving: stop accepting, then close served connections (after any accepted
+    //    connection still queued to a reactor has been adopted: tasks run in order).
+    if (listener_ && !reactors_.empty())
+        reactors_[0]->run_sync([&] { listener_->stop(); });
+    for (auto &r : reactors_)
+        r->run_sync([&r] { r->dispose_all(); });
+    // 3. Threads.
+    for (auto &r : reactors_)
+        r->stop();
+    reactors_.clear();
+    listener_.reset();
+}
+
+int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
+    if (*len < kEndpointSize) {
+        *len = kEndpointSize;
+        return set_error(err, -ENOSPC, "tcp: endpoint needs %zu bytes", kEndpointSize);
+    }
+    memcpy(buf, endpoint_, kEndpointSize);
+    *len = kEndpointSize;
+    return 0;
+}
+
+int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle,
+                            ferry_error_t *err) {
+    if (region->kind == FERRY_MEM_CUDA || region->kind == FERRY_MEM_ROCM)
+        return set_error(err, -ENOTSUP,
+                         "tcp: cannot register %s device memory: the tcp transport moves host "
+                         "memory only (the core must stage GPU memory through host buffers)",
+                         region->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm");
+    if (region->kind != FERRY_MEM_HOST)
+        return set_error(err, -EINVAL, "tcp: unknown memory kind %u", region->kind);
+    if (region->addr == 0 || region->length == 0 ||
+        region->addr + region->length < region->addr)
+        return set_error(err, -EINVAL, "tcp: invalid region [0x%llx, +%llu)",
+                         static_cast<unsigned long long>(region->addr),
+                         static_cast<unsigned long long>(region->length));
+    if ((region->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE)) != 0)
+        return set_error(err, -EINVAL, "tcp: unknown access bits 0x%x", region->access);
+    *handle = regions_.add(region->addr, region->length, region->access);
+    return 0;
+}
+
+int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
+    if (!regions_.remove(handle))
+        return set_error(err, -EINVAL, "tcp: mem handle %llu is not registered",
+                         static_cast<unsigned long long>(handle));
+    return 0;
+}
+
+int Transport::export_mem(uint64_t handle, void *, size_t *len, ferry_error_t *err) {
+    if (!regions_.contains(handle))
+        return set_error(err, -EINVAL, "tcp: mem handle %llu is not registered",
+                         static_cast<unsigned long long>(handle));
+    *len = 0; // peers address registered memory by virtual address: no keys needed
+    return 0;
+}
+
+int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_error_t *err) {
+    Endpoint ep;
+    std::string why;
+    if (!decode_endpoint(endpoint, len, &ep, &why))
+        return set_error(err, -EINVAL, "tcp: %s", why.c_str());
+    uint64_t id;
+    {
+        std::unique_lock lk(peers_mu_);
+        id = next_peer_++;
+    }
+    auto peer = std::make_shared<Peer>(id, std::move(ep), cfg_, log_, regions_);
+    for (unsigned i = 0; i < cfg_.lanes; ++i)
+        peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()]);
+    int rc = peer->connect_lanes(&why);
+    if (rc != 0) {
+        peer->close(rc, why);
+        return set_error(err, rc, "tcp: %s", why.c_str());
+    }
+    {
+        std::unique_lock lk(peers_mu_);
+        peers_.emplace(id, peer);
+    }
+    log_.log(FERRY_LOG_DEBUG, "connected to peer %s (%u lanes), handle %llu",
+             peer->endpoint().name.c_str(), cfg_.lanes, static_cast<unsigned long long>(id));
+    *out = id;
+    return 0;
+}
+
+std::shared_ptr<Peer> Transport::find_peer(uint64_t id) {
+    std::shared_lock lk(peers_mu_);
+    auto it = peers_.find(id);
+    return it == peers_.end() ? nullptr : it->second;
+}
+
+int Transport::disconnect(uint64_t id, ferry_error_t *err) {
+    std::shared_ptr<Peer> peer;
+    {
+        std::unique_lock lk(peers_mu_);
+        auto it = peers_.find(id);
+        if (it == peers_.end())
+            return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
+                             static_cast<unsigned long long>(id));
+        peer = std::move(it->second);
+        peers_.erase(it);
+    }
+    peer->close(-ECANCELED, "peer " + peer->endpoint().name + " disconnected by the host");
+    return 0;
+}
+
+int Transport::import_mem(uint64_t id, const ferry_mem_region_t *region, const void *,
+                          size_t len, uint64_t *remote_mem, ferry_error_t *err) {
+    auto peer = find_peer(id);
+    if (!peer)
+        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
+                         static_cast<unsigned long long>(id));
+    if (len != 0)
+        return set_error(err, -EINVAL,
+                         "tcp: import_mem got %zu descriptor bytes; tcp regions export none", len);
+    if (region->kind != FERRY_MEM_HOST)
+        return set_error(err, -ENOTSUP, "tcp: remote region of memory kind %u: tcp moves host "
+                                        "memory only", region->kind);
+    if (region->length == 0 || region->addr + region->length < region->addr)
+        return set_error(err, -EINVAL, "tcp: invalid remote region [0x%llx, +%llu)",
+                         static_cast<unsigned long long>(region->addr),
+                         static_cast<unsigned long long>(region->length));
+    uint64_t h = next_import_++;
+    peer->import_region(h, RemoteRegion{region->addr, region->length, region->access});
+    *remote_mem = h;
+    return 0;
+}
+
+int Transport::release_mem(uint64_t id, uint64_t remote_mem, ferry_error_t *err) {
+    auto peer = find_peer(id);
+    if (!peer)
+        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
+                         static_cast<unsigned long long>(id));
+    if (!peer->release_region(remote_mem))
+        return set_error(err, -EINVAL, "tcp: remote_mem %llu was not imported from peer %llu",
+                         static_cast<unsigned long long>(remote_mem),
+                         static_cast<unsigned long long>(id));
+    return 0;
+}
+
+int Transport::submit(uint64_t id, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
+    auto peer = find_peer(id);
+    if (!peer)
+        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
+                         static_cast<unsigned long long>(id));
+    return peer->submit(ops, n_ops, err);
+}
+
+int Transport::poll(ferry_completion_t *out, size_t max) {
+    return static_cast<int>(cq_.poll(out, std::min<size_t>(max, INT32_MAX)));
+}
+
+} // namespace ferry_tcp

@@ -1,0 +1,127 @@
+#include "tx.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+
+namespace ferry_tcp {
+
+namespace {
+constexpr int kMaxIov = 64; // iovecs per sendmsg: up to 32 messages per call
+}
+
+void TxCursor::advance(const TxSource &src, uint64_t n, TxResult *r) {
+    while (n > 0) {
+        uint64_t rest = kHeaderSize + src.tx_item(r->completed).len - off_;
+        if (n < rest) {
+            off_ += n;
+            return;
+        }
+        n -= rest;
+        off_ = 0;
+        ++r->completed;
+    }
+}
+
+ssize_t TxCursor::step(int fd, SplicePipe *pipe, const TxSource &src, TxResult *r) {
+    *r = TxResult{};
+    if (pipe != nullptr && pipe->pending() > 0) {
+        ssize_t n = pipe->drain(fd);
+        if (n == -EAGAIN)
+            r->blocked = true;
+        return n == -EAGAIN || n == -EINTR ? 0 : n;
+    }
+    const size_t count = src.tx_count();
+    if (count == 0)
+        return 0;
+    if (pipe != nullptr && pipe->is_open() && src.tx_item(0).by_ref) {
+        ssize_t n = fill(*pipe, src, count, r);
+        if (n <= 0)
+            return n;
+        ssize_t m = pipe->drain(fd);
+        if (m == -EAGAIN)
+            r->blocked = true;
+        else if (m < 0 && m != -EINTR)
+            return m;
+        return n;
+    }
+    return gather(fd, src, count, r);
+}
+
+ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r) {
+    iovec iov[kMaxIov];
+    int cnt = 0;
+    size_t requested = 0;
+    uint64_t off = off_;
+    for (size_t i = 0; i < count && cnt + 2 <= kMaxIov; ++i, off = 0) {
+        const TxItem it = src.tx_item(i);
+        if (i > 0 && it.by_ref)
+            break; // goes through the pipe
+        if (off < kHeaderSize) {
+            iov[cnt++] = {const_cast<uint8_t *>(it.hdr) + off, kHeaderSize - off};
+            if (it.len != 0)
+                iov[cnt++] = {const_cast<uint8_t *>(it.payload), it.len};
+        } else {
+            iov[cnt++] = {const_cast<uint8_t *>(it.payload) + (off - kHeaderSize),
+                          it.len - (off - kHeaderSize)};
+        }
+    }
+    for (int i = 0; i < cnt; ++i)
+        requested += iov[i].iov_len;
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = static_cast<size_t>(cnt);
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+        int e = errno;
+        if (e == EAGAIN || e == EWOULDBLOCK) {
+            r->blocked = true;
+            return 0;
+        }
+        return e == EINTR ? 0 : -e;
+    }
+    // A short write means the socket buffer is full (the kernel then signals the next
+    // EPOLLOUT edge), which saves the sendmsg that would return EAGAIN.
+    if (static_cast<size_t>(n) < requested)
+        r->blocked = true;
+    advance(src, static_cast<uint64_t>(n), r);
+    return n;
+}
+
+// Moves by_ref items into the (empty) pipe until it is full or the next item is not by_ref.
+ssize_t TxCursor::fill(SplicePipe &pipe, const TxSource &src, size_t count, TxResult *r) {
+    ssize_t total = 0;
+    while (r->completed < count) {
+        const TxItem it = src.tx_item(r->completed);
+        if (!it.by_ref)
+            break;
+        ssize_t n;
+        size_t want;
+        if (off_ < kHeaderSize) {
+            want = kHeaderSize - off_;
+            n = pipe.copy_in(it.hdr + off_, want);
+        } else {
+            want = it.len - (off_ - kHeaderSize);
+            n = pipe.push(it.payload + (off_ - kHeaderSize), want);
+            if (n < 0 && n != -EAGAIN && n != -EINTR) {
+                // Memory the kernel cannot reference. Item 0 (after what the pipe holds is
+                // drained) is then sent by copy; a later item simply waits.
+                if (r->completed == 0 && pipe.pending() == 0)
+                    r->refused = true;
+                break;
+            }
+        }
+        if (n == -EAGAIN || n == -EINTR)
+            break; // pipe full
+        if (n < 0)
+            return n;
+        total += n;
+        advance(src, static_cast<uint64_t>(n), r);
+        if (static_cast<size_t>(n) < want)
+            break; // pipe full
+    }
+    return total;
+}
+
+} // namespace ferry_tcp
