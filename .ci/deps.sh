@@ -8,6 +8,8 @@ packages=(
   iperf3 python3
   libamdhip64-dev libhsa-runtime-dev
   libcurl4-openssl-dev etcd-server curl iproute2
+  python3-mesonpy python3-wheel python3-cffi python3-numpy python3-pytest python3-venv patchelf
+  libfabric-dev libfabric-bin ucx-utils
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# efa.so over libfabric's tcp provider next to tcp.so and fi_pingpong, in the same run.
+#   bench/efa_vs_fi_pingpong.sh [build-dir]        (DURATION=5 seconds per row)
+# Prints a Markdown table at 64 KiB, 1 MiB and 4 MiB:
+#   - fi_pingpong -p tcp -e rdm (libfabric-bin): one message in flight, its MB/sec (1e6 B/s);
+#   - transfer_engine_bench --protocol=efa (efa.provider=tcp) with target and initiator in two
+#     processes, WRITE and READ, one op in flight (--batch_size=1, like fi_pingpong) and 128;
+#   - transfer_engine_bench --protocol=tcp (tcp.so), same shape;
+# each with its ratio to fi_pingpong at the same size. fi_pingpong's server listens on every
+# interface, so both fi_pingpong processes run in a private network namespace that has only
+# loopback (unshare -n); Ferry's processes bind 127.0.0.1 (FI_TCP_IFACE=lo as well).
+set -euo pipefail
+build=${1:-build}
+duration=${DURATION:-5}
+bench="$build/bench/transfer_engine_bench"
+py=/usr/bin/python3
+export FERRY_PLUGIN_PATH="$build/plugins/efa:$build/plugins/tcp"
+export FI_TCP_IFACE=lo
+buffer=268435456
+[ -x "$bench" ] || { echo "build first: $bench is missing" >&2; exit 1; }
+command -v fi_pingpong >/dev/null || { echo "fi_pingpong is missing: apt-get install libfabric-bin" >&2; exit 1; }
+tmp=$(mktemp -d)
+target_pid=""
+cleanup() { [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+throughput() { $py -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["throughput"])'; }
+ratio() { $py -c "print('%.2f' % ($1 / $2))"; }
+
+in_loopback_netns() {
+  if unshare -n true 2>/dev/null; then
+    unshare -n sh -c 'ip link set lo up && exec "$@"' sh "$@"
+  else
+    unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"
+  fi
+}
+
+pingpong() { # size -> GB/s (fi_pingpong prints MB/sec = 1e6 B/s)
+  local iters=$(( $1 >= 1048576 ? duration * 800 : duration * 8000 ))
+  in_loopback_netns sh -c '
+    fi_pingpong -p tcp -e rdm -S "$1" -I "$2" -B 47593 >/dev/null 2>&1 &
+    server=$!
+    sleep 0.5
+    fi_pingpong -p tcp -e rdm -S "$1" -I "$2" -P 47593 127.0.0.1
+    wait $server' sh "$1" "$iters" |
+    awk '$1 ~ /^[0-9]+[kmg]?$/ && NF >= 8 {mb = $6} END {if (mb == "") print "n/a"; else printf "%.2f\n", mb / 1000}'
+}
+
+# protocol block operation batch -> GB/s; target and initiator are two processes.
+ferry_rate() {
+  local proto=$1 block=$2 op=$3 batch=$4
+  local opts=(--option "plugins=$proto")
+  [ "$proto" = efa ] && opts+=(--option efa.provider=tcp)
+  "$bench" --mode=target --local_server_name=127.0.0.1:0 --buffer_size=$buffer "${opts[@]}" >"$tmp/target.out" 2>&1 &
+  target_pid=$!
+  local segment=""
+  for _ in $(seq 1 200); do
+    segment=$(awk '/ ready:/ {print $2}' "$tmp/target.out")
+    [ -n "$segment" ] && break
+    kill -0 "$target_pid" 2>/dev/null || { cat "$tmp/target.out" >&2; exit 1; }
+    sleep 0.05
+  done
+  [ -n "$segment" ] || { echo "target did not start" >&2; exit 1; }
+  "$bench" --mode=initiator --segment_id="$segment" --protocol="$proto" --operation="$op" --buffer_size=$buffer \
+    --block_size="$block" --batch_size="$batch" --duration="$duration" "${opts[@]}" --json | throughput
+  kill -INT "$target_pid"
+  wait "$target_pid" 2>/dev/null || true
+  target_pid=""
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), libfabric $(fi_info --version 2>/dev/null | awk '/libfabric:/ {print $2}')"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ), ${duration}s per row, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| what | block | in flight | GB/s | vs fi_pingpong |"
+echo "|---|---|---|---|---|"
+for block in 65536 1048576 4194304; do
+  label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
+  p=$(pingpong "$block")
+  echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $p | 1.00 |"
+  for proto in efa tcp; do
+    for op in write read; do
+      for batch in 1 128; do
+        [ "$op" = read ] && [ "$batch" = 1 ] && continue
+        v=$(ferry_rate "$proto" "$block" "$op" "$batch")
+        r=$([ "$p" = n/a ] && echo n/a || ratio "$v" "$p")
+        name=$([ "$proto" = efa ] && echo "efa.so (tcp;ofi_rxm)" || echo "tcp.so")
+        echo "| $name $op | $label | $batch | $v | $r |"
+      done
+    done
+  done
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

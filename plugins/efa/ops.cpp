@@ -1,0 +1,305 @@
+// Ops of efa.so: submit splits each op at registration boundaries (ours and the peer's) and at
+// the provider's message size, the progress thread posts the pieces (fi_writemsg with
+// FI_DELIVERY_COMPLETE, so a WRITE completes once its bytes are in the peer's memory; fi_readmsg)
+// and reports each op once all its pieces came back.
+#include "transport.hpp"
+
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+namespace ferry_efa {
+
+namespace {
+
+const RemoteChunk *chunk_holding(const std::vector<RemoteChunk> &chunks, uint64_t a) {
+    auto it = std::upper_bound(chunks.begin(), chunks.end(), a, [](uint64_t x, const RemoteChunk &c) { return x < c.addr; });
+    if (it == chunks.begin())
+        return nullptr;
+    --it;
+    return a - it->addr < it->len ? &*it : nullptr;
+}
+
+const char *op_name(uint32_t opcode) { return opcode == FERRY_OP_READ ? "READ" : "WRITE"; }
+
+} // namespace
+
+int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    auto pit = peers_.find(peer);
+    if (pit == peers_.end())
+        return set_error(err, -ENOTCONN, "efa: no peer %" PRIu64 " (not connected, or disconnected)", peer);
+    Remote &r = *remotes_.at(pit->second.token);
+    if (r.state == Remote::State::Dead)
+        return set_error(err, -ECONNRESET, "efa: peer %s is unreachable: %s", r.name_str.c_str(), r.why.c_str());
+    // Check everything first: nothing starts unless every op is well-formed.
+    std::vector<std::shared_ptr<LocalRegion>> locals(n);
+    std::vector<const Import *> imports(n);
+    for (size_t i = 0; i < n; ++i) {
+        const ferry_xfer_op_t &op = ops[i];
+        if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE)
+            return set_error(err, -EINVAL, "efa: op %zu: unknown opcode %u", i, op.opcode);
+        if (op.length == 0)
+            return set_error(err, -EINVAL, "efa: op %zu: length is 0", i);
+        auto imp = imports_.find(op.remote_mem);
+        if (imp == imports_.end() || imp->second.peer != peer)
+            return set_error(err, -EINVAL, "efa: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64, i,
+                             op.remote_mem, peer);
+        const Import &m = imp->second;
+        if (op.remote_addr < m.addr || op.length > m.length || op.remote_addr - m.addr > m.length - op.length)
+            return set_error(err, -EINVAL, "efa: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region",
+                             i, op.remote_addr, op.length);
+        auto reg = regions_.find(op.local_mem);
+        if (reg == regions_.end() || !reg->second->contains(op.local_addr, op.length))
+            return set_error(err, -EINVAL,
+                             "efa: op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside registered region %" PRIu64, i,
+                             op.local_addr, op.length, op.local_mem);
+        locals[i] = reg->second;
+        imports[i] = &m;
+    }
+    for (size_t i = 0; i < n; ++i)
+        if (!locals[i]->pin()) {
+            for (size_t j = 0; j < i; ++j)
+                locals[j]->unpin();
+            return set_error(err, -EINVAL, "efa: op %zu: local region %" PRIu64 " is being deregistered", i, ops[i].local_mem);
+        }
+    const auto now = Clock::now();
+    std::vector<std::unique_ptr<Op>> built(n);
+    std::vector<ferry_completion_t> refused;
+    try {
+        for (size_t i = 0; i < n; ++i) {
+            const ferry_xfer_op_t &x = ops[i];
+            auto op = std::make_unique<Op>();
+            op->user_data = x.user_data;
+            op->peer = peer;
+            op->opcode = x.opcode;
+            op->remote = &r;
+            op->pin = locals[i];
+            op->start = now;
+            const uint32_t need = x.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
+            uint64_t at = x.remote_addr, local = x.local_addr, left = x.length;
+            while (left > 0) {
+                // The serving side published its registrations (export_mem bytes or a query):
+                // ranges outside them, or without the right, are refused here rather than sent,
+                // because some providers (tcp) drop the whole connection on a refused access.
+                const RemoteChunk *c = chunk_holding(imports[i]->chunks, at);
+                if (c == nullptr || c->revoked || (c->access & need) != need) {
+                    op->status = c == nullptr || c->revoked ? -EFAULT : -EACCES;
+                    op->message = strprintf(
+                        "efa: peer %s refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", r.name_str.c_str(), op_name(x.opcode),
+                        x.remote_addr, x.length,
+                        c == nullptr ? "not inside a region it registered"
+                        : c->revoked ? "it deregistered that region"
+                                     : (need == FERRY_ACCESS_REMOTE_WRITE ? "its region is not registered for remote write"
+                                                                          : "its region is not registered for remote read"));
+                    op->subs.clear();
+                    break;
+                }
+                const MrChunk &lc = locals[i]->chunk_at(local);
+                uint64_t seg = std::min({left, c->addr + c->len - at, lc.addr + lc.len - local,
+                                         static_cast<uint64_t>(fab_.max_msg_size)});
+                SubOp s;
+                s.local = reinterpret_cast<void *>(local);
+                s.len = seg;
+                s.desc = lc.desc;
+                s.raddr = c->rma_base + (at - c->addr);
+                s.key = c->key;
+                op->subs.push_back(s);
+                at += seg;
+                local += seg;
+                left -= seg;
+            }
+            built[i] = std::move(op);
+        }
+    } catch (...) {
+        for (auto &l : locals)
+            l->unpin();
+        throw;
+    }
+    // From here nothing fails: every op completes exactly once.
+    for (auto &op : built) {
+        if (op->subs.empty()) {
+            refused.push_back(make_completion(op->user_data, op->status, op->message));
+            op->pin->unpin();
+            continue;
+        }
+        op->unposted = static_cast<uint32_t>(op->subs.size());
+        for (auto &s : op->subs) {
+            s.op = op.get();
+            ready_.push_back(&s);
+        }
+        Op *raw = op.get();
+        ops_.emplace(raw, std::move(op));
+    }
+    cq_.push(refused);
+    wake();
+    return 0;
+}
+
+int Transport::post(SubOp &s) {
+    Op &op = *s.op;
+    iovec iov{s.local, s.len};
+    void *desc = s.desc;
+    fi_rma_iov rma{s.raddr, s.len, s.key};
+    fi_msg_rma m{};
+    m.msg_iov = &iov;
+    m.desc = &desc;
+    m.iov_count = 1;
+    m.addr = op.remote->addr;
+    m.rma_iov = &rma;
+    m.rma_iov_count = 1;
+    m.context = &s.fi;
+    auto lk = fab_.lock();
+    // FI_DELIVERY_COMPLETE: the completion means the bytes are in the peer's memory (the tcp
+    // provider otherwise completes a write once it is handed to the socket).
+    return op.opcode == FERRY_OP_WRITE ? static_cast<int>(fi_writemsg(fab_.ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE))
+                                       : static_cast<int>(fi_readmsg(fab_.ep, &m, FI_COMPLETION));
+}
+
+bool Transport::post_ops() {
+    bool did = false;
+    while (!ready_.empty()) {
+        SubOp *s = ready_.front();
+        Op &op = *s->op;
+        Remote &r = *op.remote;
+        if (op.reported || r.state == Remote::State::Dead) { // canceled, timed out, or nowhere to go
+            ready_.pop_front();
+            --op.unposted;
+            fail_op(op, -ECONNRESET, strprintf("efa: peer %s is unreachable: %s", r.name_str.c_str(), r.why.c_str()));
+            maybe_finish(op);
+            did = true;
+            continue;
+        }
+        if (r.state != Remote::State::Up) {
+            ready_.pop_front();
+            r.held.push_back(s);
+            continue;
+        }
+        int rc = post(*s);
+        if (rc == -FI_EAGAIN)
+            break; // the provider's queue is full or the connection is being set up
+        ready_.pop_front();
+        --op.unposted;
+        did = true;
+        if (rc != 0) {
+            if (op.status == 0) {
+                op.status = -EIO;
+                op.message = strprintf("efa: posting a %s to peer %s failed: %s", op_name(op.opcode), r.name_str.c_str(),
+                                       fi_error_string(rc).c_str());
+            }
+            maybe_finish(op);
+        } else {
+            s->posted = true;
+            ++op.outstanding;
+            ++r.outstanding;
+        }
+    }
+    return did;
+}
+
+std::string Transport::describe_error(const fi_cq_err_entry &e, const Remote &r, int *status) const {
+    char prov[160] = "";
+    {
+        const char *p = fi_cq_strerror(fab_.cq, e.prov_errno, e.err_data, prov, sizeof prov);
+        if (p != nullptr && p != prov)
+            snprintf(prov, sizeof prov, "%s", p);
+    }
+    const char *meaning;
+    switch (e.err) {
+    case FI_EACCES:
+    case FI_EPERM:
+        *status = -EACCES;
+        meaning = "the peer refused the access right";
+        break;
+    case FI_EINVAL:
+    case FI_EFAULT:
+    case FI_EKEYREJECTED:
+    case FI_ENOKEY:
+        *status = -EFAULT;
+        meaning = "refused by the peer (no registration with that key and range: deregistered or forged)";
+        break;
+    case FI_ETIMEDOUT:
+        *status = -ETIMEDOUT;
+        meaning = "the provider timed out";
+        break;
+    case FI_ECANCELED:
+        if (e.prov_errno == ENOENT && r.state == Remote::State::Up) { // tcp: the peer found no such key
+            *status = -EFAULT;
+            meaning = "refused by the peer (no registration with that key, range and right: deregistered or "
+                      "forged), which dropped the connection";
+            break;
+        }
+        *status = -ECONNRESET;
+        meaning = r.state == Remote::State::Up ? "the connection failed" : "the connection was reset";
+        break;
+    default:
+        *status = -ECONNRESET;
+        meaning = "the connection failed (peer exited or unreachable)";
+        break;
+    }
+    return strprintf("peer %s: %s: %s (provider: %s)", r.name_str.c_str(), meaning, fi_error_string(e.err).c_str(),
+                     prov);
+}
+
+void Transport::sub_done(SubOp &s, const fi_cq_err_entry *e) {
+    Op &op = *s.op;
+    Remote &r = *op.remote;
+    s.done = true;
+    --op.outstanding;
+    --r.outstanding;
+    if (e != nullptr) {
+        int status = -EIO;
+        std::string msg = describe_error(*e, r, &status);
+        if (op.status == 0) {
+            op.status = status;
+            op.message = strprintf("efa: %s of %" PRIu64 " bytes failed: %s", op_name(op.opcode), s.len, msg.c_str());
+        }
+        // Refused op or broken connection? A Hello tells; ops submitted meanwhile wait.
+        if (r.state == Remote::State::Up)
+            ping(r);
+    }
+    maybe_finish(op);
+    if (!revokes_.empty())
+        check_revokes();
+}
+
+void Transport::fail_op(Op &op, int status, const std::string &message) {
+    if (op.reported)
+        return;
+    op.reported = true;
+    cq_.push(op.user_data, status, message);
+}
+
+void Transport::maybe_finish(Op &op) {
+    if (op.unposted != 0 || op.outstanding != 0)
+        return;
+    if (!op.reported)
+        cq_.push(op.user_data, op.status, op.message);
+    op.pin->unpin();
+    ops_.erase(&op);
+}
+
+// Ops past op_timeout_ms fail; their peer's connection is reset, which makes the provider hand
+// back what it held (a peer that is stopped would otherwise keep our buffers forever).
+void Transport::check_timeouts() {
+    const auto now = Clock::now();
+    const auto limit = std::chrono::milliseconds(cfg_.op_timeout_ms);
+    std::vector<Remote *> stuck;
+    for (auto &[p, op] : ops_)
+        if (!op->reported && now - op->start > limit) {
+            fail_op(*op, -ETIMEDOUT,
+                    strprintf("efa: %s on peer %s not done within %u ms (peer stopped, overloaded or gone)",
+                              op_name(op->opcode), op->remote->name_str.c_str(), cfg_.op_timeout_ms));
+            if (std::find(stuck.begin(), stuck.end(), op->remote) == stuck.end())
+                stuck.push_back(op->remote);
+        }
+    for (Remote *r : stuck)
+        if (r->state == Remote::State::Up || r->state == Remote::State::Checking)
+            remote_failed(*r, strprintf("ops not done within %u ms", cfg_.op_timeout_ms), false);
+}
+
+} // namespace ferry_efa

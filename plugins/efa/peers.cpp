@@ -1,0 +1,517 @@
+// Remotes, control messages and the connection state machine of efa.so (see transport.hpp),
+// plus connect / disconnect / import_mem / release_mem.
+#include "transport.hpp"
+
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+namespace ferry_efa {
+
+namespace {
+constexpr unsigned kMaxAttempts = 5;
+} // namespace
+
+Remote *Transport::remote_for(uint64_t token, const uint8_t *name, size_t name_len) {
+    auto &slot = remotes_[token];
+    if (!slot) {
+        slot = std::make_unique<Remote>();
+        slot->token = token;
+    }
+    if (name != nullptr && (slot->name.size() != name_len || memcmp(slot->name.data(), name, name_len) != 0)) {
+        slot->name.assign(name, name + name_len);
+        slot->name_str = fab_.addr_string(name);
+    }
+    return slot.get();
+}
+
+bool Transport::insert_addr(Remote &r) {
+    if (r.addr != FI_ADDR_NOTAVAIL)
+        return true;
+    fi_addr_t a = FI_ADDR_NOTAVAIL;
+    int rc;
+    {
+        auto lk = fab_.lock();
+        rc = fi_av_insert(fab_.av, r.name.data(), 1, &a, 0, nullptr);
+    }
+    if (rc != 1) {
+        r.why = strprintf("fi_av_insert: %s", fi_error_string(rc < 0 ? rc : FI_EINVAL).c_str());
+        return false;
+    }
+    r.addr = a;
+    return true;
+}
+
+// Dropping the address makes the provider close its connection to that peer and flush the
+// operations it still held (they come back as errors): the way to get buffers back from a peer
+// that stopped answering, and to recover a connection the provider gave up on.
+void Transport::remove_addr(Remote &r) {
+    if (r.addr == FI_ADDR_NOTAVAIL)
+        return;
+    {
+        auto lk = fab_.lock();
+        fi_av_remove(fab_.av, &r.addr, 1, 0);
+    }
+    r.addr = FI_ADDR_NOTAVAIL;
+}
+
+void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len) {
+    CtrlHeader h{kCtrlMagic, kWireVersion, static_cast<uint16_t>(type), req_id, token_, r.token, status,
+                 static_cast<uint32_t>(len)};
+    OutMsg m{&r, type, req_id, std::vector<uint8_t>(sizeof h + len)};
+    memcpy(m.bytes.data(), &h, sizeof h);
+    if (len)
+        memcpy(m.bytes.data() + sizeof h, body, len);
+    ctrl_out_.push_back(std::move(m));
+}
+
+bool Transport::post_ctrl_sends() {
+    bool did = false;
+    while (!ctrl_out_.empty() && !free_sends_.empty()) {
+        OutMsg &m = ctrl_out_.front();
+        Remote &r = *m.to;
+        if (r.addr == FI_ADDR_NOTAVAIL) {
+            OutMsg gone = std::move(m);
+            ctrl_out_.pop_front();
+            ctrl_send_failed(r, gone.type, gone.req_id, FI_ENOTCONN);
+            did = true;
+            continue;
+        }
+        CtrlBuf *b = free_sends_.back();
+        memcpy(b->data, m.bytes.data(), m.bytes.size());
+        b->len = m.bytes.size();
+        b->to = &r;
+        b->req_id = m.req_id;
+        b->type = m.type;
+        int rc;
+        {
+            auto lk = fab_.lock();
+            rc = fi_send(fab_.ep, b->data, b->len, ctrl_desc_, r.addr, &b->fi);
+        }
+        if (rc == -FI_EAGAIN)
+            break;
+        free_sends_.pop_back();
+        OutMsg sent = std::move(m);
+        ctrl_out_.pop_front();
+        did = true;
+        if (rc != 0) {
+            free_sends_.push_back(b);
+            ctrl_send_failed(r, sent.type, sent.req_id, -rc);
+        }
+    }
+    return did;
+}
+
+void Transport::on_ctrl_send_done(CtrlBuf &b, int fi_err) {
+    free_sends_.push_back(&b);
+    if (fi_err != 0)
+        ctrl_send_failed(*b.to, b.type, b.req_id, fi_err);
+}
+
+void Transport::ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err) {
+    if (type == CtrlType::Hello) {
+        if (r.state == Remote::State::Checking && req_id == r.ping_req)
+            remote_failed(r, strprintf("cannot reach it: %s", fi_error_string(fi_err).c_str()),
+                          fi_err == FI_ECONNREFUSED || fi_err == FI_EHOSTUNREACH || fi_err == FI_ENETUNREACH);
+        return;
+    }
+    if (type == CtrlType::Query || type == CtrlType::Revoke) {
+        if (auto it = waiters_.find(req_id); it != waiters_.end()) {
+            it->second->done = true;
+            it->second->status = -ECONNRESET;
+            cv_.notify_all();
+        }
+        return;
+    }
+    // One of our answers did not get through: is the connection still there?
+    if (r.state == Remote::State::Up)
+        ping(r);
+}
+
+void Transport::ping(Remote &r) {
+    if (!insert_addr(r)) {
+        kill_remote(r, r.why);
+        return;
+    }
+    r.state = Remote::State::Checking;
+    r.ping_req = next_req_++;
+    r.ping_sent = Clock::now();
+    send_ctrl(r, CtrlType::Hello, r.ping_req, 0, fab_.name.data(), fab_.name.size());
+}
+
+void Transport::remote_up(Remote &r) {
+    r.state = Remote::State::Up;
+    r.attempts = 0;
+    r.why.clear();
+    ready_.insert(ready_.begin(), r.held.begin(), r.held.end());
+    r.held.clear();
+    cv_.notify_all();
+}
+
+void Transport::remote_failed(Remote &r, const std::string &why, bool refused) {
+    if (refused || r.attempts + 1 >= kMaxAttempts)
+        kill_remote(r, why);
+    else
+        reset(r, why);
+}
+
+void Transport::reset(Remote &r, const std::string &why) {
+    log_.log(FERRY_LOG_INFO, "resetting the connection to %s: %s", r.name_str.c_str(), why.c_str());
+    remove_addr(r);
+    r.state = Remote::State::Resetting;
+    r.why = why;
+    ++r.attempts;
+    r.next_try = Clock::now() + std::chrono::milliseconds(20 * r.attempts);
+}
+
+void Transport::drop_held(Remote &r, int status, const std::string &message) {
+    std::deque<SubOp *> held;
+    held.swap(r.held);
+    for (SubOp *s : held) {
+        Op &op = *s->op;
+        --op.unposted;
+        fail_op(op, status, message);
+        maybe_finish(op);
+    }
+}
+
+void Transport::kill_remote(Remote &r, const std::string &why) {
+    log_.log(FERRY_LOG_INFO, "peer %s is unreachable: %s", r.name_str.c_str(), why.c_str());
+    remove_addr(r);
+    r.state = Remote::State::Dead;
+    r.why = why;
+    drop_held(r, -ECONNRESET, strprintf("efa: peer %s is unreachable: %s", r.name_str.c_str(), why.c_str()));
+    cv_.notify_all();
+}
+
+bool Transport::run_remotes() {
+    bool did = false;
+    const auto now = Clock::now();
+    for (auto &[token, rp] : remotes_) {
+        Remote &r = *rp;
+        if (r.state == Remote::State::Resetting && now >= r.next_try) {
+            ping(r);
+            did = true;
+        } else if (r.state == Remote::State::Checking &&
+                   now - r.ping_sent > std::chrono::milliseconds(cfg_.connect_timeout_ms)) {
+            // A Hello the provider neither delivers nor fails (tcp keeps retrying a peer that is
+            // gone): unreachable. Explicit failures are retried in remote_failed instead.
+            kill_remote(r, strprintf("no answer within %u ms", cfg_.connect_timeout_ms));
+            did = true;
+        }
+    }
+    return did;
+}
+
+void Transport::on_ctrl(const uint8_t *data, size_t len) {
+    CtrlHeader h;
+    if (len < sizeof h)
+        return;
+    memcpy(&h, data, sizeof h);
+    if (h.magic != kCtrlMagic || h.version != kWireVersion || h.body_len > len - sizeof h)
+        return;
+    const uint8_t *body = data + sizeof h;
+    switch (static_cast<CtrlType>(h.type)) {
+    case CtrlType::Hello: {
+        Remote *r = remote_for(h.from_token, body, h.body_len);
+        r->initiates = true;
+        if (!insert_addr(*r)) {
+            log_.log(FERRY_LOG_WARN, "cannot answer %s: %s", r->name_str.c_str(), r->why.c_str());
+            return;
+        }
+        send_ctrl(*r, CtrlType::HelloAck, h.req_id, h.to_token == token_ ? 0 : -ESTALE, nullptr, 0);
+        if (r->state == Remote::State::Dead && r->users > 0)
+            ping(*r); // it is back
+        break;
+    }
+    case CtrlType::HelloAck: {
+        auto it = remotes_.find(h.from_token);
+        if (it == remotes_.end() || it->second->state != Remote::State::Checking || it->second->ping_req != h.req_id)
+            return;
+        if (h.status == 0)
+            remote_up(*it->second);
+        else
+            kill_remote(*it->second, "the endpoint belongs to an instance that no longer exists there");
+        break;
+    }
+    case CtrlType::Query: {
+        auto it = remotes_.find(h.from_token);
+        QueryBody q;
+        if (it == remotes_.end() || it->second->addr == FI_ADDR_NOTAVAIL || h.body_len < sizeof q)
+            return;
+        memcpy(&q, body, sizeof q);
+        std::vector<RemoteChunk> found;
+        for (auto &[handle, region] : regions_)
+            for (auto &c : region->chunks)
+                if (c.addr < q.addr + q.len && c.addr + c.len > q.addr)
+                    found.push_back(to_remote(*region, c));
+        std::sort(found.begin(), found.end(), [](const RemoteChunk &a, const RemoteChunk &b) { return a.addr < b.addr; });
+        QueryReplyHead head{0, static_cast<uint32_t>(std::min(found.size(), kChunksPerReply)), 0};
+        if (found.size() > kChunksPerReply)
+            head.next = found[kChunksPerReply].addr;
+        std::vector<uint8_t> reply(sizeof head + head.count * sizeof(RemoteChunk));
+        memcpy(reply.data(), &head, sizeof head);
+        if (head.count)
+            memcpy(reply.data() + sizeof head, found.data(), head.count * sizeof(RemoteChunk));
+        send_ctrl(*it->second, CtrlType::QueryReply, h.req_id, h.to_token == token_ ? 0 : -ESTALE, reply.data(),
+                  reply.size());
+        break;
+    }
+    case CtrlType::Revoke: {
+        auto it = remotes_.find(h.from_token);
+        if (it == remotes_.end() || !insert_addr(*it->second))
+            return; // we never talked to it: nothing of ours uses its keys
+        std::vector<uint64_t> keys(h.body_len / sizeof(uint64_t));
+        memcpy(keys.data(), body, keys.size() * sizeof(uint64_t));
+        on_revoke(*it->second, h.req_id, std::move(keys));
+        break;
+    }
+    case CtrlType::RevokeAck:
+    case CtrlType::QueryReply: {
+        auto it = waiters_.find(h.req_id);
+        if (it == waiters_.end())
+            return;
+        it->second->done = true;
+        it->second->status = h.status;
+        it->second->body.assign(body, body + h.body_len);
+        cv_.notify_all();
+        break;
+    }
+    }
+}
+
+// The peer is about to close these registrations: no new op may use them, and it gets its answer
+// once the RMA we already handed to the provider on them has completed.
+void Transport::on_revoke(Remote &from, uint64_t req_id, std::vector<uint64_t> keys) {
+    std::sort(keys.begin(), keys.end());
+    auto revoked = [&](uint64_t key) { return std::binary_search(keys.begin(), keys.end(), key); };
+    for (auto &[id, imp] : imports_) {
+        auto p = peers_.find(imp.peer);
+        if (p == peers_.end() || p->second.token != from.token)
+            continue;
+        for (auto &c : imp.chunks)
+            if (revoked(c.key))
+                c.revoked = 1;
+    }
+    const std::string msg = strprintf("efa: peer %s deregistered the region before the op reached it", from.name_str.c_str());
+    for (auto &[p, op] : ops_)
+        if (op->remote == &from)
+            for (auto &s : op->subs)
+                if (!s.posted && revoked(s.key))
+                    fail_op(*op, -EFAULT, msg); // its unposted pieces are dropped, never posted
+    revokes_.push_back(PendingRevoke{&from, req_id, std::move(keys)});
+    check_revokes();
+}
+
+void Transport::check_revokes() {
+    for (size_t i = 0; i < revokes_.size();) {
+        PendingRevoke &rv = revokes_[i];
+        bool busy = false;
+        for (auto &[p, op] : ops_) {
+            if (op->remote != rv.from)
+                continue;
+            for (auto &s : op->subs)
+                if (s.posted && !s.done && std::binary_search(rv.keys.begin(), rv.keys.end(), s.key))
+                    busy = true;
+        }
+        if (busy) {
+            ++i;
+            continue;
+        }
+        send_ctrl(*rv.from, CtrlType::RevokeAck, rv.req_id, 0, nullptr, 0);
+        revokes_[i] = std::move(revokes_.back());
+        revokes_.pop_back();
+    }
+}
+
+// Serving side of deregister_mem: tells every instance that may hold the region's keys, and
+// waits (bounded by connect_timeout_ms) until each has no RMA on them in flight.
+void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &lock) {
+    std::vector<uint64_t> keys;
+    for (auto &c : region.chunks)
+        keys.push_back(c.key);
+    struct Wait {
+        uint64_t req;
+        Remote *remote;
+        std::unique_ptr<Waiter> w;
+    };
+    std::vector<Wait> waits;
+    for (auto &[token, r] : remotes_) {
+        if (!r->initiates || r->state == Remote::State::Dead || r->addr == FI_ADDR_NOTAVAIL)
+            continue;
+        uint64_t req = next_req_++;
+        auto w = std::make_unique<Waiter>();
+        waiters_[req] = w.get();
+        send_ctrl(*r, CtrlType::Revoke, req, 0, keys.data(), keys.size() * sizeof(uint64_t));
+        waits.push_back(Wait{req, r.get(), std::move(w)});
+    }
+    if (waits.empty())
+        return;
+    wake();
+    // A live peer answers within milliseconds; one that does not within a second has most likely
+    // exited (the tcp provider neither delivers nor fails messages to a vanished peer).
+    const unsigned limit = std::min(cfg_.connect_timeout_ms, 1000u);
+    cv_.wait_until(lock, Clock::now() + std::chrono::milliseconds(limit), [&] {
+        return stop_.load() || std::all_of(waits.begin(), waits.end(), [](auto &w) { return w.w->done; });
+    });
+    size_t silent = 0;
+    for (auto &w : waits) {
+        waiters_.erase(w.req);
+        if (!w.w->done) {
+            ++silent;
+            w.remote->initiates = false; // not asked again until it says Hello again
+        }
+    }
+    if (silent)
+        log_.log(FERRY_LOG_INFO,
+                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) did not confirm within %u ms that they "
+                 "stopped using it; closing it anyway (late RMA is refused by the provider)",
+                 region.addr, region.length, silent, limit);
+}
+
+int Transport::wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mutex> &lock) {
+    waiters_[req_id] = &w;
+    wake();
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
+    cv_.wait_until(lock, deadline, [&] { return w.done || stop_.load(); });
+    waiters_.erase(req_id);
+    return w.done ? w.status : -ETIMEDOUT;
+}
+
+int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std::vector<RemoteChunk> *out,
+                     std::unique_lock<std::mutex> &lock, std::string *why) {
+    const uint64_t end = addr + len;
+    while (addr < end) {
+        if (!peers_.count(peer) || r.state == Remote::State::Dead) {
+            *why = "the peer went away";
+            return -ECONNRESET;
+        }
+        uint64_t req = next_req_++;
+        QueryBody q{addr, end - addr};
+        send_ctrl(r, CtrlType::Query, req, 0, &q, sizeof q);
+        Waiter w;
+        int rc = wait_reply(req, w, lock);
+        QueryReplyHead head;
+        if (rc != 0) {
+            *why = rc == -ETIMEDOUT ? strprintf("no answer within %u ms", cfg_.connect_timeout_ms)
+                                    : strprintf("%s", errno_string(-rc).c_str());
+            return rc;
+        }
+        if (w.body.size() < sizeof head)
+            return *why = "malformed answer", -EPROTO;
+        memcpy(&head, w.body.data(), sizeof head);
+        if (w.body.size() < sizeof head + head.count * sizeof(RemoteChunk))
+            return *why = "truncated answer", -EPROTO;
+        for (uint32_t i = 0; i < head.count; ++i) {
+            RemoteChunk c;
+            memcpy(&c, w.body.data() + sizeof head + i * sizeof c, sizeof c);
+            c.revoked = 0;
+            if (std::none_of(out->begin(), out->end(), [&](const RemoteChunk &o) { return o.addr == c.addr && o.key == c.key; }))
+                out->push_back(c);
+        }
+        if (head.next == 0 || head.next <= addr)
+            break;
+        addr = head.next;
+    }
+    std::sort(out->begin(), out->end(), [](const RemoteChunk &a, const RemoteChunk &b) { return a.addr < b.addr; });
+    return 0;
+}
+
+int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
+    EndpointHead h;
+    if (len < sizeof h)
+        return set_error(err, -EINVAL, "efa: endpoint is %zu bytes, too short for an efa.so endpoint", len);
+    memcpy(&h, endpoint, sizeof h);
+    if (h.magic != kEndpointMagic || h.version != kWireVersion || h.name_len != len - sizeof h)
+        return set_error(err, -EPROTO, "efa: not an efa.so version %u endpoint", kWireVersion);
+    std::unique_lock lock(mu_);
+    Remote &r = *remote_for(h.token, static_cast<const uint8_t *>(endpoint) + sizeof h, h.name_len);
+    if (r.state == Remote::State::Idle || r.state == Remote::State::Dead) {
+        r.attempts = 0;
+        r.state = Remote::State::Resetting;
+        r.next_try = Clock::now();
+        wake();
+    }
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
+    cv_.wait_until(lock, deadline, [&] {
+        return stop_.load() || r.state == Remote::State::Up || r.state == Remote::State::Dead;
+    });
+    if (r.state != Remote::State::Up) {
+        std::string why = r.state == Remote::State::Dead ? r.why : strprintf("no answer within %u ms", cfg_.connect_timeout_ms);
+        int code = r.state == Remote::State::Dead ? -ECONNREFUSED : -ETIMEDOUT;
+        if (r.users == 0) { // nobody else waits for it: stop trying
+            remove_addr(r);
+            r.state = Remote::State::Idle;
+        }
+        return set_error(err, code, "efa: cannot connect to peer %s: %s", r.name_str.c_str(), why.c_str());
+    }
+    ++r.users;
+    *peer = next_peer_++;
+    peers_[*peer] = Peer{r.token};
+    return 0;
+}
+
+int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    auto it = peers_.find(peer);
+    if (it == peers_.end())
+        return set_error(err, -ENOENT, "efa: no peer %" PRIu64 " (never connected or already disconnected)", peer);
+    Remote &r = *remotes_.at(it->second.token);
+    peers_.erase(it);
+    for (auto i = imports_.begin(); i != imports_.end();)
+        i = i->second.peer == peer ? imports_.erase(i) : std::next(i);
+    const std::string msg = strprintf("efa: op canceled: disconnected from peer %s", r.name_str.c_str());
+    for (auto &[p, op] : ops_)
+        if (op->peer == peer)
+            fail_op(*op, -ECANCELED, msg);
+    if (--r.users == 0) {
+        // The provider keeps what it was given until the connection goes: drop it, so those
+        // buffers come back (as flushed errors) instead of staying with a peer that may never answer.
+        if (r.outstanding > 0 || !r.held.empty())
+            remove_addr(r);
+        drop_held(r, -ECANCELED, msg);
+        if (r.state != Remote::State::Dead)
+            r.state = Remote::State::Idle;
+    }
+    wake();
+    return 0;
+}
+
+int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
+                          uint64_t *remote_mem, ferry_error_t *err) {
+    if (region->length == 0 || region->addr + region->length < region->addr)
+        return set_error(err, -EINVAL, "efa: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps",
+                         region->addr, region->length);
+    Import imp{peer, region->addr, region->length, region->access, {}};
+    std::string why;
+    if (desc != nullptr && len > 0 && !parse_chunks(desc, len, &imp.chunks, &why))
+        return set_error(err, -EINVAL, "efa: %s", why.c_str());
+    std::unique_lock lock(mu_);
+    auto it = peers_.find(peer);
+    if (it == peers_.end())
+        return set_error(err, -ENOENT, "efa: no peer %" PRIu64, peer);
+    Remote &r = *remotes_.at(it->second.token);
+    if (desc == nullptr || len == 0) { // no keys from the host: ask the peer which registrations cover it
+        if (int rc = query(peer, r, region->addr, region->length, &imp.chunks, lock, &why))
+            return set_error(err, rc, "efa: asking peer %s for its registrations of [0x%" PRIx64 ", +%" PRIu64 "): %s",
+                             r.name_str.c_str(), region->addr, region->length, why.c_str());
+    }
+    uint64_t id = next_import_++;
+    imports_[id] = std::move(imp);
+    *remote_mem = id;
+    return 0;
+}
+
+int Transport::release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
+    std::lock_guard lock(mu_);
+    auto it = imports_.find(remote_mem);
+    if (it == imports_.end() || it->second.peer != peer)
+        return set_error(err, -ENOENT, "efa: peer %" PRIu64 " has no imported region %" PRIu64, peer, remote_mem);
+    imports_.erase(it);
+    return 0;
+}
+
+} // namespace ferry_efa

@@ -1,0 +1,359 @@
+// efa.so instance life cycle, registration, the probe, and the progress thread.
+#include "transport.hpp"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_errno.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+namespace ferry_efa {
+
+namespace {
+constexpr size_t kRecvBufs = 32;
+constexpr size_t kSendBufs = 32;
+} // namespace
+
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
+
+int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
+    Config cfg;
+    ferry_error_t err{};
+    if (parse_config(options, n, &cfg, &err) != 0) {
+        result->available = 0;
+        copy_message(result->reason, err.message);
+        return 0;
+    }
+    fi_info *info = nullptr;
+    std::string why;
+    if (get_info(cfg, &info, &why) != 0) {
+        result->available = 0;
+        copy_message(result->reason, why.c_str());
+        return 0;
+    }
+    result->available = 1;
+    copy_message(result->reason, ("libfabric " + std::to_string(FI_MAJOR(fi_version())) + "." +
+                                  std::to_string(FI_MINOR(fi_version())) + ", " + describe(info))
+                                     .c_str());
+    fi_freeinfo(info);
+    return 0;
+}
+
+int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
+                      ferry_error_t *err) {
+    Config cfg;
+    if (int rc = parse_config(options, n, &cfg, err))
+        return rc;
+    std::unique_ptr<Transport> t(new Transport(cfg, host));
+    if (int rc = t->start(err))
+        return rc;
+    *out = t.release();
+    return 0;
+}
+
+int Transport::start(ferry_error_t *err) {
+    std::string why;
+    if (int rc = fab_.open(cfg_, &why))
+        return set_error(err, rc == -FI_ENODATA ? -ENODEV : rc, "efa: %s", why.c_str());
+    keys_ = std::make_unique<KeySource>(fab_.mr_key_size);
+    if (getrandom(&token_, sizeof token_, 0) != static_cast<ssize_t>(sizeof token_))
+        token_ = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
+    token_ |= 1;
+
+    ctrl_slab_.resize((kRecvBufs + kSendBufs) * kCtrlSize);
+    uint64_t key = (fab_.mr_mode & FI_MR_PROV_KEY) ? 0 : keys_->next();
+    int rc = fi_mr_reg(fab_.domain, ctrl_slab_.data(), ctrl_slab_.size(), FI_SEND | FI_RECV, 0, key, 0, &ctrl_mr_,
+                       nullptr);
+    if (rc == 0 && (fab_.mr_mode & FI_MR_ENDPOINT) && (rc = fi_mr_bind(ctrl_mr_, &fab_.ep->fid, 0)) == 0)
+        rc = fi_mr_enable(ctrl_mr_);
+    if (rc != 0)
+        return set_error(err, rc < 0 ? rc : -rc, "efa: registering control buffers: %s", fi_error_string(rc).c_str());
+    ctrl_desc_ = fi_mr_desc(ctrl_mr_);
+    for (size_t i = 0; i < kRecvBufs + kSendBufs; ++i) {
+        auto b = std::make_unique<CtrlBuf>(i < kRecvBufs ? CtxKind::CtrlRecv : CtxKind::CtrlSend);
+        b->data = ctrl_slab_.data() + i * kCtrlSize;
+        if (i < kRecvBufs) {
+            unposted_recvs_.push_back(b.get());
+            recv_bufs_.push_back(std::move(b));
+        } else {
+            free_sends_.push_back(b.get());
+            send_bufs_.push_back(std::move(b));
+        }
+    }
+    post_recvs();
+
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (wake_fd_ < 0 || epoll_fd_ < 0)
+        return set_error(err, -errno, "efa: eventfd/epoll: %s", errno_string(errno).c_str());
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = wake_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    if (fab_.wait_fd >= 0) {
+        ev.data.fd = fab_.wait_fd;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fab_.wait_fd, &ev);
+    }
+    next_timeout_scan_ = Clock::now();
+    progress_ = std::thread([this] { progress_loop(); });
+    log_.log(FERRY_LOG_INFO, "endpoint %s: %s%s", fab_.name_str.c_str(), describe(fab_.info).c_str(),
+             fab_.wait_fd >= 0 ? "" : ", no CQ wait object (polling)");
+    return 0;
+}
+
+Transport::~Transport() {
+    if (progress_.joinable()) {
+        stop_ = true;
+        wake();
+        progress_.join();
+    }
+    // Closing the endpoint first: after it the provider touches none of our buffers.
+    if (fab_.ep) {
+        fi_close(&fab_.ep->fid);
+        fab_.ep = nullptr;
+    }
+    for (auto &[h, r] : regions_)
+        close_region(fab_, *r);
+    if (ctrl_mr_)
+        fi_close(&ctrl_mr_->fid);
+    for (auto &[p, op] : ops_)
+        if (op->pin)
+            op->pin->unpin();
+    for (int fd : {wake_fd_, epoll_fd_})
+        if (fd >= 0)
+            close(fd);
+}
+
+int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
+    EndpointHead h{kEndpointMagic, kWireVersion, static_cast<uint16_t>(fab_.name.size()), token_};
+    size_t need = sizeof h + fab_.name.size();
+    if (*len < need) {
+        *len = need;
+        return set_error(err, -ENOSPC, "efa: the endpoint needs %zu bytes", need);
+    }
+    memcpy(buf, &h, sizeof h);
+    memcpy(static_cast<uint8_t *>(buf) + sizeof h, fab_.name.data(), fab_.name.size());
+    *len = need;
+    return 0;
+}
+
+int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
+    if (r->kind != FERRY_MEM_HOST && r->kind != FERRY_MEM_CUDA && r->kind != FERRY_MEM_ROCM)
+        return set_error(err, -EINVAL, "efa: unknown memory kind %u", r->kind);
+    if (r->kind != FERRY_MEM_HOST && !fab_.hmem)
+        return set_error(err, -ENOTSUP,
+                         "efa: provider %s does not report FI_HMEM, so it cannot register %s device memory "
+                         "(the engine stages such memory through host buffers)",
+                         fab_.info->fabric_attr->prov_name, r->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm");
+    if (r->length == 0 || r->addr == 0 || r->addr + r->length < r->addr)
+        return set_error(err, -EINVAL, "efa: region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
+                         r->length);
+    if (r->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
+        return set_error(err, -EINVAL, "efa: unknown access bits 0x%x", r->access);
+    auto region = std::make_shared<LocalRegion>();
+    region->addr = r->addr;
+    region->length = r->length;
+    region->access = r->access;
+    region->kind = r->kind;
+    region->device = r->device_id;
+    std::string why;
+    if (int rc = register_region(fab_, cfg_.max_mr_size, *keys_, *r, *region, &why))
+        return set_error(err, rc, "efa: %s", why.c_str());
+    std::lock_guard lock(mu_);
+    region->handle = next_region_++;
+    regions_[region->handle] = region;
+    *handle = region->handle;
+    if (region->chunks.size() > 1)
+        log_.log(FERRY_LOG_DEBUG, "region [0x%" PRIx64 ", +%" PRIu64 ") registered as %zu MRs", r->addr, r->length,
+                 region->chunks.size());
+    return 0;
+}
+
+int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
+    std::shared_ptr<LocalRegion> r;
+    {
+        std::lock_guard lock(mu_);
+        auto it = regions_.find(handle);
+        if (it == regions_.end())
+            return set_error(err, -ENOENT, "efa: no registered region has handle %" PRIu64, handle);
+        r = it->second;
+        regions_.erase(it);
+    }
+    r->retire_and_wait(log_); // our own ops using it as the local side
+    {
+        std::unique_lock lock(mu_);
+        revoke(*r, lock); // peers' RMA into it
+    }
+    close_region(fab_, *r); // from here the provider refuses peers' RMA to it
+    return 0;
+}
+
+int Transport::export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err) {
+    std::vector<uint8_t> bytes;
+    {
+        std::lock_guard lock(mu_);
+        auto it = regions_.find(handle);
+        if (it == regions_.end())
+            return set_error(err, -ENOENT, "efa: no registered region has handle %" PRIu64, handle);
+        bytes = export_chunks(*it->second);
+    }
+    if (*len < bytes.size()) {
+        *len = bytes.size();
+        return set_error(err, -ENOSPC, "efa: the region's keys need %zu bytes", bytes.size());
+    }
+    memcpy(buf, bytes.data(), bytes.size());
+    *len = bytes.size();
+    return 0;
+}
+
+void Transport::wake() {
+    uint64_t one = 1;
+    if (write(wake_fd_, &one, sizeof one) < 0 && errno != EAGAIN)
+        log_.log(FERRY_LOG_WARN, "wake eventfd: %s", errno_string(errno).c_str());
+}
+
+void Transport::post_recvs() {
+    while (!unposted_recvs_.empty()) {
+        CtrlBuf *b = unposted_recvs_.back();
+        auto lk = fab_.lock();
+        int rc = fi_recv(fab_.ep, b->data, kCtrlSize, ctrl_desc_, FI_ADDR_UNSPEC, &b->fi);
+        if (rc != 0) {
+            if (rc != -FI_EAGAIN)
+                log_.log(FERRY_LOG_WARN, "fi_recv: %s", fi_error_string(rc).c_str());
+            return;
+        }
+        unposted_recvs_.pop_back();
+    }
+}
+
+void Transport::on_completion(const fi_cq_msg_entry &e) {
+    auto *c = static_cast<Ctx *>(e.op_context);
+    if (c == nullptr)
+        return;
+    switch (c->kind) {
+    case CtxKind::SubOp:
+        sub_done(*static_cast<SubOp *>(c), nullptr);
+        break;
+    case CtxKind::CtrlRecv: {
+        auto *b = static_cast<CtrlBuf *>(c);
+        on_ctrl(b->data, e.len);
+        unposted_recvs_.push_back(b);
+        post_recvs();
+        break;
+    }
+    case CtxKind::CtrlSend:
+        on_ctrl_send_done(*static_cast<CtrlBuf *>(c), 0);
+        break;
+    }
+}
+
+void Transport::on_error(const fi_cq_err_entry &e) {
+    auto *c = static_cast<Ctx *>(e.op_context);
+    if (c == nullptr) {
+        log_.log(FERRY_LOG_WARN, "completion error without context: %s", fi_error_string(e.err).c_str());
+        return;
+    }
+    switch (c->kind) {
+    case CtxKind::SubOp:
+        sub_done(*static_cast<SubOp *>(c), &e);
+        break;
+    case CtxKind::CtrlRecv:
+        unposted_recvs_.push_back(static_cast<CtrlBuf *>(c));
+        if (!stop_)
+            post_recvs();
+        break;
+    case CtxKind::CtrlSend:
+        on_ctrl_send_done(*static_cast<CtrlBuf *>(c), e.err ? e.err : FI_EIO);
+        break;
+    }
+}
+
+void Transport::progress_loop() {
+    fi_cq_msg_entry entries[64];
+    while (!stop_.load(std::memory_order_acquire)) {
+        bool busy = false;
+        {
+            std::lock_guard lock(mu_);
+            busy |= run_remotes();
+            busy |= post_ctrl_sends();
+            busy |= post_ops();
+            ssize_t n;
+            {
+                auto lk = fab_.lock();
+                n = fi_cq_read(fab_.cq, entries, 64);
+            }
+            if (n > 0) {
+                for (ssize_t i = 0; i < n; ++i)
+                    on_completion(entries[i]);
+                busy = true;
+            } else if (n == -FI_EAVAIL) {
+                fi_cq_err_entry e{};
+                ssize_t got;
+                {
+                    auto lk = fab_.lock();
+                    got = fi_cq_readerr(fab_.cq, &e, 0);
+                }
+                if (got == 1)
+                    on_error(e);
+                busy = true;
+            } else if (n != -FI_EAGAIN) {
+                log_.log(FERRY_LOG_ERROR, "fi_cq_read: %s", fi_error_string(static_cast<int>(n)).c_str());
+            }
+            if (cfg_.op_timeout_ms && Clock::now() >= next_timeout_scan_) {
+                check_timeouts();
+                next_timeout_scan_ = Clock::now() + std::chrono::milliseconds(50);
+            }
+            if (!ready_.empty())
+                busy = true; // the provider pushed back (-FI_EAGAIN): keep progressing
+        }
+        if (!busy)
+            idle_wait();
+    }
+}
+
+// Sleeps until the CQ or a submit has something, never longer than the next timer.
+void Transport::idle_wait() {
+    bool active;
+    {
+        std::lock_guard lock(mu_);
+        active = !ops_.empty() || !ctrl_out_.empty();
+        for (auto &[t, r] : remotes_)
+            if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting)
+                active = true;
+    }
+    if (cfg_.busy_poll) {
+        sched_yield();
+        return;
+    }
+    int timeout = active ? 20 : -1;
+    if (fab_.wait_fd >= 0) {
+        fid *fids[1] = {&fab_.cq->fid};
+        int rc;
+        {
+            auto lk = fab_.lock();
+            rc = fi_trywait(fab_.fabric, fids, 1);
+        }
+        if (rc != FI_SUCCESS)
+            return; // events are waiting: read them
+    } else if (active) {
+        timeout = 0; // no wait object: poll while work is in flight
+        sched_yield();
+    } else {
+        timeout = 1;
+    }
+    epoll_event ev[4];
+    int n = epoll_wait(epoll_fd_, ev, 4, timeout);
+    for (int i = 0; i < n; ++i)
+        if (ev[i].data.fd == wake_fd_) {
+            uint64_t v;
+            (void)!read(wake_fd_, &v, sizeof v);
+        }
+}
+
+} // namespace ferry_efa

@@ -1,0 +1,223 @@
+// One efa.so instance: one RDM endpoint + CQ on one domain, a progress thread that is the only
+// caller of the endpoint and CQ (posting RMA, reading completions, driving the provider's
+// progress, which the tcp provider needs on BOTH sides), and the state of the peers.
+//
+// Remotes: one per other instance (keyed by its random token), shared by every connect() to it
+// and by the serving role (we answer its control messages). A remote is Up, Checking (a Hello is
+// in flight: after connect, or after an op failed, to tell a refused op from a broken
+// connection), Resetting (its address was removed from the AV, which makes the provider drop the
+// connection and flush what it held; re-inserted after a pause), Dead (unreachable; ops fail) or
+// Idle (nobody uses it). Ops to a remote that is not Up wait in `held`.
+#pragma once
+
+#include "fabric.hpp"
+#include "memory.hpp"
+#include "options.hpp"
+#include "util.hpp"
+#include "wire.hpp"
+
+#include <ferry/plugin.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry_efa {
+
+enum class CtxKind : uint32_t { SubOp = 1, CtrlRecv = 2, CtrlSend = 3 };
+
+// Every context handed to libfabric starts with this (FI_CONTEXT2 space first).
+struct Ctx {
+    fi_context2 fi{};
+    CtxKind kind;
+    explicit Ctx(CtxKind k) : kind(k) {}
+};
+
+struct Op;
+struct Remote;
+
+struct SubOp : Ctx {
+    SubOp() : Ctx(CtxKind::SubOp) {}
+    Op *op = nullptr;
+    void *local = nullptr;
+    uint64_t len = 0;
+    void *desc = nullptr;
+    uint64_t raddr = 0, key = 0;
+    bool posted = false, done = false;
+};
+
+struct Op {
+    uint64_t user_data = 0;
+    uint64_t peer = 0; // peer id (connect)
+    uint32_t opcode = 0;
+    Remote *remote = nullptr;
+    std::shared_ptr<LocalRegion> pin;
+    Clock::time_point start;
+    std::vector<SubOp> subs;
+    uint32_t unposted = 0;    // subs not handed to the provider yet
+    uint32_t outstanding = 0; // subs the provider holds
+    int status = 0;
+    std::string message;
+    bool reported = false; // its completion was delivered (possibly early: cancel, timeout)
+};
+
+struct CtrlBuf : Ctx {
+    explicit CtrlBuf(CtxKind k) : Ctx(k) {}
+    uint8_t *data = nullptr;
+    size_t len = 0;
+    Remote *to = nullptr; // sends: destination
+    uint64_t req_id = 0;
+    CtrlType type = CtrlType::Hello;
+};
+
+struct Remote {
+    enum class State { Up, Checking, Resetting, Dead, Idle };
+    uint64_t token = 0;
+    std::vector<uint8_t> name;
+    std::string name_str;
+    fi_addr_t addr = FI_ADDR_NOTAVAIL;
+    State state = State::Idle;
+    unsigned attempts = 0;
+    Clock::time_point next_try, ping_sent;
+    uint64_t ping_req = 0;
+    std::deque<SubOp *> held;
+    uint64_t outstanding = 0; // subops the provider holds
+    unsigned users = 0;       // live peer ids
+    bool initiates = false;   // it said Hello to us: it may hold our keys
+    std::string why;          // last failure, for messages
+};
+
+struct PendingRevoke {
+    Remote *from = nullptr;
+    uint64_t req_id = 0;
+    std::vector<uint64_t> keys;
+};
+
+struct Peer {
+    uint64_t token = 0;
+};
+
+struct Import {
+    uint64_t peer = 0, addr = 0, length = 0;
+    uint32_t access = 0;
+    std::vector<RemoteChunk> chunks; // ascending
+};
+
+struct Waiter {
+    bool done = false;
+    int status = 0;
+    std::vector<uint8_t> body;
+};
+
+class Transport {
+public:
+    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
+                      ferry_error_t *err);
+    static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
+    ~Transport();
+
+    int export_endpoint(void *buf, size_t *len, ferry_error_t *err);
+    int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
+    int deregister_mem(uint64_t handle, ferry_error_t *err);
+    int export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err);
+    int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
+    int disconnect(uint64_t peer, ferry_error_t *err);
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
+                   uint64_t *remote_mem, ferry_error_t *err);
+    int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
+    int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
+    int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
+    int completion_fd() const { return cq_.fd(); }
+
+private:
+    Transport(const Config &cfg, const ferry_host_api_t *host);
+    int start(ferry_error_t *err);
+
+    // transport.cpp: the progress thread
+    void progress_loop();
+    void idle_wait();
+    void wake();
+    void on_completion(const fi_cq_msg_entry &e);
+    void on_error(const fi_cq_err_entry &e);
+    void post_recvs();
+
+    // peers.cpp: remotes and control messages (all with mu_ held)
+    Remote *remote_for(uint64_t token, const uint8_t *name, size_t name_len);
+    bool insert_addr(Remote &r);
+    void remove_addr(Remote &r);
+    void send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len);
+    bool post_ctrl_sends();
+    void on_ctrl(const uint8_t *data, size_t len);
+    void on_ctrl_send_done(CtrlBuf &b, int fi_err);
+    void ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err);
+    void drop_held(Remote &r, int status, const std::string &message);
+    void ping(Remote &r);
+    void remote_up(Remote &r);
+    void remote_failed(Remote &r, const std::string &why, bool refused);
+    void reset(Remote &r, const std::string &why);
+    void kill_remote(Remote &r, const std::string &why);
+    bool run_remotes();
+    int wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mutex> &lock);
+    void on_revoke(Remote &from, uint64_t req_id, std::vector<uint64_t> keys);
+    void check_revokes();
+    void revoke(const LocalRegion &region, std::unique_lock<std::mutex> &lock);
+    int query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std::vector<RemoteChunk> *out,
+              std::unique_lock<std::mutex> &lock, std::string *why);
+
+    // ops.cpp: building, posting and finishing ops (all with mu_ held)
+    bool post_ops();
+    int post(SubOp &s);
+    void sub_done(SubOp &s, const fi_cq_err_entry *e);
+    void fail_op(Op &op, int status, const std::string &message);
+    void maybe_finish(Op &op);
+    void check_timeouts();
+    std::string describe_error(const fi_cq_err_entry &e, const Remote &r, int *status) const;
+
+    const Config cfg_;
+    const Logger log_;
+    Fabric fab_;
+    std::unique_ptr<KeySource> keys_;
+    uint64_t token_ = 0;
+    CompletionQueue cq_;
+
+    // Control buffers: one registered slab, receives always posted, sends from a free list.
+    std::vector<uint8_t> ctrl_slab_;
+    fid_mr *ctrl_mr_ = nullptr;
+    void *ctrl_desc_ = nullptr;
+    std::vector<std::unique_ptr<CtrlBuf>> recv_bufs_, send_bufs_;
+    std::vector<CtrlBuf *> free_sends_, unposted_recvs_;
+    struct OutMsg {
+        Remote *to;
+        CtrlType type;
+        uint64_t req_id;
+        std::vector<uint8_t> bytes;
+    };
+    std::deque<OutMsg> ctrl_out_; // waiting for a send buffer or for fi_send to take it
+
+    std::mutex mu_; // everything below, and the progress thread's work
+    std::condition_variable cv_;
+    std::atomic<bool> stop_{false};
+    std::thread progress_;
+    int wake_fd_ = -1, epoll_fd_ = -1;
+
+    std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_; // by handle
+    uint64_t next_region_ = 1;
+    std::unordered_map<uint64_t, std::unique_ptr<Remote>> remotes_; // by token
+    std::unordered_map<uint64_t, Peer> peers_;
+    std::unordered_map<uint64_t, Import> imports_;
+    uint64_t next_peer_ = 1, next_import_ = 1, next_req_ = 1;
+    std::unordered_map<uint64_t, Waiter *> waiters_;
+    std::vector<PendingRevoke> revokes_; // keys a peer revoked, acknowledged once our RMA on them is done
+    std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
+    std::deque<SubOp *> ready_; // to post
+    Clock::time_point next_timeout_scan_;
+};
+
+} // namespace ferry_efa

@@ -1,0 +1,343 @@
+// The initiating side of shm.so: connect (handshake + the peer's access probe of us), imports,
+// submit, answers, disconnect, op timeouts. Our local regions stay pinned while a serving side
+// may still copy into or out of them.
+#include "transport.hpp"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+namespace ferry_shm {
+
+namespace {
+
+// Reads exactly len bytes before the deadline: 0, -ETIMEDOUT, or -errno / -ECONNRESET.
+int read_full(int fd, void *buf, size_t len, Clock::time_point deadline) {
+    char *p = static_cast<char *>(buf);
+    while (len > 0) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        pollfd pf{fd, POLLIN, 0};
+        int r = ::poll(&pf, 1, static_cast<int>(left));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return -ETIMEDOUT;
+        ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return n == 0 ? -ECONNRESET : -errno;
+        p += n;
+        len -= static_cast<size_t>(n);
+    }
+    return 0;
+}
+
+} // namespace
+
+int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
+    EndpointBytes ep;
+    if (len != sizeof ep)
+        return set_error(err, -EINVAL, "shm: endpoint is %zu bytes, a shm endpoint has %zu", len, sizeof ep);
+    memcpy(&ep, endpoint, sizeof ep);
+    if (ep.magic != kEndpointMagic || ep.version != kWireVersion)
+        return set_error(err, -EPROTO, "shm: not a shm.so version %u endpoint", kWireVersion);
+    const std::string who = strprintf("peer pid %u", ep.pid);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return set_error(err, -errno, "shm: socket: %s", errno_string(errno).c_str());
+    auto fail = [&](int code, const std::string &m) {
+        close(fd);
+        return set_error(err, code, "shm: %s: %s", who.c_str(), m.c_str());
+    };
+    std::string name = socket_name(ep.pid, ep.token);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, name.data(), name.size());
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&sa),
+                  static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())) != 0) {
+        int e = errno;
+        return fail(-e, strprintf("cannot reach its shm instance (abstract socket @%s): %s; the process exited or "
+                                  "destroyed its transport, or it runs in another network namespace (container)",
+                                  name.c_str() + 1, errno_string(e).c_str()));
+    }
+    ucred cred{};
+    socklen_t cl = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid != static_cast<pid_t>(ep.pid))
+        return fail(-EHOSTUNREACH, strprintf("the socket belongs to pid %d here: the peer runs in another PID namespace "
+                                             "(container); shm needs both processes in one",
+                                             cred.pid));
+    Hello h{kHelloMagic, kWireVersion, 0, ep.token, reinterpret_cast<uint64_t>(probe_), probe_[0],
+            static_cast<uint32_t>(pid_), static_cast<uint32_t>(uid_)};
+    if (::send(fd, &h, sizeof h, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h))
+        return fail(-ECONNRESET, strprintf("handshake: %s", errno_string(errno).c_str()));
+    HelloAck ack{};
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
+    if (int rc = read_full(fd, &ack, sizeof ack, deadline))
+        return fail(rc, rc == -ETIMEDOUT ? strprintf("no handshake answer within %u ms (the process is stopped or "
+                                                     "overloaded)", cfg_.connect_timeout_ms)
+                                         : strprintf("handshake: %s", errno_string(-rc).c_str()));
+    ack.message[sizeof ack.message - 1] = '\0';
+    if (ack.magic != kAckMagic)
+        return fail(-EPROTO, "handshake answer is not from shm.so");
+    if (ack.status != 0)
+        return fail(ack.status < 0 ? ack.status : -EIO, strprintf("refused the connection: %s", ack.message));
+    auto c = std::make_shared<ClientConn>();
+    c->fd = fd;
+    c->pid = static_cast<pid_t>(ep.pid);
+    c->who = who;
+    {
+        std::unique_lock lock(peers_mu_);
+        c->peer_id = next_peer_++;
+        peers_[c->peer_id] = c;
+    }
+    add_conn(c, EPOLLIN | EPOLLRDHUP);
+    *peer = c->peer_id;
+    log_.log(FERRY_LOG_DEBUG, "connected to %s as peer %" PRIu64, who.c_str(), c->peer_id);
+    return 0;
+}
+
+int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
+    std::shared_ptr<ClientConn> c;
+    {
+        std::unique_lock lock(peers_mu_);
+        auto it = peers_.find(peer);
+        if (it == peers_.end())
+            return set_error(err, -ENOENT, "shm: no peer %" PRIu64 " (never connected or already disconnected)", peer);
+        c = it->second;
+        peers_.erase(it);
+        for (auto i = imports_.begin(); i != imports_.end();)
+            i = i->second.peer == peer ? imports_.erase(i) : std::next(i);
+    }
+    std::vector<ferry_completion_t> done;
+    {
+        std::lock_guard lock(c->mu);
+        c->closing = true;
+        for (auto &[id, p] : c->pending)
+            if (!p.reported) {
+                p.reported = true;
+                done.push_back(make_completion(p.user_data, -ECANCELED,
+                                               strprintf("shm: op canceled: disconnected from %s", c->who.c_str())));
+            }
+        // Requests not handed to the socket yet are simply dropped; the serving side drops the
+        // rest when it sees our shutdown, and closes once its running copies are done.
+        std::lock_guard out(c->out_mu);
+        c->out.clear();
+        if (c->fd >= 0)
+            ::shutdown(c->fd, SHUT_WR);
+    }
+    cq_.push(done);
+    return 0;
+}
+
+int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, uint64_t *remote_mem, ferry_error_t *err) {
+    if (r->kind != FERRY_MEM_HOST)
+        return set_error(err, -ENOTSUP, "shm: only host memory (kind %u given)", r->kind);
+    if (r->length == 0 || r->addr + r->length < r->addr)
+        return set_error(err, -EINVAL, "shm: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
+                         r->length);
+    std::unique_lock lock(peers_mu_);
+    if (!peers_.count(peer))
+        return set_error(err, -ENOENT, "shm: no peer %" PRIu64, peer);
+    uint64_t id = next_import_++;
+    imports_[id] = Import{peer, r->addr, r->length, r->access};
+    *remote_mem = id;
+    return 0;
+}
+
+int Transport::release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
+    std::unique_lock lock(peers_mu_);
+    auto it = imports_.find(remote_mem);
+    if (it == imports_.end() || it->second.peer != peer)
+        return set_error(err, -ENOENT, "shm: peer %" PRIu64 " has no imported region %" PRIu64, peer, remote_mem);
+    imports_.erase(it);
+    return 0;
+}
+
+int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    std::shared_ptr<ClientConn> c;
+    std::vector<std::shared_ptr<Region>> locals(n);
+    auto unpin_all = [&] {
+        for (auto &r : locals)
+            if (r)
+                r->unpin();
+    };
+    {
+        std::shared_lock lock(peers_mu_);
+        auto it = peers_.find(peer);
+        if (it == peers_.end())
+            return set_error(err, -ENOTCONN, "shm: no peer %" PRIu64 " (not connected, or disconnected)", peer);
+        c = it->second;
+        for (size_t i = 0; i < n; ++i) {
+            const ferry_xfer_op_t &op = ops[i];
+            if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: unknown opcode %u", i, op.opcode);
+            }
+            if (op.length == 0) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: length is 0", i);
+            }
+            auto imp = imports_.find(op.remote_mem);
+            if (imp == imports_.end() || imp->second.peer != peer) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64, i,
+                                 op.remote_mem, peer);
+            }
+            const Import &m = imp->second;
+            if (op.remote_addr < m.addr || op.length > m.length || op.remote_addr - m.addr > m.length - op.length) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region",
+                                 i, op.remote_addr, op.length);
+            }
+            auto local = regions_.find(op.local_mem);
+            if (!local || !local->contains(op.local_addr, op.length)) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside registered region %" PRIu64,
+                                 i, op.local_addr, op.length, op.local_mem);
+            }
+            if (!local->pin()) {
+                unpin_all();
+                return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i, op.local_mem);
+            }
+            locals[i] = std::move(local);
+        }
+    }
+    std::string wire(n * sizeof(Request), '\0');
+    std::lock_guard lock(c->mu);
+    if (c->dead || c->closing) {
+        unpin_all();
+        return set_error(err, -ECONNRESET, "shm: %s: %s", c->who.c_str(),
+                         c->dead_reason.empty() ? "connection closed" : c->dead_reason.c_str());
+    }
+    const auto now = Clock::now();
+    const uint64_t first = c->next_id;
+    try {
+        for (size_t i = 0; i < n; ++i) {
+            Request r{first + i, ops[i].opcode, 0, ops[i].remote_addr, ops[i].length, ops[i].local_addr};
+            memcpy(wire.data() + i * sizeof r, &r, sizeof r);
+            c->pending.emplace(first + i, Pending{ops[i].user_data, std::move(locals[i]), now, false});
+        }
+    } catch (...) {
+        for (size_t i = 0; i < n; ++i) {
+            auto it = c->pending.find(first + i);
+            if (it != c->pending.end()) {
+                it->second.local->unpin();
+                c->pending.erase(it);
+            }
+        }
+        unpin_all();
+        throw;
+    }
+    c->next_id += n;
+    in_flight_.fetch_add(n, std::memory_order_relaxed);
+    if (!send(*c, wire.data(), wire.size())) {
+        // Closed under us: the I/O thread already failed what it saw; fail ours the same way.
+        for (size_t i = 0; i < n; ++i) {
+            auto it = c->pending.find(first + i);
+            it->second.local->unpin();
+            c->pending.erase(it);
+        }
+        in_flight_.fetch_sub(n, std::memory_order_relaxed);
+        return set_error(err, -ECONNRESET, "shm: %s: connection closed", c->who.c_str());
+    }
+    return 0;
+}
+
+void Transport::on_done(ClientConn &c, const Done &d, std::string_view message) {
+    Pending p;
+    {
+        std::lock_guard lock(c.mu);
+        auto it = c.pending.find(d.id);
+        if (it == c.pending.end())
+            return;
+        p = std::move(it->second);
+        c.pending.erase(it);
+    }
+    p.local->unpin();
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    if (!p.reported)
+        cq_.push(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message));
+}
+
+void Transport::client_dead(ClientConn &c, const std::string &reason) {
+    std::vector<ferry_completion_t> done;
+    {
+        std::lock_guard lock(c.mu);
+        c.dead = true;
+        c.dead_reason = reason;
+        for (auto &[id, p] : c.pending) {
+            if (!p.reported)
+                done.push_back(make_completion(p.user_data, -ECONNRESET,
+                                               strprintf("shm: %s: %s", c.who.c_str(), reason.c_str())));
+            p.local->unpin();
+        }
+        in_flight_.fetch_sub(c.pending.size(), std::memory_order_relaxed);
+        c.pending.clear();
+    }
+    cq_.push(done);
+    close_conn(c);
+}
+
+void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t events) {
+    (void)events;
+    uint8_t buf[64 * 1024];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            client_dead(*c, n == 0 ? "the connection closed with ops in flight (the process exited or destroyed its "
+                                     "transport)"
+                                   : strprintf("connection error: %s", errno_string(errno).c_str()));
+            return;
+        }
+        c->rx.insert(c->rx.end(), buf, buf + n);
+        size_t at = 0;
+        while (c->rx.size() - at >= sizeof(Done)) {
+            Done d;
+            memcpy(&d, c->rx.data() + at, sizeof d);
+            if (c->rx.size() - at < sizeof d + d.message_len)
+                break;
+            on_done(*c, d, std::string_view(reinterpret_cast<const char *>(c->rx.data() + at + sizeof d), d.message_len));
+            at += sizeof d + d.message_len;
+        }
+        c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
+    }
+}
+
+void Transport::check_timeouts() {
+    std::vector<std::shared_ptr<ClientConn>> clients;
+    {
+        std::lock_guard lock(conns_mu_);
+        for (auto &[p, c] : conns_)
+            if (c->kind == Conn::Kind::Client)
+                clients.push_back(std::static_pointer_cast<ClientConn>(c));
+    }
+    const auto now = Clock::now();
+    const auto limit = std::chrono::milliseconds(cfg_.op_timeout_ms);
+    std::vector<ferry_completion_t> done;
+    for (auto &c : clients) {
+        std::lock_guard lock(c->mu);
+        for (auto &[id, p] : c->pending)
+            if (!p.reported && now - p.start > limit) {
+                p.reported = true; // stays pinned until the serving side answers or goes away
+                done.push_back(make_completion(p.user_data, -ETIMEDOUT,
+                                               strprintf("shm: %s did not answer within %u ms (stopped or overloaded)",
+                                                         c->who.c_str(), cfg_.op_timeout_ms)));
+            }
+    }
+    cq_.push(done);
+}
+
+} // namespace ferry_shm

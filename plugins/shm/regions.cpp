@@ -1,0 +1,93 @@
+#include "regions.hpp"
+
+#include "util.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+
+namespace ferry_shm {
+
+bool Region::pin() {
+    std::lock_guard lock(mu_);
+    if (!live_)
+        return false;
+    ++users_;
+    return true;
+}
+
+void Region::unpin() {
+    std::lock_guard lock(mu_);
+    if (--users_ == 0)
+        cv_.notify_all();
+}
+
+void Region::retire_and_wait(const Logger &log) {
+    std::unique_lock lock(mu_);
+    live_ = false;
+    while (users_ != 0) {
+        if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return users_ == 0; }))
+            log.log(FERRY_LOG_WARN,
+                    "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64
+                    " op(s) still using it (a peer that is stopped keeps them)",
+                    addr, length, users_);
+    }
+}
+
+uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access) {
+    auto r = std::make_shared<Region>();
+    r->addr = addr;
+    r->length = length;
+    r->access = access;
+    std::unique_lock lock(mu_);
+    r->handle = next_++;
+    by_handle_[r->handle] = r;
+    by_addr_.emplace(addr, r);
+    return r->handle;
+}
+
+std::shared_ptr<Region> RegionTable::remove(uint64_t handle) {
+    std::unique_lock lock(mu_);
+    auto it = by_handle_.find(handle);
+    if (it == by_handle_.end())
+        return nullptr;
+    auto r = it->second;
+    by_handle_.erase(it);
+    auto range = by_addr_.equal_range(r->addr);
+    for (auto a = range.first; a != range.second; ++a)
+        if (a->second == r) {
+            by_addr_.erase(a);
+            break;
+        }
+    return r;
+}
+
+std::shared_ptr<Region> RegionTable::find(uint64_t handle) const {
+    std::shared_lock lock(mu_);
+    auto it = by_handle_.find(handle);
+    return it == by_handle_.end() ? nullptr : it->second;
+}
+
+int RegionTable::lookup_pin(uint64_t addr, uint64_t len, uint32_t need,
+                            std::shared_ptr<Region> *out) const {
+    std::shared_lock lock(mu_);
+    int rc = -EFAULT;
+    // Every region starting at or below addr may hold the range (regions may overlap).
+    for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
+        --it;
+        const auto &r = it->second;
+        if (!r->contains(addr, len))
+            continue;
+        if ((r->access & need) != need) {
+            rc = -EACCES;
+            continue;
+        }
+        if (r->pin()) {
+            *out = r;
+            return 0;
+        }
+    }
+    return rc;
+}
+
+} // namespace ferry_shm

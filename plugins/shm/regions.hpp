@@ -1,0 +1,53 @@
+// Registered local regions. The same table serves both roles: the serving side looks requests
+// up by address (and refuses what no region with the right access covers); the initiator
+// checks its ops' local ranges by handle. A region in use is pinned (users > 0) and
+// deregistration waits for the pins to go.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+
+namespace ferry_shm {
+
+class Logger;
+
+struct Region {
+    uint64_t handle = 0, addr = 0, length = 0;
+    uint32_t access = 0;
+
+    bool contains(uint64_t a, uint64_t len) const {
+        return a >= addr && len <= length && a - addr <= length - len;
+    }
+    bool pin();   // false once retired
+    void unpin();
+    // Refuses new pins, then waits until the last one is gone (logging every few seconds).
+    void retire_and_wait(const Logger &log);
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    uint64_t users_ = 0;
+    bool live_ = true;
+};
+
+class RegionTable {
+public:
+    uint64_t add(uint64_t addr, uint64_t length, uint32_t access);
+    std::shared_ptr<Region> remove(uint64_t handle); // nullptr when unknown
+    std::shared_ptr<Region> find(uint64_t handle) const;
+    // Finds and pins the region holding [addr, +len) with `need` access: 0, -EFAULT (no live
+    // region holds it) or -EACCES (one does, without that right).
+    int lookup_pin(uint64_t addr, uint64_t len, uint32_t need, std::shared_ptr<Region> *out) const;
+
+private:
+    mutable std::shared_mutex mu_;
+    uint64_t next_ = 1;
+    std::map<uint64_t, std::shared_ptr<Region>> by_handle_;
+    std::multimap<uint64_t, std::shared_ptr<Region>> by_addr_;
+};
+
+} // namespace ferry_shm

@@ -1,0 +1,267 @@
+// The serving side of shm.so: the handshake (with its access probe), the check of every request
+// against this instance's registered regions, and the copies, done here with
+// process_vm_readv/writev against the initiator's memory.
+#include "transport.hpp"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+
+namespace ferry_shm {
+
+std::string Transport::access_hint(uid_t them) const {
+    if (them != uid_ && uid_ != 0)
+        return strprintf("the processes run as different users (uid %u there, uid %u here); cross-memory attach "
+                         "needs one user or CAP_SYS_PTRACE",
+                         static_cast<unsigned>(uid_), static_cast<unsigned>(them));
+    int scope = yama_ptrace_scope();
+    if (scope == 1)
+        return "Yama ptrace_scope=1 allows it only towards descendants: set shm.ptracer_any=true in the engines, or "
+               "sysctl kernel.yama.ptrace_scope=0";
+    if (scope >= 2)
+        return strprintf("Yama ptrace_scope=%d forbids it without CAP_SYS_PTRACE", scope);
+    return "ptrace access was denied (a security module, or a container without CAP_SYS_PTRACE)";
+}
+
+namespace {
+
+std::string copy_failure(int e) {
+    switch (e) {
+    case EPERM: return "no ptrace permission towards that process";
+    case ESRCH: return "that process has exited";
+    case EFAULT: return "part of the range is not mapped in one of the processes";
+    case ENOSYS: return "process_vm_readv/writev are blocked (seccomp)";
+    case ENOMEM: return "the kernel could not pin the pages";
+    default: return errno_string(e);
+    }
+}
+
+} // namespace
+
+void Transport::on_hello(ServerConn &c, const Hello &h) {
+    HelloAck ack{};
+    ack.magic = kAckMagic;
+    auto refuse = [&](int code, const std::string &why) {
+        ack.status = code;
+        snprintf(ack.message, sizeof ack.message, "%s", why.c_str());
+        log_.log(FERRY_LOG_INFO, "refused a connection from pid %d: %s", c.pid, why.c_str());
+    };
+    if (h.magic != kHelloMagic || h.version != kWireVersion) {
+        refuse(-EPROTO, strprintf("not a shm.so version %u handshake", kWireVersion));
+    } else if (h.target_token != token_) {
+        refuse(-ESTALE, strprintf("pid %d: the endpoint was published by another instance", pid_));
+    } else if (c.pid <= 0) {
+        refuse(-EHOSTUNREACH, strprintf("pid %d cannot see the initiator's pid: it runs in another PID namespace "
+                                        "(container); shm needs both processes in one",
+                                        pid_));
+    } else {
+        uint64_t got[2] = {0, 0};
+        iovec local{got, sizeof got}, remote{reinterpret_cast<void *>(h.probe_addr), sizeof got};
+        ssize_t n = process_vm_readv(c.pid, &local, 1, &remote, 1, 0);
+        int e = errno;
+        if (n != static_cast<ssize_t>(sizeof got)) {
+            std::string why = e == EPERM ? access_hint(c.uid) : copy_failure(e);
+            refuse(-(n < 0 ? e : EFAULT), strprintf("it cannot access pid %d with process_vm_readv (%s): %s", c.pid,
+                                                    errno_string(n < 0 ? e : EFAULT).c_str(), why.c_str()));
+        } else if (got[0] != h.probe_token || got[1] != h.probe_token) {
+            refuse(-EHOSTUNREACH, strprintf("pid %d read pid %d's probe but found other bytes: the socket's peer is not "
+                                            "the initiator (PID namespaces differ?)",
+                                            pid_, c.pid));
+        } else {
+            c.hello_done = true;
+        }
+    }
+    send(c, &ack, sizeof ack); // a fresh socket takes these bytes at once
+}
+
+int Transport::copy(pid_t pid, uint32_t opcode, uint64_t mine, uint64_t theirs, uint64_t len) {
+    iovec local{reinterpret_cast<void *>(mine), len}, remote{reinterpret_cast<void *>(theirs), len};
+    // The initiator's WRITE lands in our region: read it out of the initiator. Its READ: write
+    // our region into the initiator.
+    ssize_t n = opcode == FERRY_OP_WRITE ? process_vm_readv(pid, &local, 1, &remote, 1, 0)
+                                         : process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n == static_cast<ssize_t>(len))
+        return 0;
+    return n < 0 ? -errno : -EFAULT;
+}
+
+void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::string &message) {
+    if (c.gone.load(std::memory_order_acquire))
+        return;
+    char buf[sizeof(Done) + FERRY_MESSAGE_MAX];
+    Done d{};
+    d.id = id;
+    d.status = status;
+    size_t mlen = status == 0 ? 0 : std::min(message.size(), static_cast<size_t>(FERRY_MESSAGE_MAX - 1));
+    d.message_len = static_cast<uint16_t>(mlen);
+    memcpy(buf, &d, sizeof d);
+    memcpy(buf + sizeof d, message.data(), mlen);
+    send(c, buf, sizeof d + mlen);
+}
+
+void Transport::finish(Job &job) {
+    int status = job.status.load();
+    std::string message;
+    if (status != 0) {
+        int e = job.sys_errno.load();
+        message = strprintf("shm: pid %d could not %s [0x%" PRIx64 ", +%" PRIu64 ") %s pid %d: %s (%s)", pid_,
+                            job.req.opcode == FERRY_OP_WRITE ? "copy into" : "copy out of", job.req.remote_addr,
+                            job.req.length, job.req.opcode == FERRY_OP_WRITE ? "from" : "to", job.conn->pid,
+                            errno_string(e).c_str(), copy_failure(e).c_str());
+    }
+    send_done(*job.conn, job.req.id, status, message);
+    job.region->unpin();
+    job.region.reset();
+    if (job.conn->active.fetch_sub(1) == 1 && job.conn->gone.load())
+        wake();
+}
+
+void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r) {
+    if (r.length == 0 || (r.opcode != FERRY_OP_READ && r.opcode != FERRY_OP_WRITE)) {
+        send_done(*c, r.id, -EINVAL, strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
+        return;
+    }
+    uint32_t need = r.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
+    std::shared_ptr<Region> region;
+    int rc = regions_.lookup_pin(r.remote_addr, r.length, need, &region);
+    if (rc != 0) {
+        send_done(*c, r.id, rc,
+                  strprintf("shm: pid %d refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
+                            r.opcode == FERRY_OP_READ ? "READ of" : "WRITE to", r.remote_addr, r.length,
+                            rc == -EACCES ? (r.opcode == FERRY_OP_READ ? "the region is not registered for remote read"
+                                                                       : "the region is not registered for remote write")
+                                          : "not inside a registered region"));
+        return;
+    }
+    auto job = std::make_shared<Job>();
+    job->conn = c;
+    job->region = std::move(region);
+    job->req = r;
+    c->active.fetch_add(1);
+    if (r.length <= cfg_.inline_size) {
+        int e = copy(c->pid, r.opcode, r.remote_addr, r.local_addr, r.length);
+        if (e != 0) {
+            job->status = e == -EFAULT || e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
+            job->sys_errno = -e;
+        }
+        finish(*job);
+        return;
+    }
+    uint64_t pieces = (r.length + cfg_.chunk_size - 1) / cfg_.chunk_size;
+    job->left = static_cast<uint32_t>(pieces);
+    {
+        std::lock_guard lock(work_mu_);
+        for (uint64_t off = 0; off < r.length; off += cfg_.chunk_size)
+            work_.push_back({job, off, std::min(cfg_.chunk_size, r.length - off)});
+    }
+    if (pieces == 1)
+        work_cv_.notify_one();
+    else
+        work_cv_.notify_all();
+}
+
+void Transport::worker_loop() {
+    for (;;) {
+        Piece p;
+        {
+            std::unique_lock lock(work_mu_);
+            work_cv_.wait(lock, [&] { return stop_.load() || !work_.empty(); });
+            if (stop_.load())
+                return;
+            p = std::move(work_.front());
+            work_.pop_front();
+        }
+        Job &job = *p.job;
+        if (!job.conn->gone.load(std::memory_order_acquire) && job.status.load(std::memory_order_relaxed) == 0) {
+            int e = copy(job.conn->pid, job.req.opcode, job.req.remote_addr + p.off, job.req.local_addr + p.off, p.len);
+            if (e != 0) {
+                int expected = 0;
+                if (job.status.compare_exchange_strong(expected, e == -ESRCH ? -ECONNRESET : e == -ENOMEM ? -EFAULT : e))
+                    job.sys_errno = -e;
+            }
+        }
+        if (job.left.fetch_sub(1) == 1)
+            finish(job);
+    }
+}
+
+void Transport::server_gone(const std::shared_ptr<ServerConn> &c) {
+    c->gone = true;
+    if (c->in_epoll) {
+        std::lock_guard lock(c->out_mu);
+        if (c->fd >= 0)
+            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+        c->in_epoll = false;
+        c->out.clear();
+    }
+    gone_servers_.push_back(c);
+}
+
+// Closes connections whose initiator went away once no copy for them is running, so the
+// initiator's EOF means "nothing touches your memory any more".
+void Transport::reap_idle_servers() {
+    for (size_t i = 0; i < gone_servers_.size();) {
+        auto &c = gone_servers_[i];
+        if (c->active.load() == 0) {
+            close_conn(*c);
+            gone_servers_[i] = gone_servers_.back();
+            gone_servers_.pop_back();
+        } else {
+            ++i;
+        }
+    }
+}
+
+void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t events) {
+    if (!c->in_epoll)
+        return;
+    // The initiator shut its side: it has failed (canceled) everything it sent, so requests
+    // still buffered are dropped rather than copied.
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        server_gone(c);
+        return;
+    }
+    if (!(events & EPOLLIN))
+        return;
+    uint8_t buf[64 * 1024];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            server_gone(c);
+            return;
+        }
+        c->rx.insert(c->rx.end(), buf, buf + n);
+        size_t at = 0;
+        if (!c->hello_done) {
+            if (c->rx.size() < sizeof(Hello))
+                continue;
+            Hello h;
+            memcpy(&h, c->rx.data(), sizeof h);
+            at = sizeof h;
+            on_hello(*c, h);
+            if (!c->hello_done) {
+                server_gone(c);
+                return;
+            }
+        }
+        for (; c->rx.size() - at >= sizeof(Request); at += sizeof(Request)) {
+            Request r;
+            memcpy(&r, c->rx.data() + at, sizeof r);
+            on_request(c, r);
+        }
+        c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
+        if (static_cast<size_t>(n) < sizeof buf)
+            break;
+    }
+}
+
+} // namespace ferry_shm

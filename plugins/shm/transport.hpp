@@ -1,0 +1,175 @@
+// One shm.so instance: a listening abstract unix socket, an epoll I/O thread, copy workers, the
+// registered regions and the peers it initiates to. See wire.hpp for the protocol and
+// docs/DESIGN.md ("shm.so") for why the serving side copies with process_vm_readv/writev.
+#pragma once
+
+#include "options.hpp"
+#include "regions.hpp"
+#include "util.hpp"
+#include "wire.hpp"
+
+#include <ferry/plugin.h>
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace ferry_shm {
+
+// A socket shared by the I/O thread and writers. Only the I/O thread closes it, under out_mu.
+struct Conn {
+    enum class Kind { Server, Client };
+    explicit Conn(Kind k) : kind(k) {}
+    virtual ~Conn() = default;
+    const Kind kind;
+    int fd = -1;
+    pid_t pid = 0;              // the process at the other end
+    std::mutex out_mu;
+    std::string out;            // bytes the socket did not take yet
+    bool out_armed = false;     // EPOLLOUT requested
+    std::vector<uint8_t> rx;    // I/O thread only
+};
+
+// The serving side of one initiator's connection.
+struct ServerConn : Conn {
+    ServerConn() : Conn(Kind::Server) {}
+    uid_t uid = 0;
+    bool hello_done = false;          // I/O thread only
+    bool in_epoll = true;             // I/O thread only
+    std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
+    std::atomic<uint64_t> active{0};  // requests accepted and not answered yet
+};
+
+struct Pending {
+    uint64_t user_data = 0;
+    std::shared_ptr<Region> local; // pinned until the serving side answers or is gone
+    Clock::time_point start;
+    bool reported = false;         // a completion was already delivered (cancel, timeout)
+};
+
+// The initiating side of a connection to one peer.
+struct ClientConn : Conn {
+    ClientConn() : Conn(Kind::Client) {}
+    uint64_t peer_id = 0;
+    std::string who; // "peer pid N" for messages
+    std::mutex mu;   // guards what follows
+    std::unordered_map<uint64_t, Pending> pending;
+    uint64_t next_id = 1;
+    bool closing = false; // disconnected: shut down, waiting for the serving side to finish
+    bool dead = false;    // EOF: nothing from that peer can touch our memory any more
+    std::string dead_reason;
+};
+
+struct Import {
+    uint64_t peer = 0, addr = 0, length = 0;
+    uint32_t access = 0;
+};
+
+struct Job {
+    std::shared_ptr<ServerConn> conn;
+    std::shared_ptr<Region> region; // pinned
+    Request req{};
+    std::atomic<uint32_t> left{0};  // pieces not copied yet
+    std::atomic<int> status{0};
+    std::atomic<int> sys_errno{0};
+};
+
+struct Piece {
+    std::shared_ptr<Job> job;
+    uint64_t off = 0, len = 0;
+};
+
+class Transport {
+public:
+    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
+                      Transport **out, ferry_error_t *err);
+    static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
+    ~Transport();
+
+    int export_endpoint(void *buf, size_t *len, ferry_error_t *err);
+    int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
+    int deregister_mem(uint64_t handle, ferry_error_t *err);
+    int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
+    int disconnect(uint64_t peer, ferry_error_t *err);
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, uint64_t *remote_mem,
+                   ferry_error_t *err);
+    int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
+    int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
+    int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
+    int completion_fd() const { return cq_.fd(); }
+
+private:
+    Transport(const Config &cfg, const ferry_host_api_t *host);
+    int start(ferry_error_t *err);
+    void shutdown_all();
+
+    // transport.cpp: sockets and the I/O thread
+    void io_loop();
+    void accept_all();
+    void add_conn(const std::shared_ptr<Conn> &c, uint32_t events);
+    void close_conn(Conn &c); // I/O thread
+    bool send(Conn &c, const void *data, size_t len); // false: the connection is closed
+    void flush_locked(Conn &c);
+    void wake();
+
+    // server.cpp: the serving side
+    void on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t events);
+    void on_hello(ServerConn &c, const Hello &h);
+    void on_request(const std::shared_ptr<ServerConn> &c, const Request &r);
+    void worker_loop();
+    int copy(pid_t pid, uint32_t opcode, uint64_t mine, uint64_t theirs, uint64_t len);
+    void finish(Job &job);
+    void send_done(ServerConn &c, uint64_t id, int status, const std::string &message);
+    void server_gone(const std::shared_ptr<ServerConn> &c);
+    void reap_idle_servers();
+    std::string access_hint(uid_t them) const;
+
+    // client.cpp: the initiating side
+    void on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t events);
+    void on_done(ClientConn &c, const Done &d, std::string_view message);
+    void client_dead(ClientConn &c, const std::string &reason);
+    void check_timeouts();
+
+    const Config cfg_;
+    const Logger log_;
+    uint64_t token_ = 0;
+    pid_t pid_ = 0;
+    uid_t uid_ = 0;
+    alignas(16) uint64_t probe_[2] = {0, 0}; // read by peers' serving sides at connect
+
+    int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+    std::thread io_;
+    std::vector<std::thread> workers_;
+    std::atomic<bool> stop_{false};
+
+    RegionTable regions_;
+    CompletionQueue cq_;
+
+    std::mutex conns_mu_; // every open socket, keyed by the pointer epoll carries
+    std::unordered_map<Conn *, std::shared_ptr<Conn>> conns_;
+    std::vector<std::shared_ptr<ServerConn>> gone_servers_; // I/O thread only
+    std::condition_variable dead_cv_;                       // a client connection saw EOF
+
+    std::shared_mutex peers_mu_;
+    std::unordered_map<uint64_t, std::shared_ptr<ClientConn>> peers_;
+    std::unordered_map<uint64_t, Import> imports_;
+    uint64_t next_peer_ = 1, next_import_ = 1;
+    std::atomic<uint64_t> in_flight_{0}; // client ops not answered yet (for the timeout scan)
+
+    std::mutex work_mu_;
+    std::condition_variable work_cv_;
+    std::deque<Piece> work_;
+};
+
+} // namespace ferry_shm

@@ -1,0 +1,327 @@
+// shm.so beyond the conformance suite, through the plain-C ABI: the probe's report, connect()
+// refusing peers the kernel will not let it access (another user, another network namespace),
+// deregistration that waits for running copies, an initiator killed while the serving side
+// copies for it, and concurrent submitters.
+#include "harness.hpp"
+#include "peer_process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#ifdef FERRY_TEST_SHM_PLUGIN
+
+namespace ferry_test {
+namespace {
+
+constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::string shm_path() {
+    const char *e = std::getenv("FERRY_TEST_SHM_PLUGIN");
+    return e != nullptr && *e ? e : FERRY_TEST_SHM_PLUGIN;
+}
+
+class ShmTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        plugin = std::make_unique<Plugin>(shm_path());
+        ASSERT_TRUE(plugin->ok()) << plugin->error();
+    }
+    std::unique_ptr<Instance> make(const Options &o = {}) {
+        auto i = std::make_unique<Instance>(*plugin, o);
+        EXPECT_EQ(i->create_rc(), 0) << i->last_error();
+        return i->create_rc() == 0 ? std::move(i) : nullptr;
+    }
+    std::unique_ptr<Plugin> plugin;
+};
+
+// A shm instance in a forked child that first changes something about itself (its user, its
+// network namespace) and then serves one RW buffer until the parent closes the pipe.
+struct ForkedServer {
+    pid_t pid = -1;
+    int to_child = -1;
+    std::vector<uint8_t> endpoint;
+    uint64_t addr = 0;
+    std::string error;
+
+    // `prepare` runs in the child before the instance exists; returns "" or why it failed.
+    template <class F> ForkedServer(const Plugin &plugin, size_t size, F prepare) {
+        int up[2], down[2];
+        if (pipe(up) != 0 || pipe(down) != 0) {
+            error = "pipe";
+            return;
+        }
+        pid = fork();
+        if (pid == 0) {
+            close(up[0]);
+            close(down[1]);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            std::string why = prepare();
+            std::string reply;
+            std::unique_ptr<Instance> inst;
+            std::unique_ptr<Buffer> buf;
+            if (why.empty()) {
+                inst = std::make_unique<Instance>(plugin, Options{});
+                buf = std::make_unique<Buffer>(size);
+                uint64_t h;
+                if (inst->create_rc() != 0 || inst->register_mem(buf->data(), size, kRW, &h) != 0)
+                    why = "instance: " + inst->last_error();
+            }
+            if (!why.empty()) {
+                reply = "E" + why;
+            } else {
+                auto ep = inst->endpoint();
+                reply = "OK" + std::to_string(buf->addr()) + ":" + std::string(ep.begin(), ep.end());
+            }
+            uint32_t len = static_cast<uint32_t>(reply.size());
+            (void)!write(up[1], &len, 4);
+            (void)!write(up[1], reply.data(), len);
+            char c;
+            (void)!read(down[0], &c, 1); // until the parent closes
+            _exit(0);
+        }
+        close(up[1]);
+        close(down[0]);
+        to_child = down[1];
+        uint32_t len = 0;
+        std::string reply;
+        if (read(up[0], &len, 4) == 4) {
+            reply.resize(len);
+            size_t got = 0;
+            while (got < len) {
+                ssize_t n = read(up[0], reply.data() + got, len - got);
+                if (n <= 0)
+                    break;
+                got += static_cast<size_t>(n);
+            }
+        }
+        close(up[0]);
+        if (reply.rfind("OK", 0) != 0) {
+            error = reply.empty() ? "child died" : reply.substr(1);
+            return;
+        }
+        auto colon = reply.find(':');
+        addr = std::stoull(reply.substr(2, colon - 2));
+        endpoint.assign(reply.begin() + static_cast<ptrdiff_t>(colon) + 1, reply.end());
+    }
+    ~ForkedServer() {
+        if (to_child >= 0)
+            close(to_child);
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+TEST_F(ShmTest, ProbeNamesTheMechanismAndTheKernelPolicy) {
+    ferry_probe_result_t r{};
+    ASSERT_EQ((*plugin)->probe(nullptr, 0, &r), 0);
+    EXPECT_EQ(r.available, 1) << r.reason;
+    EXPECT_NE(std::string(r.reason).find("process_vm_readv"), std::string::npos) << r.reason;
+    EXPECT_NE((*plugin)->caps & FERRY_CAP_INTRA_NODE, 0u);
+    EXPECT_EQ((*plugin)->caps & FERRY_CAP_INTER_NODE, 0u) << "shm must never be picked across hosts";
+}
+
+TEST_F(ShmTest, ConnectRefusedWhenThePeerRunsAsAnotherUser) {
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to start a peer as another user";
+    // The child serves as uid 65534; it cannot read our (root's) memory, so its access probe of
+    // us fails and connect() must say why.
+    ForkedServer child(*plugin, kMiB, [] {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            return std::string("setuid: ") + strerror(errno);
+        return std::string();
+    });
+    ASSERT_TRUE(child.error.empty()) << child.error;
+    auto a = make();
+    ASSERT_TRUE(a);
+    uint64_t peer = 777;
+    int rc = a->connect(child.endpoint, &peer);
+    EXPECT_EQ(rc, -EPERM) << a->last_error();
+    EXPECT_EQ(peer, 777u) << "output written on failure";
+    EXPECT_NE(a->last_error().find("different users"), std::string::npos) << a->last_error();
+    std::cout << "refusal: " << a->last_error() << "\n";
+}
+
+TEST_F(ShmTest, ConnectRefusedAcrossNetworkNamespaces) {
+    ForkedServer child(*plugin, kMiB, [] {
+        if (unshare(CLONE_NEWNET) != 0)
+            return std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
+        return std::string();
+    });
+    if (child.error.rfind("unshare", 0) == 0)
+        GTEST_SKIP() << child.error;
+    ASSERT_TRUE(child.error.empty()) << child.error;
+    auto a = make();
+    ASSERT_TRUE(a);
+    uint64_t peer;
+    EXPECT_LT(a->connect(child.endpoint, &peer), 0);
+    EXPECT_NE(a->last_error().find("network namespace"), std::string::npos) << a->last_error();
+}
+
+// Deregistration on the serving side returns only once no copy touches the region: whatever
+// we write into it afterwards must survive every transfer still queued for it.
+TEST_F(ShmTest, DeregisterWaitsForRunningCopies) {
+    auto a = make({{"copy_threads", "2"}, {"chunk_size", "256k"}});
+    auto b = make();
+    ASSERT_TRUE(a && b);
+    const size_t sz = 64 * kMiB;
+    Buffer src(sz), tgt(sz);
+    fill_pattern(src.data(), sz, 3);
+    uint64_t hs, ht, peer, rmem;
+    ASSERT_EQ(a->register_mem(src.data(), sz, 0, &hs), 0);
+    ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
+    ASSERT_EQ(a->connect(b->endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, tgt.addr(), sz, kRW, &rmem), 0);
+    std::vector<ferry_xfer_op_t> ops;
+    for (int round = 0; round < 4; ++round)
+        for (uint64_t off = 0; off < sz; off += 4 * kMiB)
+            ops.push_back(make_op(FERRY_OP_WRITE, src.addr() + off, hs, tgt.addr() + off, rmem, 4 * kMiB, ops.size()));
+    ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
+    auto c = a->wait(1); // copies are under way (wait may return more than one)
+    ASSERT_GE(c.size(), 1u);
+    ASSERT_EQ(b->deregister_mem(ht), 0) << b->last_error();
+    memset(tgt.data(), 0x5a, sz);
+    auto rest = a->wait(ops.size() - c.size());
+    c.insert(c.end(), rest.begin(), rest.end());
+    ASSERT_EQ(c.size(), ops.size());
+    size_t refused = 0;
+    for (const auto &x : c)
+        if (x.status != 0) { // refused: submitted before, but reached the serving side after
+            ++refused;
+            EXPECT_EQ(x.status, -EFAULT) << x.message;
+        }
+    for (size_t i = 0; i < sz; ++i)
+        ASSERT_EQ(tgt.data()[i], 0x5a) << "byte " << i << " written after deregister_mem returned";
+    std::cout << refused << " of " << ops.size() << " ops refused after the deregistration\n";
+}
+
+// The initiator dies while the serving side copies for it: the serving side must survive,
+// finish or drop those copies, and keep serving everyone else.
+TEST_F(ShmTest, ServingSideSurvivesAnInitiatorKilledMidCopy) {
+    auto b = make({{"copy_threads", "2"}, {"chunk_size", "1m"}});
+    ASSERT_TRUE(b);
+    const size_t sz = 64 * kMiB;
+    Buffer tgt(sz);
+    uint64_t ht;
+    ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
+    const std::vector<uint8_t> ep = b->endpoint();
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) { // initiator: endless large writes and reads
+        Instance a(*plugin, {});
+        Buffer loc(sz);
+        uint64_t hl, peer, rmem;
+        if (a.create_rc() != 0 || a.register_mem(loc.data(), sz, 0, &hl) != 0 || a.connect(ep, &peer) != 0 ||
+            a.import_mem(peer, tgt.addr(), sz, kRW, &rmem) != 0)
+            _exit(1);
+        std::vector<ferry_xfer_op_t> ops;
+        for (uint64_t off = 0; off < sz; off += 8 * kMiB)
+            ops.push_back(make_op(off % 16 ? FERRY_OP_READ : FERRY_OP_WRITE, loc.addr() + off, hl, tgt.addr() + off,
+                                  rmem, 8 * kMiB, off));
+        for (int i = 0;; ++i) {
+            if (a.submit(peer, ops) != 0)
+                _exit(2);
+            if (i == 1)
+                (void)!write(ready[1], "r", 1);
+            a.wait(ops.size());
+        }
+    }
+    close(ready[1]);
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1) << "initiator child failed to start";
+    close(ready[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    // Still serving: a fresh initiator moves data, and deregistration does not hang.
+    auto a = make();
+    ASSERT_TRUE(a);
+    Buffer loc(kMiB);
+    fill_pattern(loc.data(), kMiB, 9);
+    uint64_t hl, peer, rmem;
+    ASSERT_EQ(a->register_mem(loc.data(), kMiB, 0, &hl), 0);
+    ASSERT_EQ(a->connect(ep, &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, tgt.addr(), sz, kRW, &rmem), 0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr() + 5, rmem, kMiB, 1)}), 0);
+    auto done = a->wait(1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, 0) << done[0].message;
+    EXPECT_EQ(find_mismatch(tgt.data() + 5, kMiB, 9), SIZE_MAX);
+    EXPECT_EQ(b->deregister_mem(ht), 0) << b->last_error();
+}
+
+TEST_F(ShmTest, ConcurrentSubmittersToOnePeer) {
+    auto a = make({{"copy_threads", "3"}, {"chunk_size", "64k"}, {"inline_size", "4k"}});
+    auto b = make();
+    ASSERT_TRUE(a && b);
+    const int threads = 4;
+    const size_t per = 8 * kMiB;
+    Buffer src(threads * per), back(threads * per), tgt(threads * per);
+    for (int t = 0; t < threads; ++t)
+        fill_pattern(src.data() + t * per, per, 50 + t);
+    uint64_t hs, hb, ht, peer, rmem;
+    ASSERT_EQ(a->register_mem(src.data(), src.size(), 0, &hs), 0);
+    ASSERT_EQ(a->register_mem(back.data(), back.size(), 0, &hb), 0);
+    ASSERT_EQ(b->register_mem(tgt.data(), tgt.size(), kRW, &ht), 0);
+    ASSERT_EQ(a->connect(b->endpoint(), &peer), 0);
+    ASSERT_EQ(a->import_mem(peer, tgt.addr(), tgt.size(), kRW, &rmem), 0);
+    // Each thread submits its own writes; one collector drains every completion.
+    std::atomic<int> submit_errors{0};
+    std::vector<std::thread> workers;
+    const size_t op_len = 100 * 1024 + 3;
+    size_t total = 0;
+    for (int t = 0; t < threads; ++t)
+        total += (per + op_len - 1) / op_len;
+    for (int t = 0; t < threads; ++t)
+        workers.emplace_back([&, t] {
+            std::vector<ferry_xfer_op_t> ops;
+            for (uint64_t off = 0; off < per; off += op_len) {
+                uint64_t base = t * per + off, len = std::min<uint64_t>(op_len, per - off);
+                ops.push_back(make_op(FERRY_OP_WRITE, src.addr() + base, hs, tgt.addr() + base, rmem, len, base));
+            }
+            for (size_t i = 0; i < ops.size(); i += 7) {
+                std::vector<ferry_xfer_op_t> batch(ops.begin() + i, ops.begin() + std::min(ops.size(), i + 7));
+                if (a->submit(peer, batch) != 0)
+                    ++submit_errors;
+            }
+        });
+    for (auto &w : workers)
+        w.join();
+    ASSERT_EQ(submit_errors.load(), 0);
+    auto c = a->wait(total);
+    ASSERT_EQ(c.size(), total);
+    std::set<uint64_t> seen;
+    for (const auto &x : c) {
+        EXPECT_EQ(x.status, 0) << x.message;
+        EXPECT_TRUE(seen.insert(x.user_data).second);
+    }
+    for (int t = 0; t < threads; ++t)
+        EXPECT_EQ(find_mismatch(tgt.data() + t * per, per, 50 + t), SIZE_MAX) << "thread " << t;
+}
+
+TEST_F(ShmTest, BadOptionValuesNameTheKey) {
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"chunk_size", "1"}, {"inline_size", "1t"}, {"ptracer_any", "maybe"}, {"op_timeout_ms", "-1"}}) {
+        Instance bad(*plugin, {{k, v}});
+        EXPECT_EQ(bad.create_rc(), -EINVAL);
+        EXPECT_NE(bad.last_error().find(k), std::string::npos) << bad.last_error();
+    }
+}
+
+} // namespace
+} // namespace ferry_test
+
+#endif // FERRY_TEST_SHM_PLUGIN
