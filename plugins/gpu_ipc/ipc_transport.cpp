@@ -213,9 +213,12 @@ int IpcTransport::import_mem(uint64_t peer, const ferry_mem_region_t *region, co
             DeviceGuard guard(*rt_);
             int count = 0;
             if (int rc = rt_->device_count(count, e)) return fail(err, rc, e);
-            // Same host, so the owner's ordinal names the same GPU unless the two processes see
-            // different device lists; then the first device opens it and peer access carries it.
-            int dev = k.device >= 0 && k.device < count ? k.device : 0;
+            // Open on the caller's current device (the GPU this process copies with): with
+            // lazy peer access the driver maps the peer's memory for that device's copy engines,
+            // so cross-GPU copies take NVLink/PCIe peer paths instead of bouncing via the host.
+            int dev = 0;
+            if (int rc = rt_->current_device(dev, e)) return fail(err, rc, e);
+            if (dev < 0 || dev >= count) dev = 0;
             if (int rc = rt_->set_device(dev, e)) return fail(err, rc, e);
             if (int rc = rt_->ipc_open(k.handle, m.mapped, e)) {
                 mappings_.erase(key);

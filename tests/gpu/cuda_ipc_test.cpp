@@ -33,7 +33,7 @@ protected:
 };
 
 struct GpuPeer {
-    explicit GpuPeer(uint64_t size) : proc({std::to_string(size)}, FERRY_GPU_TEST_PEER_BIN) {
+    explicit GpuPeer(uint64_t size, int device = 0) : proc({std::to_string(size), std::to_string(device)}, FERRY_GPU_TEST_PEER_BIN) {
         std::istringstream s(proc.ready_line);
         std::string word, a0, a1;
         s >> word >> segment >> a0 >> a1 >> size_;
@@ -134,5 +134,42 @@ TEST_F(CudaTest, GpuMemoryMovesOverTcpThroughStaging) {
     char want[64];
     snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(expected.data(), expected.size()));
     EXPECT_EQ(peer.command("sum"), want);
+    cudaFree(dev);
+}
+
+TEST_F(CudaTest, IpcAcrossTwoGpusEnablesPeerAccessAndRestoresTheDevice) {
+    int count = 0;
+    CUDA_OR_DIE(cudaGetDeviceCount(&count));
+    if (count < 2) GTEST_SKIP() << "skipped: needs two CUDA devices, this machine has " << count;
+    const uint64_t size = 8 << 20, gap = 4096;
+    GpuPeer peer(size, 1); // the target's memory lives on GPU 1
+    ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
+    CUDA_OR_DIE(cudaSetDevice(0));
+    auto engine = Engine::create({{"plugins", "cuda_ipc"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), size));
+    ASSERT_TRUE((*engine)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
+    auto seg = (*engine)->open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    for (int round = 0; round < 2; ++round) { // the second round reuses the enabled peer access
+        auto r = run(**engine, {{Opcode::Read, dev, *seg, peer.r0, size, ""}});
+        ASSERT_TRUE(r) << r.error().message;
+        int current = -1;
+        CUDA_OR_DIE(cudaGetDevice(&current));
+        EXPECT_EQ(current, 0) << "the caller's device must be restored";
+    }
+    std::vector<uint8_t> host(size);
+    CUDA_OR_DIE(cudaMemcpy(host.data(), dev, size, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(gap + i)) << "byte " << i;
+    for (uint64_t i = 0; i < size; ++i) host[i] = static_cast<uint8_t>(i * 3 + 11);
+    CUDA_OR_DIE(cudaMemcpy(dev, host.data(), size, cudaMemcpyHostToDevice));
+    ASSERT_TRUE(run(**engine, {{Opcode::Write, dev, *seg, peer.r1, size, ""}}));
+    std::vector<uint8_t> expected(2 * size);
+    for (uint64_t i = 0; i < size; ++i) expected[i] = test::peer_pattern(gap + i);
+    memcpy(expected.data() + size, host.data(), size);
+    char want[64];
+    snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(expected.data(), expected.size()));
+    EXPECT_EQ(peer.proc.command("sum"), want);
     cudaFree(dev);
 }

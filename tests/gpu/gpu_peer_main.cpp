@@ -1,4 +1,4 @@
-// ferry_gpu_test_peer: a target engine whose memory is one cudaMalloc allocation, exposed as two
+// ferry_gpu_test_peer [size] [device]: a target engine whose memory is one cudaMalloc allocation, exposed as two
 // sub-buffer regions with a gap between them (IPC handles cover whole allocations, so offsets
 // must be right). Prints "READY <segment> <region0 addr> <region1 addr> <region size>", then:
 //   sum   -> "SUM <fnv1a of region0 + region1>"
@@ -15,7 +15,10 @@
 
 int main(int argc, char **argv) {
     uint64_t size = 8 << 20;
+    int device = 0;
     if (argc > 1) size = std::strtoull(argv[1], nullptr, 0);
+    if (argc > 2) device = std::atoi(argv[2]);
+    CUDA_OR_DIE(cudaSetDevice(device));
     const uint64_t gap = 4096;
     auto engine = ferry::Engine::create({{"plugins", "cuda_ipc"}});
     if (!engine) {
@@ -29,7 +32,7 @@ int main(int argc, char **argv) {
     CUDA_OR_DIE(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice));
     uint8_t *r0 = dev + gap, *r1 = dev + gap + size + gap;
     for (uint8_t *r : {r0, r1})
-        if (auto rc = (*engine)->register_memory(r, size, {ferry::MemoryKind::Cuda, 0, ferry::kRemoteRead | ferry::kRemoteWrite}); !rc) {
+        if (auto rc = (*engine)->register_memory(r, size, {ferry::MemoryKind::Cuda, device, ferry::kRemoteRead | ferry::kRemoteWrite}); !rc) {
             std::printf("ERROR %s\n", rc.error().message.c_str());
             return 1;
         }
