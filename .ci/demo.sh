@@ -11,4 +11,7 @@ echo "== verify pass (checks every byte, so slower) =="
 build/bench/transfer_engine_bench --loopback --protocol=tcp --operation=write --block_size=1048576 \
   --buffer_size=268435456 --duration=2 --verify
 echo "== throughput =="
-build/bench/transfer_engine_bench --loopback --protocol=tcp --operation=write --block_size=1048576 --duration=5 "$@"
+# Extra arguments go to the bench (any flag but --loopback, --protocol and --duration; DURATION
+# sets the seconds).
+build/bench/transfer_engine_bench --loopback --protocol=tcp --duration="${DURATION:-5}" \
+  $(printf '%s\n' "$@" | grep -q -- '--block_size' || echo --block_size=1048576) "$@"
