@@ -184,10 +184,16 @@ private:
                 outage = true;
                 continue;
             }
-            if (expired || dirty_) {
-                auto r = expired ? grant_locked(client) : Result<void>{};
-                if (r) r = put_locked(client);
-                if (!r) {
+            if (expired) {
+                // A fresh lease first; until it is granted the old one keeps reading as expired.
+                if (auto g = grant_locked(client); !g) {
+                    FERRY_LOG(Warn, "etcd", "re-registering segment ", name_, " failed: ", g.error().message);
+                    continue;
+                }
+                dirty_ = true; // the put must follow, however many tries it takes
+            }
+            if (dirty_) {
+                if (auto r = put_locked(client); !r) {
                     FERRY_LOG(Warn, "etcd", "re-registering segment ", name_, " failed: ", r.error().message);
                     continue;
                 }
