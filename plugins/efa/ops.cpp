@@ -136,6 +136,9 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
         ops_.emplace(raw, std::move(op));
     }
     cq_.push(refused);
+    // Hand the ops to the provider right away (it starts sending inside the post) instead of
+    // waiting for the progress thread to wake up; it then drives the rest.
+    post_ops();
     wake();
     return 0;
 }

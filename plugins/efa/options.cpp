@@ -10,7 +10,7 @@ namespace ferry_efa {
 
 namespace {
 
-constexpr const char *kKnownKeys = "provider, node, connect_timeout_ms, op_timeout_ms, max_mr_size, busy_poll";
+constexpr const char *kKnownKeys = "provider, node, connect_timeout_ms, op_timeout_ms, max_mr_size, busy_poll, spin_us";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
     return set_error(err, -EINVAL, "efa: invalid value '%s' for option '%s': expected %s",
@@ -73,6 +73,10 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             if (!in_range(value, true, 0, UINT64_MAX, &v) || (v != 0 && v < 4096))
                 return bad(err, key, value, "0 (the provider's limit) or a size of at least 4k (suffixes k, m, g)");
             cfg.max_mr_size = v;
+        } else if (strcmp(key, "spin_us") == 0) {
+            if (!in_range(value, false, 0, 1000000, &v))
+                return bad(err, key, value, "microseconds from 0 to 1000000");
+            cfg.spin_us = static_cast<unsigned>(v);
         } else if (strcmp(key, "busy_poll") == 0) {
             if (!parse_bool(value, &cfg.busy_poll))
                 return bad(err, key, value, "true or false");

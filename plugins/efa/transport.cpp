@@ -312,7 +312,9 @@ void Transport::progress_loop() {
             if (!ready_.empty())
                 busy = true; // the provider pushed back (-FI_EAGAIN): keep progressing
         }
-        if (!busy)
+        if (busy)
+            last_work_ = Clock::now();
+        else
             idle_wait();
     }
 }
@@ -327,7 +329,10 @@ void Transport::idle_wait() {
             if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting)
                 active = true;
     }
-    if (cfg_.busy_poll) {
+    // Right after work (ours, or a wake-up by the provider: a peer's RMA into us also needs our
+    // polling) more usually follows within microseconds: poll a little longer before paying for
+    // a sleep and a wake-up. The tcp provider makes progress only while polled.
+    if (cfg_.busy_poll || Clock::now() - last_work_ < std::chrono::microseconds(cfg_.spin_us)) {
         sched_yield();
         return;
     }
@@ -339,8 +344,10 @@ void Transport::idle_wait() {
             auto lk = fab_.lock();
             rc = fi_trywait(fab_.fabric, fids, 1);
         }
-        if (rc != FI_SUCCESS)
+        if (rc != FI_SUCCESS) {
+            last_work_ = Clock::now();
             return; // events are waiting: read them
+        }
     } else if (active) {
         timeout = 0; // no wait object: poll while work is in flight
         sched_yield();
@@ -349,6 +356,8 @@ void Transport::idle_wait() {
     }
     epoll_event ev[4];
     int n = epoll_wait(epoll_fd_, ev, 4, timeout);
+    if (n > 0)
+        last_work_ = Clock::now();
     for (int i = 0; i < n; ++i)
         if (ev[i].data.fd == wake_fd_) {
             uint64_t v;

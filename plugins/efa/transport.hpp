@@ -218,6 +218,7 @@ private:
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     std::deque<SubOp *> ready_; // to post
     Clock::time_point next_timeout_scan_;
+    Clock::time_point last_work_; // progress thread only: when it last found something to do
 };
 
 } // namespace ferry_efa

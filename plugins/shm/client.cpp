@@ -222,7 +222,9 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     const uint64_t first = c->next_id;
     try {
         for (size_t i = 0; i < n; ++i) {
-            Request r{first + i, ops[i].opcode, 0, ops[i].remote_addr, ops[i].length, ops[i].local_addr};
+            const Region &l = *locals[i]; // pinned above, moved into the pending entry below
+            Request r{first + i,         ops[i].opcode, l.memfd.fd, ops[i].remote_addr, ops[i].length,
+                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length};
             memcpy(wire.data() + i * sizeof r, &r, sizeof r);
             c->pending.emplace(first + i, Pending{ops[i].user_data, std::move(locals[i]), now, false});
         }

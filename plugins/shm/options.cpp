@@ -10,7 +10,7 @@ namespace ferry_shm {
 namespace {
 
 constexpr const char *kKnownKeys =
-    "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any";
+    "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any, adopt_memfd";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
     return set_error(err, -EINVAL, "shm: invalid value '%s' for option '%s': expected %s",
@@ -53,6 +53,9 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             if (!in_range(value, false, 0, 86400000, &v))
                 return bad(err, key, value, "milliseconds from 0 (never) to 86400000");
             cfg.op_timeout_ms = static_cast<unsigned>(v);
+        } else if (strcmp(key, "adopt_memfd") == 0) {
+            if (!parse_bool(value, &cfg.adopt_memfd))
+                return bad(err, key, value, "true or false");
         } else if (strcmp(key, "ptracer_any") == 0) {
             if (!parse_bool(value, &cfg.ptracer_any))
                 return bad(err, key, value, "true or false");

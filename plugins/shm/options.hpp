@@ -10,11 +10,12 @@ namespace ferry_shm {
 
 struct Config {
     unsigned copy_threads = 2;           // serving-side copy workers
-    uint64_t chunk_size = 4ull << 20;    // a larger op is copied in pieces, spread over the workers
+    uint64_t chunk_size = 1ull << 20;    // a larger op is copied in pieces, spread over the workers
     uint64_t inline_size = 64ull << 10;  // ops up to this size are copied by the I/O thread itself
     unsigned connect_timeout_ms = 5000;  // connect(): handshake and access probe
     unsigned op_timeout_ms = 30000;      // an op unanswered this long fails with -ETIMEDOUT; 0: never
     bool ptracer_any = false;            // Yama ptrace_scope=1: PR_SET_PTRACER_ANY on this process
+    bool adopt_memfd = false;            // move registered anonymous regions into memfds (memfd.hpp)
 };
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL

@@ -2,11 +2,18 @@
 
 #include "util.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
 
 namespace ferry_shm {
+
+Region::~Region() {
+    if (memfd.fd >= 0)
+        close(memfd.fd);
+}
 
 bool Region::pin() {
     std::lock_guard lock(mu_);
@@ -34,11 +41,12 @@ void Region::retire_and_wait(const Logger &log) {
     }
 }
 
-uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access) {
+uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd) {
     auto r = std::make_shared<Region>();
     r->addr = addr;
     r->length = length;
     r->access = access;
+    r->memfd = memfd;
     std::unique_lock lock(mu_);
     r->handle = next_++;
     by_handle_[r->handle] = r;

@@ -4,6 +4,8 @@
 // deregistration waits for the pins to go.
 #pragma once
 
+#include "memfd.hpp"
+
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -18,6 +20,11 @@ class Logger;
 struct Region {
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0;
+    MemfdBacking memfd; // set when the region was moved into a memfd (closed with the region)
+    Region() = default;
+    Region(const Region &) = delete;
+    Region &operator=(const Region &) = delete;
+    ~Region();
 
     bool contains(uint64_t a, uint64_t len) const {
         return a >= addr && len <= length && a - addr <= length - len;
@@ -36,7 +43,7 @@ private:
 
 class RegionTable {
 public:
-    uint64_t add(uint64_t addr, uint64_t length, uint32_t access);
+    uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {});
     std::shared_ptr<Region> remove(uint64_t handle); // nullptr when unknown
     std::shared_ptr<Region> find(uint64_t handle) const;
     // Finds and pins the region holding [addr, +len) with `need` access: 0, -EFAULT (no live

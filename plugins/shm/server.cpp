@@ -79,15 +79,48 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
     send(c, &ack, sizeof ack); // a fresh socket takes these bytes at once
 }
 
-int Transport::copy(pid_t pid, uint32_t opcode, uint64_t mine, uint64_t theirs, uint64_t len) {
-    iovec local{reinterpret_cast<void *>(mine), len}, remote{reinterpret_cast<void *>(theirs), len};
-    // The initiator's WRITE lands in our region: read it out of the initiator. Its READ: write
-    // our region into the initiator.
-    ssize_t n = opcode == FERRY_OP_WRITE ? process_vm_readv(pid, &local, 1, &remote, 1, 0)
-                                         : process_vm_writev(pid, &local, 1, &remote, 1, 0);
+// Copies bytes [off, off+len) of a job. The initiator's WRITE lands in our region: read it out of
+// the initiator. Its READ: write our region into the initiator. With the initiator's memfd mapped
+// here that is a memcpy; otherwise cross-memory attach.
+int Transport::copy(const Job &job, uint64_t off, uint64_t len) {
+    auto *mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
+    if (job.map) {
+        uint8_t *theirs = job.map->ptr + (job.req.local_addr - job.req.local_base) + off;
+        if (job.req.opcode == FERRY_OP_WRITE)
+            memcpy(mine, theirs, len);
+        else
+            memcpy(theirs, mine, len);
+        return 0;
+    }
+    iovec local{mine, len}, remote{reinterpret_cast<void *>(job.req.local_addr + off), len};
+    ssize_t n = job.req.opcode == FERRY_OP_WRITE ? process_vm_readv(job.conn->pid, &local, 1, &remote, 1, 0)
+                                                 : process_vm_writev(job.conn->pid, &local, 1, &remote, 1, 0);
     if (n == static_cast<ssize_t>(len))
         return 0;
     return n < 0 ? -errno : -EFAULT;
+}
+
+// The initiator's memfd for this request (mapped once per connection), or nullptr: then the copy
+// uses cross-memory attach.
+std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Request &r) {
+    if (r.local_fd < 0 || c.no_memfd || r.local_addr < r.local_base || r.local_addr - r.local_base > r.local_len ||
+        r.length > r.local_len - (r.local_addr - r.local_base))
+        return nullptr;
+    auto it = c.maps.find(r.local_fd);
+    if (it != c.maps.end() && it->second->ino == r.local_ino && it->second->len == r.local_len)
+        return it->second;
+    std::string why;
+    auto m = map_peer_memfd(c.pid, r.local_fd, r.local_ino, r.local_len, &why);
+    if (!m) {
+        c.no_memfd = true;
+        log_.log(FERRY_LOG_INFO, "pid %d's memfd regions are copied with cross-memory attach: %s", c.pid, why.c_str());
+        return nullptr;
+    }
+    if (c.maps.size() >= 256) // regions the initiator deregistered since: drop those no job uses
+        for (auto i = c.maps.begin(); i != c.maps.end();)
+            i = i->second.use_count() == 1 ? c.maps.erase(i) : std::next(i);
+    c.maps[r.local_fd] = m;
+    return m;
 }
 
 void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::string &message) {
@@ -142,9 +175,10 @@ void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &
     job->conn = c;
     job->region = std::move(region);
     job->req = r;
+    job->map = peer_mapping(*c, r);
     c->active.fetch_add(1);
     if (r.length <= cfg_.inline_size) {
-        int e = copy(c->pid, r.opcode, r.remote_addr, r.local_addr, r.length);
+        int e = copy(*job, 0, r.length);
         if (e != 0) {
             job->status = e == -EFAULT || e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
             job->sys_errno = -e;
@@ -178,7 +212,7 @@ void Transport::worker_loop() {
         }
         Job &job = *p.job;
         if (!job.conn->gone.load(std::memory_order_acquire) && job.status.load(std::memory_order_relaxed) == 0) {
-            int e = copy(job.conn->pid, job.req.opcode, job.req.remote_addr + p.off, job.req.local_addr + p.off, p.len);
+            int e = copy(job, p.off, p.len);
             if (e != 0) {
                 int expected = 0;
                 if (job.status.compare_exchange_strong(expected, e == -ESRCH ? -ECONNRESET : e == -ENOMEM ? -EFAULT : e))

@@ -153,7 +153,14 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
         return set_error(err, -EINVAL, "shm: region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr, r->length);
     if (r->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
         return set_error(err, -EINVAL, "shm: unknown access bits 0x%x", r->access);
-    *handle = regions_.add(r->addr, r->length, r->access);
+    MemfdBacking memfd;
+    if (cfg_.adopt_memfd) {
+        std::string why;
+        if (!adopt_into_memfd(r->addr, r->length, &memfd, &why))
+            log_.log(FERRY_LOG_DEBUG, "region [0x%" PRIx64 ", +%" PRIu64 ") stays on cross-memory attach: %s", r->addr,
+                     r->length, why.c_str());
+    }
+    *handle = regions_.add(r->addr, r->length, r->access, memfd);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 // docs/DESIGN.md ("shm.so") for why the serving side copies with process_vm_readv/writev.
 #pragma once
 
+#include "memfd.hpp"
 #include "options.hpp"
 #include "regions.hpp"
 #include "util.hpp"
@@ -47,6 +48,8 @@ struct ServerConn : Conn {
     uid_t uid = 0;
     bool hello_done = false;          // I/O thread only
     bool in_epoll = true;             // I/O thread only
+    bool no_memfd = false;            // I/O thread only: mapping its memfds failed once, use CMA
+    std::unordered_map<int, std::shared_ptr<PeerMapping>> maps; // I/O thread only: its memfds, by fd
     std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
     std::atomic<uint64_t> active{0};  // requests accepted and not answered yet
 };
@@ -79,6 +82,7 @@ struct Import {
 struct Job {
     std::shared_ptr<ServerConn> conn;
     std::shared_ptr<Region> region; // pinned
+    std::shared_ptr<PeerMapping> map; // the initiator's memfd, when it has one: memcpy instead of CMA
     Request req{};
     std::atomic<uint32_t> left{0};  // pieces not copied yet
     std::atomic<int> status{0};
@@ -128,7 +132,8 @@ private:
     void on_hello(ServerConn &c, const Hello &h);
     void on_request(const std::shared_ptr<ServerConn> &c, const Request &r);
     void worker_loop();
-    int copy(pid_t pid, uint32_t opcode, uint64_t mine, uint64_t theirs, uint64_t len);
+    int copy(const Job &job, uint64_t off, uint64_t len);
+    std::shared_ptr<PeerMapping> peer_mapping(ServerConn &c, const Request &r);
     void finish(Job &job);
     void send_done(ServerConn &c, uint64_t id, int status, const std::string &message);
     void server_gone(const std::shared_ptr<ServerConn> &c);

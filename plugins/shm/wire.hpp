@@ -21,7 +21,7 @@ namespace ferry_shm {
 inline constexpr uint32_t kEndpointMagic = 0x4d485346; // "FSHM"
 inline constexpr uint32_t kHelloMagic = 0x48485346;    // "FSHH"
 inline constexpr uint32_t kAckMagic = 0x41485346;      // "FSHA"
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 
 struct EndpointBytes {
     uint32_t magic;
@@ -53,12 +53,15 @@ struct HelloAck {
 struct Request {
     uint64_t id;
     uint32_t opcode;
-    uint32_t reserved;
+    int32_t local_fd;     // the initiator's memfd of the local region, -1: none (memfd.hpp)
     uint64_t remote_addr; // in the serving process
     uint64_t length;
     uint64_t local_addr;  // in the initiator
+    uint64_t local_ino;   // memfd only: its inode,
+    uint64_t local_base;  // the address it is mapped at in the initiator,
+    uint64_t local_len;   // and its size
 };
-static_assert(sizeof(Request) == 40);
+static_assert(sizeof(Request) == 64);
 
 struct Done {
     uint64_t id;

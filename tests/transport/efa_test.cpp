@@ -197,8 +197,9 @@ TEST_F(EfaTest, ServingSideRefusesForgedKeysAndRightsThenRecovers) {
 // A peer that stops answering: its ops fail after op_timeout_ms (not before they could have
 // completed), another peer is unaffected, and once the peer runs again it is usable again.
 TEST_F(EfaTest, StoppedPeerFailsOpsByTimeoutAndRecovers) {
-    Options o = {{"provider", "tcp"}, {"op_timeout_ms", "1000"}};
-    auto a = make({{"op_timeout_ms", "1000"}});
+    // 3 s: long enough that the live peer's op never runs into it on a loaded machine.
+    Options o = {{"provider", "tcp"}, {"op_timeout_ms", "3000"}};
+    auto a = make({{"op_timeout_ms", "3000"}});
     auto other = make();
     ASSERT_TRUE(a && other);
     const size_t sz = 8 * kMiB;
@@ -250,6 +251,50 @@ TEST_F(EfaTest, StoppedPeerFailsOpsByTimeoutAndRecovers) {
     uint64_t h = 0;
     ASSERT_TRUE(child.hash(0, sz, &h));
     EXPECT_EQ(h, fnv1a(loc.data(), sz));
+}
+
+// Deregistration on the serving side returns only once the peers that may use the region have
+// confirmed that none of their RMA on it is in flight (Revoke/RevokeAck): whatever is written
+// into it afterwards must survive every op still queued for it.
+TEST_F(EfaTest, DeregisterWaitsForPeersInFlightRma) {
+    auto a = make();
+    auto b = make();
+    ASSERT_TRUE(a && b);
+    const size_t sz = 64 * kMiB;
+    Buffer src(sz), tgt(sz);
+    fill_pattern(src.data(), sz, 8);
+    uint64_t hs, ht, peer, rmem;
+    ASSERT_EQ(a->register_mem(src.data(), sz, 0, &hs), 0);
+    ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
+    ASSERT_EQ(a->connect(b->endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, tgt.addr(), sz, kRW, &rmem), 0) << a->last_error();
+    std::vector<ferry_xfer_op_t> ops;
+    for (int round = 0; round < 2; ++round)
+        for (uint64_t off = 0; off < sz; off += 4 * kMiB)
+            ops.push_back(make_op(FERRY_OP_WRITE, src.addr() + off, hs, tgt.addr() + off, rmem, 4 * kMiB, ops.size()));
+    ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
+    auto c = a->wait(1); // under way (wait may return more than one)
+    ASSERT_GE(c.size(), 1u);
+    ASSERT_EQ(b->deregister_mem(ht), 0) << b->last_error();
+    memset(tgt.data(), 0x5a, sz);
+    auto rest = a->wait(ops.size() - c.size());
+    c.insert(c.end(), rest.begin(), rest.end());
+    ASSERT_EQ(c.size(), ops.size());
+    size_t refused = 0;
+    for (const auto &x : c)
+        if (x.status != 0) {
+            ++refused;
+            EXPECT_EQ(x.status, -EFAULT) << x.message;
+        }
+    for (size_t i = 0; i < sz; ++i)
+        ASSERT_EQ(tgt.data()[i], 0x5a) << "byte " << i << " written after deregister_mem returned";
+    // Later ops to it are refused by the initiator from the revocation, without a round trip.
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, tgt.addr(), rmem, 4096, 999)}), 0);
+    auto d = a->wait(1);
+    ASSERT_EQ(d.size(), 1u);
+    EXPECT_EQ(d[0].status, -EFAULT);
+    EXPECT_NE(std::string(d[0].message).find("deregistered"), std::string::npos) << d[0].message;
+    std::cout << refused << " of " << ops.size() << " ops refused after the deregistration\n";
 }
 
 TEST_F(EfaTest, DeviceMemoryRefusedWithoutProviderHmem) {

@@ -39,7 +39,11 @@ std::vector<TransportParam> shm_params() {
     pieces.slice = 64 * 1024;
     TransportParam defaults = base;
     defaults.slice = 4 << 20;
-    return {pieces, defaults};
+    // Initiator regions moved into memfds: the serving side maps them and copies with memcpy.
+    TransportParam memfd = base;
+    memfd.options = {{"adopt_memfd", "true"}, {"chunk_size", "1m"}};
+    memfd.slice = 1 << 20;
+    return {pieces, defaults, memfd};
 }
 #endif
 

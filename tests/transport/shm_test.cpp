@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -310,6 +311,57 @@ TEST_F(ShmTest, ConcurrentSubmittersToOnePeer) {
     }
     for (int t = 0; t < threads; ++t)
         EXPECT_EQ(find_mismatch(tgt.data() + t * per, per, 50 + t), SIZE_MAX) << "thread " << t;
+}
+
+// adopt_memfd: a page-aligned anonymous region moves into a memfd in place (contents kept, same
+// addresses) and the serving side, in another process, copies through its mapping of it.
+TEST_F(ShmTest, AdoptedRegionsKeepTheirBytesAndMoveThroughTheMemfd) {
+    auto a = make({{"adopt_memfd", "true"}});
+    ASSERT_TRUE(a);
+    const size_t sz = 8 * kMiB;
+    Buffer loc(sz);
+    fill_pattern(loc.data(), sz, 12);
+    uint64_t hl;
+    ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0) << a->last_error();
+    EXPECT_EQ(find_mismatch(loc.data(), sz, 12), SIZE_MAX) << "registration changed the region's bytes";
+    std::ifstream maps("/proc/self/maps");
+    std::string line, mapping;
+    char start[32];
+    snprintf(start, sizeof start, "%lx-", static_cast<unsigned long>(loc.addr()));
+    while (std::getline(maps, line))
+        if (line.rfind(start, 0) == 0)
+            mapping = line;
+    EXPECT_NE(mapping.find("memfd:ferry-shm-region"), std::string::npos) << mapping;
+    ChildPeer child(shm_path(), sz, kRW, {});
+    ASSERT_TRUE(child.ok()) << child.error();
+    uint64_t peer, rmem;
+    ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, child.addr(), sz, kRW, &rmem), 0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr() + 3, hl, child.addr() + 1, rmem, sz - 9, 1)}), 0);
+    auto c = a->wait(1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_EQ(c[0].status, 0) << c[0].message;
+    uint64_t h = 0;
+    ASSERT_TRUE(child.hash(1, sz - 9, &h));
+    EXPECT_EQ(h, fnv1a(loc.data() + 3, sz - 9));
+    ASSERT_TRUE(child.fill(0, sz, 13));
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, child.addr(), rmem, sz, 2)}), 0);
+    c = a->wait(1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_EQ(c[0].status, 0) << c[0].message;
+    EXPECT_EQ(find_mismatch(loc.data(), sz, 13), SIZE_MAX);
+    // Memory that does not qualify (not page-aligned) stays on cross-memory attach and works.
+    Buffer odd(64 * 1024);
+    fill_pattern(odd.data(), odd.size(), 14);
+    uint64_t ho;
+    ASSERT_EQ(a->register_mem(odd.data() + 100, 5000, 0, &ho), 0) << a->last_error();
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, odd.addr() + 100, ho, child.addr(), rmem, 5000, 3)}), 0);
+    c = a->wait(1);
+    ASSERT_EQ(c.size(), 1u);
+    ASSERT_EQ(c[0].status, 0) << c[0].message;
+    ASSERT_TRUE(child.hash(0, 5000, &h));
+    EXPECT_EQ(h, fnv1a(odd.data() + 100, 5000));
+    EXPECT_TRUE(child.exit_cleanly());
 }
 
 TEST_F(ShmTest, BadOptionValuesNameTheKey) {
