@@ -34,8 +34,14 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     if (pit == peers_.end())
         return set_error(err, -ENOTCONN, "efa: no peer %" PRIu64 " (not connected, or disconnected)", peer);
     Remote &r = *remotes_.at(pit->second.token);
-    if (r.state == Remote::State::Dead)
-        return set_error(err, -ECONNRESET, "efa: peer %s is unreachable: %s", r.name_str.c_str(), r.why.c_str());
+    if (r.state == Remote::State::Dead) {
+        // It stopped answering earlier (a cut link, a restart): ask again, as connect() does.
+        // These ops wait for the answer and fail as unreachable if none comes in
+        // connect_timeout_ms; without this a peer, once given up on, stayed unusable.
+        r.attempts = 0;
+        r.state = Remote::State::Resetting;
+        r.next_try = Clock::now();
+    }
     // Check everything first: nothing starts unless every op is well-formed.
     std::vector<std::shared_ptr<LocalRegion>> locals(n);
     std::vector<const Import *> imports(n);

@@ -6,8 +6,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <future>
 #include <system_error>
@@ -39,7 +42,16 @@ void Reactor::start() {
     ev.data.ptr = nullptr; // the wake-up eventfd
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev) != 0)
         throw std::system_error(errno, std::generic_category(), "epoll_ctl(wake eventfd)");
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+        // splice() into a socket the peer has reset raises SIGPIPE (it takes no MSG_NOSIGNAL),
+        // whose default action kills the whole host process: this thread blocks it and gets
+        // EPIPE instead. Only this thread's mask changes; the host's SIGPIPE handling is its own.
+        sigset_t pipe_signal;
+        sigemptyset(&pipe_signal);
+        sigaddset(&pipe_signal, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
+        loop();
+    });
 }
 
 void Reactor::stop() {
