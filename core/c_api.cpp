@@ -1,5 +1,6 @@
 // The C API over the C++ engine: status codes, thread-local last-error messages, no exceptions.
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -194,6 +195,50 @@ int ferry_segment_regions(ferry_engine_t *e, ferry_segment_id_t segment, ferry_r
         return 0;
     });
 }
+
+int ferry_send_notification(ferry_engine_t *e, ferry_segment_id_t segment, const void *data, size_t length) {
+    REQUIRE_ENGINE(e);
+    if (!data && length) return set_error(-EINVAL, "ferry_send_notification: data is NULL but length is not 0");
+    return guarded(__func__, [&] {
+        return check(e->engine->send_notification(segment, {static_cast<const uint8_t *>(data), length}));
+    });
+}
+
+// One allocation holds the array, then every sender name and message: one free releases all.
+int ferry_take_notifications(ferry_engine_t *e, ferry_notification_t **out, size_t *count) {
+    REQUIRE_ENGINE(e);
+    if (!out || !count) return set_error(-EINVAL, "ferry_take_notifications: output pointer is NULL");
+    return guarded(__func__, [&] {
+        auto taken = e->engine->take_notifications();
+        if (taken.empty()) {
+            *out = nullptr;
+            *count = 0;
+            last_error.clear();
+            return 0;
+        }
+        size_t bytes = taken.size() * sizeof(ferry_notification_t);
+        for (const auto &n : taken) bytes += n.from.size() + 1 + n.message.size();
+        auto *block = static_cast<ferry_notification_t *>(std::malloc(bytes));
+        if (!block) throw std::bad_alloc(); // -ENOMEM, as for any allocation failing here
+        char *tail = reinterpret_cast<char *>(block + taken.size());
+        for (size_t i = 0; i < taken.size(); ++i) {
+            const auto &n = taken[i];
+            memcpy(tail, n.from.c_str(), n.from.size() + 1);
+            block[i].from = tail;
+            tail += n.from.size() + 1;
+            block[i].length = n.message.size();
+            block[i].data = n.message.empty() ? nullptr : reinterpret_cast<const uint8_t *>(tail);
+            if (!n.message.empty()) memcpy(tail, n.message.data(), n.message.size());
+            tail += n.message.size();
+        }
+        *out = block;
+        *count = taken.size();
+        last_error.clear();
+        return 0;
+    });
+}
+
+void ferry_free_notifications(ferry_notification_t *notifications, size_t) { std::free(notifications); }
 
 const char *ferry_last_error(void) { return last_error.c_str(); }
 

@@ -25,6 +25,9 @@ const std::map<std::string, std::string> kEngineKeys = {
     {"handshake_timeout_ms", "timeout for fetching a peer's descriptor or one metadata request"},
     {"metadata_retry_ms", "how long to retry an unreachable metadata server at start"},
     {"etcd_lease_ttl_s", "seconds after which a dead engine's segment leaves etcd"},
+    {"auth_secret", "cluster secret: peers must prove they know it (default $FERRY_AUTH_SECRET)"},
+    {"auth_secret_file", "file holding the cluster secret (default $FERRY_AUTH_SECRET_FILE)"},
+    {"notification_queue_max", "notifications received and not yet taken before senders get -ENOBUFS"},
 };
 
 void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
@@ -90,6 +93,7 @@ Result<Config> load_yaml_config(const std::string &path) {
 Result<EngineSettings> parse_engine_settings(const Config &config) {
     EngineSettings s;
     s.protocols = split_list(kDefaultProtocolPriority);
+    const std::string *auth_secret = nullptr, *auth_secret_file = nullptr;
     for (const auto &[key, value] : config) {
         if (auto dot = key.find('.'); dot != std::string::npos) {
             if (dot == 0 || dot + 1 == key.size())
@@ -133,8 +137,17 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             auto v = parse_unsigned(key, value, 3600);
             if (!v || *v < 2) return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
             s.metadata.lease_ttl_s = static_cast<int>(*v);
+        } else if (key == "auth_secret") auth_secret = &value;
+        else if (key == "auth_secret_file") auth_secret_file = &value;
+        else if (key == "notification_queue_max") {
+            auto v = parse_unsigned(key, value, 1u << 24);
+            if (!v || *v == 0) return fail(-EINVAL, cat("config key 'notification_queue_max' = '", value, "'; use 1..16777216"));
+            s.notification_queue_max = *v;
         }
     }
+    auto auth = resolve_auth_secret(auth_secret, auth_secret_file);
+    if (!auth) return std::unexpected(auth.error());
+    s.auth = std::move(*auth);
     // local_server_name "ip:port" also sets where the P2P handshake listens.
     if (!s.metadata.local_server_name.empty() &&
         (s.metadata.url.empty() || s.metadata.url == "P2PHANDSHAKE")) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "auth.hpp"
 #include "ferry/engine.hpp"
 #include "metadata.hpp"
 #include "transport.hpp"
@@ -22,6 +23,8 @@ struct EngineSettings {
     std::string plugins;                  // allow/deny list; empty: FERRY_PLUGINS
     std::string log_level;                // empty: FERRY_LOG_LEVEL
     std::map<std::string, PluginOptions> plugin_options; // "tcp.lanes" -> {"tcp": {"lanes", ..}}
+    AuthSettings auth;                    // cluster secret (config, then environment)
+    size_t notification_queue_max = 65536; // notifications waiting to be taken
 };
 
 // Rejects unknown keys and bad values with a message naming the key.

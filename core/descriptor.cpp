@@ -34,7 +34,7 @@ std::vector<uint8_t> encode_descriptor(const SegmentDescriptor &d) {
     ByteWriter w;
     w.u32(kDescriptorMagic);
     w.u16(kDescriptorVersion);
-    w.u16(0);
+    w.u16(d.control.empty() ? 0 : kDescriptorHasControl);
     w.str(d.name);
     w.str(d.host_id);
     w.u64(d.generation);
@@ -56,6 +56,7 @@ std::vector<uint8_t> encode_descriptor(const SegmentDescriptor &d) {
             w.bytes(k.key);
         }
     }
+    if (!d.control.empty()) w.str(d.control);
     return w.take();
 }
 
@@ -100,6 +101,9 @@ Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
             if (!r.str(k.transport, kMaxNameBytes) || !r.bytes(k.key, kMaxBlobBytes))
                 return bad("truncated region key");
     }
+    if (flags & ~kDescriptorHasControl) return bad("unknown header flags");
+    if ((flags & kDescriptorHasControl) && (!r.str(d.control, kMaxNameBytes) || d.control.empty()))
+        return bad("truncated control address");
     if (r.remaining() != 0) return bad("trailing bytes");
     for (size_t i = 1; i < d.regions.size(); ++i)
         if (d.regions[i].addr < d.regions[i - 1].end()) return bad("regions unsorted or overlapping");

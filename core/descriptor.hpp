@@ -41,6 +41,7 @@ struct SegmentDescriptor {
     uint64_t generation = 0; // changes whenever regions change
     std::vector<TransportEndpoint> transports;
     std::vector<RegionDescriptor> regions; // sorted by addr, non-overlapping
+    std::string control; // "ip:port" of the engine's control server; empty from older engines
 
     const TransportEndpoint *endpoint_for(std::string_view transport) const;
     // Region holding all of [addr, addr+length), or nullptr.
@@ -49,6 +50,8 @@ struct SegmentDescriptor {
 
 inline constexpr uint32_t kDescriptorMagic = 0x46525344; // "FRSD"
 inline constexpr uint16_t kDescriptorVersion = 1;
+// Header flag: the control address follows the regions (readers without it saw no flags).
+inline constexpr uint16_t kDescriptorHasControl = 1;
 // Limits the decoder enforces: a peer cannot make us allocate without bound.
 inline constexpr size_t kMaxDescriptorBytes = 64u << 20;
 inline constexpr size_t kMaxNameBytes = 1024;

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "control_protocol.hpp"
 #include "engine_impl.hpp"
 #include "host_identity.hpp"
 #include "log.hpp"
@@ -29,6 +30,7 @@ Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
     // into go away; the metadata server stops first so no peer learns of a dying engine.
     metadata.reset();
+    control.reset();
     auto staging = release_staging();
     transports.clear(); // their threads may touch staging memory until they are joined
     for (auto &b : staging)
@@ -77,6 +79,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         if (rec.state != PluginState::Loaded) continue;
         PluginOptions opts;
         if (auto it = s.plugin_options.find(rec.name); it != s.plugin_options.end()) opts = it->second;
+        if (!s.auth.secret.empty()) {
+            // Transports that authenticate their connections get a key derived from the secret;
+            // the others serve whoever holds their descriptors (docs/DESIGN.md says which).
+            if (rec.caps & FERRY_CAP_AUTH_KEY)
+                opts.emplace_back("auth_key", transport_auth_key(s.auth.secret));
+            else
+                FERRY_WARN("transport ", rec.name, " does not authenticate its peers with the cluster secret; "
+                           "remove it (plugins=^", rec.name, ") where peers may be hostile (see docs/DESIGN.md, "
+                           "\"Authentication and access rights\")");
+        }
         auto t = Transport::create(rec.plugin, opts);
         if (!t) {
             if (loader.selection.requested(rec.name)) {
@@ -104,7 +116,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         if (std::find(impl->priority.begin(), impl->priority.end(), i) == impl->priority.end())
             impl->priority.push_back(i);
 
-    auto md = make_metadata_backend(s.metadata);
+    ControlServerOptions control_options;
+    control_options.local_ip = s.metadata.local_ip;
+    control_options.port = s.metadata.rpc_port;
+    control_options.secret = s.auth.secret;
+    control_options.handshake_timeout = s.metadata.timeout;
+    control_options.queue_max = s.notification_queue_max;
+    auto control = ControlServer::start(std::move(control_options));
+    if (!control) {
+        FERRY_ERROR(control.error().message);
+        return std::unexpected(control.error());
+    }
+    impl->control = std::move(*control);
+    auto md = make_metadata_backend(s.metadata, *impl->control, s.auth.secret);
     if (!md) return std::unexpected(md.error());
     impl->metadata = std::move(*md);
     // A peer that re-registers (restarted with new endpoints or keys) is re-read before its
@@ -120,7 +144,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     }
     std::string names;
     for (auto i : impl->priority) names += (names.empty() ? "" : ",") + impl->transports[i]->name();
-    FERRY_INFO("engine ", impl->metadata->segment_name(), " up with transports ", names);
+    FERRY_INFO("engine ", impl->metadata->segment_name(), " up with transports ", names, "; control channel on ",
+               impl->control->address(), s.auth.secret.empty() ? " (no cluster secret)" : cat(" (cluster secret from ", s.auth.origin, ")"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -146,6 +171,7 @@ Result<void> Engine::Impl::publish_locked() {
     d.name = metadata->segment_name();
     d.host_id = host_id;
     d.generation = ++generation;
+    d.control = control->address();
     for (size_t i = 0; i < transports.size(); ++i) d.transports.push_back({transports[i]->name(), endpoints[i]});
     for (const auto &[addr, r] : regions) {
         RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
@@ -373,6 +399,50 @@ Result<uint64_t> Engine::Impl::import_for(RemoteSegment &seg, size_t transport, 
     seg.imported[key] = *handle;
     return *handle;
 }
+
+Result<void> Engine::send_notification(SegmentId id, std::span<const uint8_t> message) {
+    auto &im = *impl_;
+    if (message.size() > kMaxNotificationBytes)
+        return fail(-EMSGSIZE, cat("send_notification: ", message.size(), " bytes exceed the limit of ",
+                                   kMaxNotificationBytes, " bytes; send larger data with a WRITE and notify after it"));
+    auto seg = im.segment(id);
+    if (!seg) return fail(-ENOENT, cat("send_notification: segment id ", id, " is not open; open_segment it first"));
+    auto control_address = [&]() -> Result<std::string> {
+        std::lock_guard lock(seg->mutex);
+        if (!seg->descriptor.control.empty()) return seg->descriptor.control;
+        return fail(-EPROTONOSUPPORT, cat("send_notification: segment ", seg->name,
+                                          " publishes no control address (its engine runs an older Ferry); upgrade it"));
+    };
+    auto address = control_address();
+    if (!address) return std::unexpected(address.error());
+    auto deadline = Clock::now() + im.settings.metadata.timeout;
+    auto label = cat("segment '", seg->name, "'");
+    std::lock_guard lock(seg->control_mutex);
+    if (seg->control && (seg->control->address() != *address || seg->control->broken())) seg->control.reset();
+    if (!seg->control) {
+        auto client = ControlClient::connect(*address, label, im.metadata->segment_name(), im.settings.auth.secret, deadline);
+        if (!client && client.error().code != -EACCES) {
+            // The peer may have restarted elsewhere: re-read its descriptor once and retry.
+            std::lock_guard seg_lock(seg->mutex);
+            if (im.refresh_segment(*seg) && !seg->descriptor.control.empty() && seg->descriptor.control != *address) {
+                *address = seg->descriptor.control;
+                client = ControlClient::connect(*address, label, im.metadata->segment_name(), im.settings.auth.secret, deadline);
+            }
+        }
+        if (!client) return fail(client.error().code, "send_notification: " + client.error().message);
+        seg->control.emplace(std::move(*client));
+    }
+    // Not retried after the request left: the peer may have queued it, and a duplicate is
+    // worse than a reported failure.
+    auto reply = seg->control->call(control::kNotify, message, deadline);
+    if (!reply) {
+        if (reply.error().code != -ENOBUFS) seg->control.reset();
+        return fail(reply.error().code, "send_notification: " + reply.error().message);
+    }
+    return {};
+}
+
+std::vector<Notification> Engine::take_notifications() { return impl_->control->take_notifications(); }
 
 Result<BatchId> Engine::submit(std::span<const Request> requests) { return impl_->submit(requests); }
 

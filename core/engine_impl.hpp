@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "config.hpp"
+#include "control_client.hpp"
+#include "control_server.hpp"
 #include "descriptor.hpp"
 #include "fd.hpp"
 #include "gpu_staging.hpp"
@@ -50,6 +52,11 @@ struct RemoteSegment {
     // until the retry time passes.
     std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
     std::map<std::pair<size_t, uint64_t>, uint64_t> imported;   // (transport, region addr) -> handle
+
+    // Control connection for notifications; its own lock, so a slow peer never holds up
+    // submits to this segment.
+    std::mutex control_mutex;
+    std::optional<ControlClient> control; // guarded by control_mutex
 };
 
 // A pinned host buffer registered with one transport, standing in for GPU memory that
@@ -95,6 +102,7 @@ struct Engine::Impl {
     std::vector<std::unique_ptr<Transport>> transports;
     std::vector<std::vector<uint8_t>> endpoints; // per transport
     std::vector<size_t> priority;                // transport indices, best first
+    std::unique_ptr<ControlServer> control; // descriptors (P2PHANDSHAKE) and notifications
     std::unique_ptr<MetadataBackend> metadata;
 
     std::shared_mutex regions_mutex;

@@ -1,6 +1,6 @@
 // Where engines publish their segment descriptors and find each other's. The embedded default
-// is a peer-to-peer handshake (P2PHANDSHAKE): every engine serves its own descriptor on a TCP
-// port and its segment name is that "ip:port". Other backends (etcd) implement the same
+// is a peer-to-peer handshake (P2PHANDSHAKE): every engine serves its own descriptor on its
+// control server (control_server.hpp) and its segment name is that "ip:port". Other backends (etcd) implement the same
 // interface.
 #pragma once
 
@@ -37,13 +37,13 @@ public:
     virtual void on_change(std::function<void(const std::string &)> listener) { (void)listener; }
 };
 
-Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings);
-Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings);
+class ControlServer;
 
-// Handshake wire format, shared by server and client.
-inline constexpr uint32_t kHandshakeMagic = 0x46524853; // "FRHS"
-inline constexpr uint16_t kHandshakeVersion = 1;
-inline constexpr uint16_t kHandshakeGetDescriptor = 1;
-inline constexpr size_t kHandshakeHeaderBytes = 12;
+// P2PHANDSHAKE serves descriptors from the engine's control server (its address is the
+// segment name) and fetches them from peers' control servers, authenticated with `secret`
+// (empty: none). etcd ignores both.
+Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings,
+                                                               ControlServer &control, const std::string &secret);
+Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings);
 
 } // namespace ferry

@@ -32,6 +32,24 @@ TEST(Descriptor, RoundTrip) {
     EXPECT_EQ(d->endpoint_for("tcp")->endpoint, (std::vector<uint8_t>{1, 2, 3}));
 }
 
+TEST(Descriptor, ControlAddressRoundTripsAndIsOptional) {
+    auto d = sample();
+    EXPECT_TRUE(decode_descriptor(encode_descriptor(d))->control.empty()) << "older engines publish none";
+    d.control = "10.0.0.7:40123";
+    auto bytes = encode_descriptor(d);
+    auto back = decode_descriptor(bytes);
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(back->control, "10.0.0.7:40123");
+    EXPECT_EQ(back->regions.size(), 2u);
+    for (size_t n = 0; n < bytes.size(); ++n)
+        EXPECT_FALSE(decode_descriptor(std::span(bytes.data(), n))) << "prefix of " << n << " bytes decoded";
+    auto unknown_flag = bytes;
+    unknown_flag[6] |= 0x2; // header flags: bit 1 is not defined
+    auto refused = decode_descriptor(unknown_flag);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("unknown header flags"), std::string::npos) << refused.error().message;
+}
+
 TEST(Descriptor, FindRegionHonoursBounds) {
     auto d = sample();
     EXPECT_NE(d.find_region(0x1000, 0x1000), nullptr);

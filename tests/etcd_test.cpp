@@ -211,3 +211,23 @@ TEST_F(EtcdTest, AnEngineStartedBeforeEtcdRetriesUntilItAnswers) {
     ASSERT_FALSE(gives_up);
     EXPECT_NE(gives_up.error().message.find("cannot reach etcd"), std::string::npos) << gives_up.error().message;
 }
+
+// With etcd metadata the segment name is not an address: notifications find the peer's
+// control server through the address its descriptor publishes.
+TEST_F(EtcdTest, NotificationsReachPeersFoundThroughEtcd) {
+    PeerProcess peer(peer_args("node-notified"));
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = Engine::create(config("node-notifier"));
+    ASSERT_TRUE(engine) << engine.error().message;
+    auto seg = (*engine)->open_segment("node-notified");
+    ASSERT_TRUE(seg) << seg.error().message;
+    std::string text = "over etcd";
+    auto sent = (*engine)->send_notification(*seg, {reinterpret_cast<const uint8_t *>(text.data()), 4});
+    ASSERT_TRUE(sent) << sent.error().message;
+    EXPECT_EQ(peer.command("take"), "TAKEN 1 node-notifier|over");
+    ASSERT_EQ(peer.command("notify node-notifier back"), "OK");
+    auto notes = (*engine)->take_notifications();
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_EQ(notes[0].from, "node-notified");
+    EXPECT_EQ(std::string(notes[0].message.begin(), notes[0].message.end()), "back");
+}

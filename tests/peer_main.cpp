@@ -2,12 +2,18 @@
 // Prints "READY <segment> <buffer address> <size>", then answers commands on stdin:
 //   sum    -> "SUM <fnv1a-64 of the buffer>"
 //   unreg  -> unregisters the buffer, "OK"
+//   notify <segment> <text>  -> sends a notification, "OK" or "ERROR <code> <message>"
+//   writenotify <segment> <hex addr> <length> <byte> <text>
+//          -> WRITEs length bytes of value byte there, waits, then notifies; "OK" or "ERROR ..."
+//   take   -> "TAKEN <n> <from>|<text> ..." (notifications received so far)
 //   quit   -> exits
+// Options: --access r|w|rw sets the buffer's remote access rights (default rw).
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,9 +23,15 @@
 int main(int argc, char **argv) {
     uint64_t size = 8 << 20;
     ferry::Config config{{"plugins", "tcp"}};
+    ferry::MemoryOptions memory;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--size" && i + 1 < argc) size = std::strtoull(argv[++i], nullptr, 0);
+        else if (a == "--access" && i + 1 < argc) {
+            std::string rights = argv[++i];
+            memory.access = (rights.find('r') != std::string::npos ? ferry::kRemoteRead : 0) |
+                            (rights.find('w') != std::string::npos ? ferry::kRemoteWrite : 0);
+        }
         else if (a == "--option" && i + 1 < argc) {
             std::string kv = argv[++i];
             auto eq = kv.find('=');
@@ -33,7 +45,7 @@ int main(int argc, char **argv) {
     }
     std::vector<uint8_t> buffer(size);
     for (uint64_t i = 0; i < size; ++i) buffer[i] = ferry::test::peer_pattern(i);
-    if (auto r = (*engine)->register_memory(buffer.data(), size); !r) {
+    if (auto r = (*engine)->register_memory(buffer.data(), size, memory); !r) {
         std::printf("ERROR %s\n", r.error().message.c_str());
         return 1;
     }
@@ -47,6 +59,35 @@ int main(int argc, char **argv) {
         } else if (cmd == "unreg") {
             auto r = (*engine)->unregister_memory(buffer.data());
             std::printf("%s\n", r ? "OK" : r.error().message.c_str());
+        } else if (cmd.rfind("notify ", 0) == 0 || cmd.rfind("writenotify ", 0) == 0) {
+            std::istringstream in(cmd);
+            std::string verb, segment, text, addr;
+            uint64_t length = 0;
+            unsigned value = 0;
+            in >> verb >> segment;
+            if (verb == "writenotify") in >> addr >> length >> value;
+            in >> text;
+            auto reply = [&]() -> ferry::Result<void> {
+                auto seg = (*engine)->open_segment(segment);
+                if (!seg) return std::unexpected(seg.error());
+                if (verb == "writenotify") {
+                    std::memset(buffer.data(), static_cast<int>(value), length);
+                    ferry::Request w{ferry::Opcode::Write, buffer.data(), *seg, std::strtoull(addr.c_str(), nullptr, 16), length};
+                    auto batch = (*engine)->submit(std::span(&w, 1));
+                    if (!batch) return std::unexpected(batch.error());
+                    auto done = (*engine)->wait(*batch);
+                    (void)(*engine)->free_batch(*batch);
+                    if (!done) return done;
+                }
+                return (*engine)->send_notification(*seg, {reinterpret_cast<const uint8_t *>(text.data()), text.size()});
+            }();
+            if (reply) std::printf("OK\n");
+            else std::printf("ERROR %d %s\n", reply.error().code, reply.error().message.c_str());
+        } else if (cmd == "take") {
+            auto notes = (*engine)->take_notifications();
+            std::printf("TAKEN %zu", notes.size());
+            for (auto &n : notes) std::printf(" %s|%.*s", n.from.c_str(), static_cast<int>(n.message.size()), reinterpret_cast<const char *>(n.message.data()));
+            std::printf("\n");
         } else if (cmd == "quit") {
             break;
         } else {

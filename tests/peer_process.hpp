@@ -59,6 +59,7 @@ public:
         if (write(in_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
         return read_line();
     }
+    pid_t pid() const { return pid_; }
     void kill_now() {
         kill(pid_, SIGKILL);
         waitpid(pid_, nullptr, 0);

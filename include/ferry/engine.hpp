@@ -72,6 +72,13 @@ struct RemoteRegion {
     uint32_t access = 0;
 };
 
+// A message another engine sent with send_notification.
+struct Notification {
+    std::string from;             // the sender's segment name (its Engine::segment_name())
+    std::vector<uint8_t> message; // the bytes as sent (may be empty)
+};
+inline constexpr size_t kMaxNotificationBytes = 1u << 20;
+
 struct TransportInfo {
     std::string name;
     std::string plugin_path;
@@ -105,6 +112,15 @@ public:
     // Ok when every op succeeded; the first failure's error otherwise; -ETIMEDOUT on timeout.
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
     Result<void> free_batch(BatchId batch);
+
+    // Notifications over the engines' control channel (authenticated when a cluster secret is
+    // set). send_notification returns once the receiving engine has queued the message, so a
+    // notification sent after a WRITE batch completed is taken there after the written bytes
+    // are visible. From one thread to one receiver, messages are taken in send order.
+    // -EMSGSIZE beyond kMaxNotificationBytes; -ENOBUFS when the receiver's queue is full.
+    Result<void> send_notification(SegmentId segment, std::span<const uint8_t> message);
+    // Drains what peers sent so far, oldest first; empty when nothing arrived.
+    std::vector<Notification> take_notifications();
 
     struct Impl;
 

@@ -116,6 +116,26 @@ typedef struct ferry_remote_region {
 FERRY_C_API int ferry_segment_regions(ferry_engine_t *engine, ferry_segment_id_t segment,
                                       ferry_remote_region_t *regions, size_t *count);
 
+/* A notification another engine sent (ferry_send_notification). */
+typedef struct ferry_notification {
+    const char *from;    /* the sender's segment name, NUL-terminated */
+    const uint8_t *data; /* the message bytes; NULL when length is 0 */
+    size_t length;       /* bytes */
+} ferry_notification_t;
+
+/* Send length bytes (at most 1 MiB) to the engine of an open segment over the control channel
+ * (authenticated when a cluster secret is set). Returns 0 once that engine has queued them, so
+ * a notification sent after a WRITE batch completed arrives after the written bytes are
+ * visible. -EMSGSIZE when too long, -ENOBUFS when the receiver's queue is full. */
+FERRY_C_API int ferry_send_notification(ferry_engine_t *engine, ferry_segment_id_t segment,
+                                        const void *data, size_t length);
+/* Drain the notifications received so far, oldest first: *notifications is an array of *count
+ * entries the caller frees with ferry_free_notifications (NULL and 0 when none arrived). */
+FERRY_C_API int ferry_take_notifications(ferry_engine_t *engine,
+                                         ferry_notification_t **notifications, size_t *count);
+/* Free what ferry_take_notifications returned; NULL is fine. */
+FERRY_C_API void ferry_free_notifications(ferry_notification_t *notifications, size_t count);
+
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);
 /* Library version string. */

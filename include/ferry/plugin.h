@@ -70,6 +70,12 @@ typedef enum ferry_mem_kind {
 #define FERRY_CAP_MEM_ROCM (1ull << 2)  /* can move ROCm device memory directly */
 #define FERRY_CAP_INTRA_NODE (1ull << 8) /* reaches peers on the same host */
 #define FERRY_CAP_INTER_NODE (1ull << 9) /* reaches peers on other hosts */
+/* Accepts the option auth_key (hex; the host derives it from the cluster secret, and passes it
+ * only when there is one) and then serves only peers inside the cluster's trust: peers that
+ * prove knowledge of the same key (tcp.so), or processes of the same user, which the kernel
+ * lets read our memory anyway (shm.so). Without the bit, the host warns that the transport
+ * serves whoever holds its descriptors. */
+#define FERRY_CAP_AUTH_KEY (1ull << 16)
 
 /* Access rights of a registered region, for remote peers. */
 #define FERRY_ACCESS_REMOTE_READ 0x1u

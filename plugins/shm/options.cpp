@@ -10,7 +10,8 @@ namespace ferry_shm {
 namespace {
 
 constexpr const char *kKnownKeys =
-    "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any, adopt_memfd";
+    "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any, adopt_memfd, "
+    "auth_key";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
     return set_error(err, -EINVAL, "shm: invalid value '%s' for option '%s': expected %s",
@@ -56,6 +57,11 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
         } else if (strcmp(key, "adopt_memfd") == 0) {
             if (!parse_bool(value, &cfg.adopt_memfd))
                 return bad(err, key, value, "true or false");
+        } else if (strcmp(key, "auth_key") == 0) {
+            // Only its presence matters here (options.hpp); never echoed, it is a secret.
+            if (value == nullptr || *value == '\0')
+                return set_error(err, -EINVAL, "shm: option 'auth_key' is empty");
+            cfg.same_user_only = true;
         } else if (strcmp(key, "ptracer_any") == 0) {
             if (!parse_bool(value, &cfg.ptracer_any))
                 return bad(err, key, value, "true or false");

@@ -16,6 +16,10 @@ struct Config {
     unsigned op_timeout_ms = 30000;      // an op unanswered this long fails with -ETIMEDOUT; 0: never
     bool ptracer_any = false;            // Yama ptrace_scope=1: PR_SET_PTRACER_ANY on this process
     bool adopt_memfd = false;            // move registered anonymous regions into memfds (memfd.hpp)
+    // Set by the host's auth_key (the cluster has a secret): serve only processes of our own
+    // user. Those can read our memory through the kernel anyway, so a key exchange would add
+    // nothing; anyone else (an unprivileged user against a root engine) is refused.
+    bool same_user_only = false;
 };
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL

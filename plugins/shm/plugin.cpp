@@ -137,7 +137,7 @@ extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     sizeof(ferry_plugin_v1_t),
     ferry_shm::kPluginName,
     ferry_shm::kPluginVersion,
-    FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE,
+    FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_AUTH_KEY,
     shm_probe,
     shm_create,
     shm_destroy,

@@ -55,6 +55,10 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
         refuse(-EPROTO, strprintf("not a shm.so version %u handshake", kWireVersion));
     } else if (h.target_token != token_) {
         refuse(-ESTALE, strprintf("pid %d: the endpoint was published by another instance", pid_));
+    } else if (cfg_.same_user_only && c.uid != uid_) {
+        refuse(-EACCES, strprintf("authentication failed: this engine has a cluster secret (auth_secret) and shm serves "
+                                  "only processes of its own user (uid %u); the initiator runs as uid %u",
+                                  static_cast<unsigned>(uid_), static_cast<unsigned>(c.uid)));
     } else if (c.pid <= 0) {
         refuse(-EHOSTUNREACH, strprintf("pid %d cannot see the initiator's pid: it runs in another PID namespace "
                                         "(container); shm needs both processes in one",

@@ -121,7 +121,9 @@ void Lane::fail(int status, const std::string &why, State next) {
     tx_.reset();
     done_count_ = 0;
     done_off_ = kHeaderSize;
-    hello_off_ = kHeaderSize;
+    hello_off_ = hello_len_ = 0;
+    auth_sent_ = false;
+    auth_problem_.clear();
     std::deque<Slice> failed;
     failed.swap(q_);
     for (Slice &s : failed) {
@@ -207,9 +209,18 @@ void Lane::on_events(uint32_t events) {
         if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0)
             return;
         state_ = State::Hello;
+        if (!random_bytes(client_nonce_, kNonceSize)) {
+            fail(-EIO, strprintf("connect to peer %s failed: getrandom: %s",
+                                 peer_.endpoint().name.c_str(), errno_string(errno).c_str()));
+            return;
+        }
         Header h;
         h.type = kHello;
+        h.flags = peer_.config().auth_key.empty() ? 0 : kFlagAuth;
+        h.msg_len = kHelloData;
         encode_header(h, hello_);
+        memcpy(hello_ + kHeaderSize, client_nonce_, kNonceSize);
+        hello_len_ = kHeaderSize + kHelloData;
         hello_off_ = 0;
     }
     if (events & EPOLLOUT)
@@ -223,7 +234,7 @@ void Lane::on_events(uint32_t events) {
 
 bool Lane::has_output() const {
     if (state_ == State::Hello)
-        return hello_off_ < kHeaderSize;
+        return hello_off_ < hello_len_;
     return state_ == State::Ready && (send_idx_ < q_.size() || pipe_.pending() > 0 ||
                                       done_count_ > 0 || done_off_ < kHeaderSize);
 }
@@ -415,8 +426,18 @@ bool Lane::on_header() {
         return h.msg_len == 0 ? on_message_done() : true;
     }
     if (state_ == State::Hello) {
-        if (h.type != kHelloAck) {
-            protocol_error(strprintf("%s during the handshake", msg_type_name(h.type)));
+        if (!auth_sent_ && h.type == kHelloAck && h.msg_len == kHelloAckData) {
+            rx_ = Rx::Message; // nonce and proof, handled by on_hello_ack
+            msg_got_ = 0;
+            return true;
+        }
+        if (!auth_sent_ || h.type != kAuthAck || h.msg_len != 0) {
+            protocol_error(strprintf("%s with %u data bytes during the handshake",
+                                     msg_type_name(h.type), h.msg_len));
+            return false;
+        }
+        if (!auth_problem_.empty()) {
+            fail(-EACCES, std::string(auth_problem_)); // a copy: fail() clears auth_problem_
             return false;
         }
         state_ = State::Ready;
@@ -455,13 +476,43 @@ bool Lane::on_header() {
     return false;
 }
 
+bool Lane::on_hello_ack() {
+    const uint8_t *server_nonce = reinterpret_cast<const uint8_t *>(msg_);
+    const uint8_t *server_proof = server_nonce + kNonceSize;
+    const std::string &key = peer_.config().auth_key;
+    const std::string &name = peer_.endpoint().name;
+    // The server refuses a mismatch of "has a key" itself; a wrong proof is ours to find. AUTH
+    // is sent either way, so the server logs the failed attempt too.
+    if (!key.empty() && !(cur_.flags & kFlagAuth))
+        auth_problem_ = strprintf("authentication failed: peer %s has no cluster secret but this "
+                                  "engine requires one (auth_secret)", name.c_str());
+    else if (!key.empty() && !proof_matches(key, "server", client_nonce_, server_nonce, server_proof))
+        auth_problem_ = strprintf("authentication failed: peer %s does not know the cluster "
+                                  "secret (wrong auth_secret on one side)", name.c_str());
+    Header h;
+    h.type = kAuth;
+    h.msg_len = kAuthData;
+    encode_header(h, hello_);
+    make_proof(key, "client", client_nonce_, server_nonce, hello_ + kHeaderSize);
+    hello_len_ = kHeaderSize + kAuthData;
+    hello_off_ = 0;
+    auth_sent_ = true;
+    rx_ = Rx::Header;
+    return true;
+}
+
 bool Lane::on_message_done() {
+    if (state_ == State::Hello && cur_.type == kHelloAck)
+        return on_hello_ack();
     msg_[msg_got_] = '\0';
     sanitize(msg_);
     rx_ = Rx::Header;
     const std::string &name = peer_.endpoint().name;
     if (state_ == State::Hello) {
-        fail(cur_.status, strprintf("peer %s refused the connection: %s", name.c_str(), msg_));
+        if (!auth_problem_.empty())
+            fail(-EACCES, std::string(auth_problem_)); // a copy: fail() clears auth_problem_
+        else
+            fail(cur_.status, strprintf("peer %s refused the connection: %s", name.c_str(), msg_));
         return false;
     }
     complete_front(cur_.status, strprintf("peer %s: %s", name.c_str(), msg_).c_str());

@@ -8,6 +8,7 @@
 // A Down lane reconnects when new slices arrive, so a restarted peer becomes usable again.
 #pragma once
 
+#include "handshake.hpp"
 #include "op.hpp"
 #include "reactor.hpp"
 #include "splice_pipe.hpp"
@@ -71,6 +72,7 @@ private:
     bool consume(const uint8_t *p, size_t n);
     bool on_header();
     bool on_message_done();
+    bool on_hello_ack(); // HELLO_ACK's data is in msg_: check the server, queue AUTH
     void complete_front(int status, const char *message);
     bool needs_timer() const;
     size_t front_write_acks() const;
@@ -100,8 +102,14 @@ private:
     uint8_t done_hdr_[kHeaderSize] = {};
     size_t done_off_ = kHeaderSize; // bytes of done_hdr_ sent
     SplicePipe pipe_; // zero-copy WRITE payloads (splice_pipe.hpp)
-    uint8_t hello_[kHeaderSize] = {};
-    size_t hello_off_ = kHeaderSize;
+    // Handshake (handshake.hpp): HELLO, then AUTH once HELLO_ACK arrived; hello_[hello_off_,
+    // hello_len_) is still to be sent.
+    uint8_t hello_[kHeaderSize + kHelloData] = {};
+    size_t hello_len_ = 0;
+    size_t hello_off_ = 0;
+    bool auth_sent_ = false;
+    uint8_t client_nonce_[kNonceSize] = {};
+    std::string auth_problem_; // the server failed to prove the key: reported once it answers AUTH
 
     Rx rx_ = Rx::Header;
     uint8_t hdr_[kHeaderSize] = {};

@@ -58,7 +58,7 @@ ssize_t Lane::send_done() {
 ssize_t Lane::do_send() {
     ssize_t n;
     if (state_ == State::Hello) {
-        n = send(fd_, hello_ + hello_off_, kHeaderSize - hello_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+        n = send(fd_, hello_ + hello_off_, hello_len_ - hello_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             int e = errno;
             if (e == EAGAIN || e == EWOULDBLOCK) {

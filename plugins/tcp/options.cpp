@@ -2,6 +2,8 @@
 
 #include "util.hpp"
 
+#include "hmac_sha256.hpp"
+
 #include <arpa/inet.h>
 #include <sched.h>
 
@@ -16,7 +18,7 @@ namespace {
 
 constexpr const char *kKnownKeys =
     "bind_ip, advertise_ip, port, lanes, slice_size, io_threads, connect_timeout_ms, "
-    "op_timeout_ms, sndbuf, rcvbuf, zerocopy";
+    "op_timeout_ms, sndbuf, rcvbuf, zerocopy, auth_key";
 
 bool is_ip_literal(const char *s) {
     unsigned char buf[16];
@@ -114,6 +116,14 @@ int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry
             if (v != 0 && v < 4096)
                 return bad(err, key, val, "0 (kernel autotuning) or at least 4096 bytes");
             (key[0] == 's' ? c.sndbuf : c.rcvbuf) = static_cast<unsigned>(v);
+        } else if (strcmp(key, "auth_key") == 0) {
+            // Never echoed: it is a secret.
+            std::string raw;
+            if (val == nullptr || strlen(val) < 32 || !ferry_crypto::from_hex(val, raw))
+                return set_error(err, -EINVAL,
+                                 "tcp: invalid value for option 'auth_key': expected at least 32 "
+                                 "hex digits (the host derives it from auth_secret)");
+            c.auth_key = std::move(raw);
         } else if (strcmp(key, "zerocopy") == 0) {
             if (!ranged(0, 1, false, "0 (copy WRITE payloads) or 1 (splice them)"))
                 return -EINVAL;

@@ -33,6 +33,9 @@ struct Config {
     unsigned sndbuf = 0;            // SO_SNDBUF bytes, 0 = kernel autotuning
     unsigned rcvbuf = 0;            // SO_RCVBUF bytes, 0 = kernel autotuning
     bool zerocopy = true;           // splice WRITE payloads (see splice_pipe.hpp)
+    // Cluster key (option auth_key, hex): peers must prove they know it (handshake.hpp).
+    // Empty: no authentication, and peers with a key are refused.
+    std::string auth_key;
 };
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with

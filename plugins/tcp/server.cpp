@@ -164,7 +164,7 @@ ssize_t ServerConn::do_recv() {
         // on_header). Drain: into a scratch sink. When the rest of the payload fits, the next
         // request's header is read by the same call.
         iovec iov[2];
-        if (rx_ == Rx::Payload) {
+        if (rx_ == Rx::Payload || rx_ == Rx::Handshake) {
             chunk = static_cast<size_t>(std::min<uint64_t>(left_, SSIZE_MAX - kHeaderSize));
             iov[0] = {dst_, chunk};
         } else {
@@ -214,7 +214,7 @@ ssize_t ServerConn::do_recv() {
     }
     const size_t body = std::min(static_cast<size_t>(n), chunk);
     left_ -= body;
-    if (rx_ == Rx::Payload)
+    if (rx_ == Rx::Payload || rx_ == Rx::Handshake)
         dst_ += body;
     if (left_ != 0)
         return n;
@@ -223,6 +223,8 @@ ssize_t ServerConn::do_recv() {
         ctx_.regions.release(cur_ref_);
         cur_ref_ = nullptr;
         queue(kWriteAck, cur_.id, 0, 0);
+    } else if (rx_ == Rx::Handshake) {
+        on_handshake_data();
     } else {
         queue_error(cur_.id, drain_status_, drain_why_);
     }
@@ -300,28 +302,8 @@ bool ServerConn::on_header() {
     cur_ = decode_header(hdr_);
     const Header &h = cur_;
     last_type_ = h.type;
-    if (!hello_done_) {
-        if (h.magic != kWireMagic || h.type != kHello) {
-            close_conn(FERRY_LOG_WARN,
-                       strprintf("not a Ferry tcp client (magic 0x%08x, type %u instead of "
-                                 "HELLO)",
-                                 h.magic, h.type));
-            return false;
-        }
-        if (h.version != kWireVersion) {
-            std::string why = strprintf("tcp wire version %u is not supported, this server "
-                                        "speaks version %u",
-                                        h.version, kWireVersion);
-            ctx_.log.log(FERRY_LOG_WARN, "refusing connection from %s: %s", name_.c_str(),
-                         why.c_str());
-            queue_error(0, -EPROTONOSUPPORT, why);
-            closing_ = true;
-            return true;
-        }
-        hello_done_ = true;
-        queue(kHelloAck, h.id, 0, 0);
-        return true;
-    }
+    if (!hello_done_)
+        return on_handshake_header();
     std::string why;
     if (!check_request(h, &why)) {
         close_conn(FERRY_LOG_WARN, "malformed request: " + why);
@@ -366,6 +348,88 @@ bool ServerConn::on_header() {
     resp.by_ref = by_ref;
     resp.needs_done = by_ref;
     return true;
+}
+
+bool ServerConn::on_handshake_header() {
+    const Header &h = cur_;
+    const uint8_t expected = awaiting_auth_ ? kAuth : kHello;
+    if (h.magic != kWireMagic || (h.type != expected && !(h.type == kHello && h.version != kWireVersion))) {
+        close_conn(FERRY_LOG_WARN, strprintf("not a Ferry tcp client (magic 0x%08x, type %u instead of %s)",
+                                             h.magic, h.type, msg_type_name(expected)));
+        return false;
+    }
+    if (h.version != kWireVersion) {
+        refuse(-EPROTONOSUPPORT, strprintf("tcp wire version %u is not supported, this server "
+                                           "speaks version %u; run the same Ferry release on every engine",
+                                           h.version, kWireVersion));
+        return true;
+    }
+    const uint32_t want = awaiting_auth_ ? kAuthData : kHelloData;
+    if (h.msg_len != want || h.length != 0 || h.status != 0) {
+        close_conn(FERRY_LOG_WARN, strprintf("malformed %s (%u data bytes, %u expected)",
+                                             msg_type_name(h.type), h.msg_len, want));
+        return false;
+    }
+    if (!awaiting_auth_)
+        client_has_key_ = (h.flags & kFlagAuth) != 0;
+    rx_ = Rx::Handshake;
+    dst_ = hs_;
+    left_ = want;
+    return true;
+}
+
+void ServerConn::refuse(int status, const std::string &why) {
+    ctx_.log.log(FERRY_LOG_WARN, "refusing connection from %s: %s", name_.c_str(), why.c_str());
+    queue_error(0, status, why);
+    closing_ = true;
+}
+
+void ServerConn::on_handshake_data() {
+    const std::string &key = ctx_.cfg.auth_key;
+    if (awaiting_auth_) {
+        if (!proof_matches(key, "client", client_nonce_, server_nonce_, hs_)) {
+            refuse(-EACCES, "authentication failed: the client does not know the cluster secret (wrong "
+                            "auth_secret); set the same auth_secret on every engine of the cluster");
+            return;
+        }
+        awaiting_auth_ = false;
+        hello_done_ = true;
+        queue(kAuthAck, 0, 0, 0);
+        return;
+    }
+    memcpy(client_nonce_, hs_, kNonceSize);
+    if (!key.empty() && !client_has_key_) {
+        refuse(-EACCES, "authentication failed: this engine requires the cluster secret (auth_secret) "
+                        "and the client has none; set the same auth_secret on every engine of the cluster");
+        return;
+    }
+    if (key.empty() && client_has_key_) {
+        refuse(-EACCES, "authentication failed: this engine has no cluster secret but the client uses "
+                        "one; set the same auth_secret on every engine of the cluster");
+        return;
+    }
+    if (!random_bytes(server_nonce_, kNonceSize)) {
+        refuse(-EIO, "getrandom failed: " + errno_string(errno));
+        return;
+    }
+    uint8_t data[kHelloAckData];
+    memcpy(data, server_nonce_, kNonceSize);
+    make_proof(key, "server", client_nonce_, server_nonce_, data + kNonceSize);
+    queue_data(kHelloAck, key.empty() ? 0 : kFlagAuth, data, kHelloAckData);
+    awaiting_auth_ = true;
+}
+
+void ServerConn::queue_data(uint8_t type, uint8_t flags, const uint8_t *data, uint32_t len) {
+    Header h;
+    h.type = type;
+    h.flags = flags;
+    h.msg_len = len;
+    out_.emplace_back();
+    Resp &r = out_.back();
+    r.msg.assign(reinterpret_cast<const char *>(data), len);
+    r.data = reinterpret_cast<const uint8_t *>(r.msg.data());
+    r.len = r.msg.size();
+    encode_header(h, r.hdr);
 }
 
 bool ServerConn::busy() const {

@@ -2,6 +2,7 @@
 // Every request is checked against the region table before a byte of memory is touched.
 #pragma once
 
+#include "handshake.hpp"
 #include "options.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
@@ -38,7 +39,7 @@ public:
     void on_ready() override { progress(); }
 
 private:
-    enum class Rx { Header, Payload, Drain };
+    enum class Rx { Header, Payload, Drain, Handshake };
     struct Resp {
         uint8_t hdr[kHeaderSize];
         uint64_t id = 0;
@@ -65,6 +66,10 @@ private:
     ssize_t read_request_run();
     void queue(uint8_t type, uint64_t id, int status, uint64_t length, uint8_t flags = 0);
     void queue_error(uint64_t id, int status, const std::string &msg);
+    void queue_data(uint8_t type, uint8_t flags, const uint8_t *data, uint32_t len);
+    bool on_handshake_header(); // before AUTH_ACK: HELLO or AUTH
+    void on_handshake_data();   // their data arrived in hs_
+    void refuse(int status, const std::string &why); // ERROR, then close once it is sent
     void close_conn(int level, const std::string &why);
     bool busy() const;
     bool can_read() const;
@@ -73,7 +78,12 @@ private:
     Reactor &reactor_;
     int fd_;
     const std::string name_;
-    bool hello_done_ = false;
+    bool hello_done_ = false; // authenticated: requests are served
+    bool awaiting_auth_ = false; // HELLO_ACK sent, AUTH next
+    bool client_has_key_ = false;
+    uint8_t hs_[kHelloData > kAuthData ? kHelloData : kAuthData] = {}; // handshake data
+    uint8_t client_nonce_[kNonceSize] = {};
+    uint8_t server_nonce_[kNonceSize] = {};
     bool closing_ = false; // close once the queued responses are sent
     bool closed_ = false;
     bool readable_ = false;

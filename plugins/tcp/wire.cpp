@@ -70,6 +70,8 @@ const char *msg_type_name(uint8_t type) {
     switch (type) {
     case kHello: return "HELLO";
     case kHelloAck: return "HELLO_ACK";
+    case kAuth: return "AUTH";
+    case kAuthAck: return "AUTH_ACK";
     case kWriteReq: return "WRITE_REQ";
     case kWriteAck: return "WRITE_ACK";
     case kReadReq: return "READ_REQ";

@@ -7,14 +7,18 @@
 //     6    1 type       peer's rejection
 //     7    1 flags    0, or kFlagNeedsDone on a READ_RESP
 //     8    4 status   0 or a negative errno (ERROR)
-//    12    4 msg_len  bytes of error message following an ERROR header (< FERRY_MESSAGE_MAX)
+//    12    4 msg_len  bytes following an ERROR header (its message, < FERRY_MESSAGE_MAX) or a
+//                     handshake header (HELLO, HELLO_ACK, AUTH: handshake.hpp)
 //    16    8 id       request id chosen by the client, echoed in the response
 //    24    8 addr     remote address (WRITE_REQ, READ_REQ)
 //    32    8 length   payload bytes (WRITE_REQ, READ_REQ, READ_RESP), 1..kMaxPayload
 //
-// A connection is opened by the client with HELLO and answered by HELLO_ACK (or ERROR and a
-// close). Afterwards the client sends WRITE_REQ / READ_REQ; the server answers each request,
-// in request order, with WRITE_ACK / READ_RESP / ERROR.
+// A connection is opened by the client with HELLO (client nonce; flags kFlagAuth when it has a
+// cluster key), answered by HELLO_ACK (server nonce and proof; kFlagAuth likewise), then AUTH
+// (client proof) answered by AUTH_ACK; the server answers any step with ERROR and a close
+// instead when the keys differ or only one side has one (handshake.hpp). Only then does the
+// client send WRITE_REQ / READ_REQ; the server answers each request, in request order, with
+// WRITE_ACK / READ_RESP / ERROR.
 // A READ_RESP flagged kFlagNeedsDone was sent by reference to the server's memory (zero-copy
 // splice): the server keeps the region busy (deregister_mem waits) until the client reports,
 // with READ_DONE (id = last such READ_RESP, length = how many, in order), that it consumed
@@ -31,7 +35,7 @@
 namespace ferry_tcp {
 
 inline constexpr uint32_t kWireMagic = 0x59525246u; // bytes 'F' 'R' 'R' 'Y'
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2; // 2: HELLO carries the authentication exchange
 inline constexpr size_t kHeaderSize = 40;
 inline constexpr uint64_t kMaxPayload = 64ull << 20; // largest slice on the wire
 inline constexpr uint32_t kMaxErrorMsg = 255;        // fits a ferry_completion_t message
@@ -45,9 +49,12 @@ enum MsgType : uint8_t {
     kReadResp = 6,
     kError = 7,
     kReadDone = 8,
+    kAuth = 9,
+    kAuthAck = 10,
 };
 
 inline constexpr uint8_t kFlagNeedsDone = 0x1;
+inline constexpr uint8_t kFlagAuth = 0x2; // HELLO / HELLO_ACK: the sender has a cluster key
 
 struct Header {
     uint32_t magic = kWireMagic;

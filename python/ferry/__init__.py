@@ -12,8 +12,8 @@
 
 The bindings load libferry's C API (ferry.h) through cffi in ABI mode."""
 
-from .engine import (Batch, Engine, OpStatus, Region, RemoteRegion, Request, Segment, READ,
-                     REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)
+from .engine import (Batch, Engine, Notification, OpStatus, Region, RemoteRegion, Request,
+                     Segment, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)
 from .errors import (AlreadyExists, Busy, Canceled, ConnectionFailed, FerryError,
                      InvalidArgument, NotFound, OutOfMemory, PermissionDenied, ProtocolError,
                      Timeout, Unsupported)
@@ -38,7 +38,7 @@ def package_root():
 
 
 __all__ = [
-    "Engine", "Region", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion",
+    "Engine", "Region", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion", "Notification",
     "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "MEMORY_HOST", "MEMORY_CUDA", "MEMORY_ROCM",
     "FerryError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
     "Timeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError", "Canceled",

@@ -68,6 +68,10 @@ RemoteRegion.__doc__ = """A region a peer registered: address and length in the 
 (REMOTE_READ | REMOTE_WRITE)."""
 
 
+Notification = collections.namedtuple("Notification", "sender message")
+Notification.__doc__ = "A notification a peer sent: its segment name and the message bytes."
+
+
 class Request(collections.namedtuple("Request", "op local segment remote length transport")):
     """One transfer. op: ferry.READ (remote -> local) or ferry.WRITE (local -> remote) or the
     strings 'read'/'write'. local: a registered Region, an object register() accepts (a view of
@@ -491,6 +495,32 @@ class Engine:
         if not isinstance(segment, Segment):
             segment = Segment(self._state, int(segment), str(segment))
         return segment.regions()
+
+    # -- notifications --------------------------------------------------------------------
+    def send_notification(self, segment, message):
+        """Sends bytes (at most 1 MiB) to the engine of an open segment (a Segment or its id);
+        returns once that engine has queued them. Sent after a completed WRITE, it arrives after
+        the written bytes are visible there."""
+        ffi, lib = _capi.load()
+        data = bytes(message)
+        _check(lib.ferry_send_notification(_handle(self._state), int(segment), data, len(data)),
+               "ferry_send_notification")
+
+    def take_notifications(self):
+        """Drains the notifications peers sent so far, oldest first: a list of Notification
+        (sender segment name, message bytes)."""
+        ffi, lib = _capi.load()
+        out = ffi.new("ferry_notification_t **")
+        count = ffi.new("size_t *")
+        _check(lib.ferry_take_notifications(_handle(self._state), out, count),
+               "ferry_take_notifications")
+        try:
+            # `from` is a Python keyword: read the field with getattr.
+            return [Notification(ffi.string(getattr(n, "from")).decode("utf-8", "replace"),
+                                 bytes(ffi.buffer(n.data, n.length)) if n.length else b"")
+                    for n in out[0][0:count[0]]]
+        finally:
+            lib.ferry_free_notifications(out[0], count[0])
 
     # -- transfers ------------------------------------------------------------------------
     def submit(self, requests):

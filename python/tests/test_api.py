@@ -126,6 +126,39 @@ def test_transfer_errors(ferry_mod):
         assert b._freed
 
 
+def test_notifications(ferry_mod):
+    ferry = ferry_mod
+    with ferry.Engine(plugins="tcp") as target, ferry.Engine(plugins="tcp") as engine:
+        assert target.take_notifications() == []
+        seg = engine.open_segment(target.segment_name)
+        engine.send_notification(seg, b"first")
+        engine.send_notification(int(seg), bytearray(b"second"))
+        engine.send_notification(seg, b"")
+        got = target.take_notifications()
+        assert got == [ferry.Notification(engine.segment_name, b"first"),
+                       ferry.Notification(engine.segment_name, b"second"),
+                       ferry.Notification(engine.segment_name, b"")], got
+        assert target.take_notifications() == []
+        with pytest.raises(ferry.FerryError) as e:
+            engine.send_notification(seg, bytes((1 << 20) + 1))
+        assert e.value.errno_name == "EMSGSIZE" and "limit" in e.value.message, e.value.message
+
+
+def test_cluster_secret(ferry_mod):
+    ferry = ferry_mod
+    secret = "a cluster secret of some length"
+    with ferry.Engine(plugins="tcp", auth_secret=secret) as target, \
+            ferry.Engine(plugins="tcp", auth_secret=secret) as member, \
+            ferry.Engine(plugins="tcp") as stranger:
+        seg = member.open_segment(target.segment_name)
+        member.send_notification(seg, b"member")
+        assert target.take_notifications() == [ferry.Notification(member.segment_name, b"member")]
+        with pytest.raises(ferry.PermissionDenied) as e:
+            stranger.open_segment(target.segment_name)
+        assert "authentication failed" in e.value.message and "auth_secret" in e.value.message
+        assert secret not in e.value.message
+
+
 def test_register_forms(ferry_mod, tmp_path):
     ferry = ferry_mod
     with ferry.Engine(plugins="tcp") as engine:

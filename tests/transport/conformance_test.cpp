@@ -285,6 +285,32 @@ TEST_P(TransportConformance, WriteToReadOnlyRegionRefused) {
     EXPECT_EQ(find_mismatch(loc.data(), sz, 9), SIZE_MAX) << "read of a read-only region";
 }
 
+TEST_P(TransportConformance, ReadFromWriteOnlyRegionRefused) {
+    auto a = make();
+    auto b = make();
+    ASSERT_TRUE(a && b);
+    const size_t sz = 256 * 1024;
+    Buffer tgt(sz), loc(sz);
+    fill_pattern(tgt.data(), sz, 31);
+    fill_pattern(loc.data(), sz, 32);
+    uint64_t ht, hl, peer, rmem;
+    ASSERT_EQ(b->register_mem(tgt.data(), sz, FERRY_ACCESS_REMOTE_WRITE, &ht), 0);
+    ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0);
+    // The import claims read access; the serving side knows better.
+    ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), sz, kRW, &peer, &rmem));
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, tgt.addr(), rmem, sz, 0)}), 0)
+        << a->last_error();
+    auto c = a->wait(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_LT(c[0].status, 0) << "read of a write-only region succeeded";
+    if (GetParam().refuse_access_code != 0) {
+        EXPECT_EQ(c[0].status, GetParam().refuse_access_code) << c[0].message;
+    }
+    EXPECT_GT(strnlen(c[0].message, sizeof c[0].message), 0u);
+    EXPECT_EQ(find_mismatch(loc.data(), sz, 32), SIZE_MAX) << "bytes of a write-only region were read";
+    EXPECT_EQ(find_mismatch(tgt.data(), sz, 31), SIZE_MAX);
+}
+
 TEST_P(TransportConformance, DeregisteredRegionRefused) {
     auto a = make();
     auto b = make();

@@ -34,7 +34,7 @@ std::string tcp_path() {
 
 // The documented wire header (plugins/tcp/wire.hpp), encoded independently here.
 enum : uint8_t { kHello = 1, kHelloAck = 2, kWriteReq = 3, kWriteAck = 4, kReadReq = 5,
-                 kReadResp = 6, kError = 7, kReadDone = 8 };
+                 kReadResp = 6, kError = 7, kReadDone = 8 , kAuth = 9, kAuthAck = 10 };
 constexpr uint8_t kFlagNeedsDone = 1;
 using Hdr = std::array<uint8_t, 40>;
 
@@ -50,7 +50,7 @@ uint64_t get(const uint8_t *p, int n) {
 }
 
 Hdr header(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t len = 0,
-           uint16_t version = 1, uint32_t magic = 0x59525246u) {
+           uint16_t version = 2, uint32_t magic = 0x59525246u) {
     Hdr h{};
     put(&h[0], magic, 4);
     put(&h[4], version, 2);
@@ -129,9 +129,21 @@ public:
         r->message.assign(ml, '\0');
         return ml == 0 || recv_all(r->message.data(), ml);
     }
+    // The handshake of a client without a cluster key (wire.hpp): HELLO with a nonce,
+    // HELLO_ACK, AUTH with the all-zero proof of "no key", AUTH_ACK.
     bool hello() {
         Reply r;
-        return send_hdr(header(kHello)) && reply(&r) && r.type == kHelloAck;
+        Hdr h = header(kHello);
+        put(&h[12], 32, 4); // msg_len: the client nonce follows
+        std::array<uint8_t, 32> nonce{};
+        nonce[0] = 1;
+        if (!send_hdr(h) || !send_all(nonce.data(), nonce.size()) || !reply(&r) || r.type != kHelloAck ||
+            r.message.size() != 64)
+            return false;
+        Hdr a = header(kAuth);
+        put(&a[12], 32, 4);
+        std::array<uint8_t, 32> proof{};
+        return send_hdr(a) && send_all(proof.data(), proof.size()) && reply(&r) && r.type == kAuthAck;
     }
     // True once the server closed the connection (EOF or reset), within the hang guard.
     bool closed_by_server() {
@@ -218,7 +230,8 @@ TEST_F(TcpTest, GpuMemoryIsRefusedWithNotSupported) {
     EXPECT_NE(s->last_error().find("host memory"), std::string::npos) << s->last_error();
     EXPECT_EQ(s->register_mem(mem.data(), mem.size(), kRW, &h, FERRY_MEM_ROCM), -ENOTSUP);
     EXPECT_EQ(h, 777u) << "output written on failure";
-    EXPECT_EQ((*plugin_)->caps, FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE);
+    EXPECT_EQ((*plugin_)->caps,
+              FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY);
 }
 
 TEST_F(TcpTest, BadMagicClosesTheConnectionAndServingGoesOn) {
@@ -238,7 +251,7 @@ TEST_F(TcpTest, WireVersionMismatchIsRefusedWithAMessage) {
     auto s = make();
     ASSERT_TRUE(s);
     Raw raw(endpoint_port(s->endpoint()));
-    ASSERT_TRUE(raw.send_hdr(header(kHello, 0, 0, 0, /*version=*/2)));
+    ASSERT_TRUE(raw.send_hdr(header(kHello, 0, 0, 0, /*version=*/1))); // before authentication
     Reply r;
     ASSERT_TRUE(raw.reply(&r));
     EXPECT_EQ(r.type, kError);

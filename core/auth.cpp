@@ -1,0 +1,86 @@
+#include "auth.hpp"
+
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+Result<std::string> read_secret_file(const std::string &path, const char *origin) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        return fail(-ENOENT, cat(origin, ": cannot read the cluster secret file '", path, "': ", std::strerror(errno)));
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::string secret = text.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    struct stat st{};
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
+        FERRY_WARN(origin, ": the cluster secret file '", path,
+                   "' is readable by other users; chmod 600 it");
+    return secret;
+}
+
+} // namespace
+
+Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const std::string *config_file) {
+    AuthSettings auth;
+    const char *env_secret = std::getenv("FERRY_AUTH_SECRET");
+    const char *env_file = std::getenv("FERRY_AUTH_SECRET_FILE");
+    if (config_secret && config_file)
+        return fail(-EINVAL, "config keys 'auth_secret' and 'auth_secret_file' are both set; set one of them");
+    if (config_secret) {
+        auth.secret = *config_secret;
+        auth.origin = "config key 'auth_secret'";
+    } else if (config_file) {
+        auth.origin = "config key 'auth_secret_file'";
+        auto s = read_secret_file(*config_file, auth.origin.c_str());
+        if (!s) return std::unexpected(s.error());
+        auth.secret = std::move(*s);
+    } else if (env_secret && *env_secret) {
+        auth.secret = env_secret;
+        auth.origin = "environment FERRY_AUTH_SECRET";
+    } else if (env_file && *env_file) {
+        auth.origin = "environment FERRY_AUTH_SECRET_FILE";
+        auto s = read_secret_file(env_file, auth.origin.c_str());
+        if (!s) return std::unexpected(s.error());
+        auth.secret = std::move(*s);
+    } else {
+        return auth; // no secret: peers are not authenticated
+    }
+    // A short secret falls to an offline guess from one captured handshake.
+    if (auth.secret.size() < kMinSecretBytes)
+        return fail(-EINVAL, cat("the cluster secret from ", auth.origin, " has ", auth.secret.size(),
+                                 " bytes; use at least ", kMinSecretBytes,
+                                 " (e.g. the output of `head -c 32 /dev/urandom | base64`)"));
+    return auth;
+}
+
+Result<control::Nonce> random_nonce() {
+    control::Nonce nonce;
+    size_t got = 0;
+    while (got < nonce.size()) {
+        ssize_t n = ::getrandom(nonce.data() + got, nonce.size() - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return fail(-errno, cat("getrandom failed: ", std::strerror(errno)));
+        }
+        got += static_cast<size_t>(n);
+    }
+    return nonce;
+}
+
+std::string transport_auth_key(const std::string &secret) {
+    auto key = ferry_crypto::hmac_sha256(secret, "ferry transport key v1");
+    return ferry_crypto::to_hex(key.data(), key.size());
+}
+
+} // namespace ferry

@@ -1,0 +1,97 @@
+// Wire format of the engine-to-engine control channel (control_server / control_client):
+// descriptor requests (P2PHANDSHAKE metadata) and notifications, after a mutual
+// challenge-response when the cluster has a secret.
+//
+// Frame:   magic u32 | version u16 | code u16 | length u32 | payload (length bytes)
+//          code = request type (client -> server) or errno status, 0 = ok (server -> client);
+//          a non-zero status carries a message naming the problem as its payload.
+//
+// Connection (persistent; any number of requests after step 3):
+//   1. client HELLO   payload = client nonce[32] | flags u32 | client segment name (str)
+//   2. server reply   payload = server nonce[32] | flags u32 | server proof[32]
+//   3. client AUTH    payload = client proof[32]
+//      server reply   status 0, or EACCES and close
+// flags: kFlagSecret when that side has a cluster secret. Without one both proofs are zeros.
+// proof = HMAC-SHA-256(secret, "ferry control v2" | role | client nonce | server nonce |
+//                      client name), role "server" or "client": each side proves knowledge of
+// the secret over the other side's fresh nonce, so neither a captured exchange nor a proof
+// reflected back to its sender is accepted, and the secret never crosses the wire.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "byte_codec.hpp"
+#include "ferry/engine.hpp"
+#include "hmac_sha256.hpp"
+
+namespace ferry::control {
+
+inline constexpr uint32_t kMagic = 0x46524853; // "FRHS"
+inline constexpr uint16_t kVersion = 2;        // 1: descriptor requests only, no HELLO
+inline constexpr size_t kHeaderBytes = 12;
+inline constexpr size_t kNonceBytes = 32;
+inline constexpr uint32_t kFlagSecret = 1;
+
+enum Type : uint16_t {
+    kGetDescriptor = 1, // payload: segment name; reply: encoded descriptor
+    kHello = 2,
+    kAuth = 3,
+    kNotify = 4,        // payload: message bytes; reply: empty, once queued
+};
+
+// Largest request payload a server reads (a notification plus slack); larger ones close the
+// connection after an EMSGSIZE reply.
+inline constexpr size_t kMaxRequestBytes = kMaxNotificationBytes + 4096;
+inline constexpr size_t kMaxNameBytes = 1024;
+
+using Nonce = std::array<uint8_t, kNonceBytes>;
+using Proof = ferry_crypto::Digest;
+
+struct Header {
+    uint32_t magic = 0;
+    uint16_t version = 0;
+    uint16_t code = 0;
+    uint32_t length = 0;
+};
+
+inline std::vector<uint8_t> frame(uint16_t code, std::span<const uint8_t> payload) {
+    ByteWriter w;
+    w.u32(kMagic);
+    w.u16(kVersion);
+    w.u16(code);
+    w.u32(static_cast<uint32_t>(payload.size()));
+    auto out = w.take();
+    out.insert(out.end(), payload.begin(), payload.end());
+    return out;
+}
+
+inline std::vector<uint8_t> frame(uint16_t code, std::string_view text) {
+    return frame(code, {reinterpret_cast<const uint8_t *>(text.data()), text.size()});
+}
+
+inline Header parse_header(std::span<const uint8_t> bytes) {
+    ByteReader r(bytes.first(kHeaderBytes));
+    Header h;
+    r.u32(h.magic);
+    r.u16(h.version);
+    r.u16(h.code);
+    r.u32(h.length);
+    return h;
+}
+
+inline Proof make_proof(std::string_view secret, std::string_view role, const Nonce &client_nonce,
+                        const Nonce &server_nonce, std::string_view client_name) {
+    if (secret.empty()) return Proof{};
+    ferry_crypto::HmacSha256 mac(secret.data(), secret.size());
+    mac.update("ferry control v2").update(role);
+    mac.update(client_nonce.data(), client_nonce.size()).update(server_nonce.data(), server_nonce.size());
+    mac.update(client_name);
+    return mac.finish();
+}
+
+} // namespace ferry::control

@@ -1,0 +1,345 @@
+#include "control_server.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "auth.hpp"
+#include "control_protocol.hpp"
+#include "log.hpp"
+#include "socket_util.hpp"
+
+namespace ferry {
+
+using namespace control;
+
+namespace {
+
+constexpr size_t kMaxConnections = 1024;
+// A peer that stops in the middle of a frame is cut after this long.
+constexpr auto kFrameTimeout = std::chrono::seconds(30);
+constexpr size_t kHelloMax = kNonceBytes + 4 + 4 + kMaxNameBytes;
+
+std::string peer_address(const sockaddr_storage &ss) {
+    char buf[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET) {
+        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
+        inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+        return cat(buf, ":", ntohs(a->sin_port));
+    }
+    auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+    return cat("[", buf, "]:", ntohs(a->sin6_port));
+}
+
+} // namespace
+
+struct ControlServer::Connection {
+    enum class Stage { Hello, Auth, Ready };
+    Fd fd;
+    std::string peer;        // remote address
+    std::string client_name; // the client's segment name, from HELLO
+    Stage stage = Stage::Hello;
+    Nonce client_nonce{}, server_nonce{};
+    std::vector<uint8_t> in;
+    std::vector<uint8_t> out;
+    size_t out_off = 0;
+    bool close_after_write = false;
+    Clock::time_point deadline; // handshake or partial-frame deadline; max() when idle
+};
+
+Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions options) {
+    auto listener = listen_tcp(options.local_ip, options.port);
+    if (!listener) return fail(listener.error().code, "control server: " + listener.error().message);
+    uint16_t port = bound_port(listener->get());
+    std::string host = options.local_ip.find(':') != std::string::npos ? "[" + options.local_ip + "]" : options.local_ip;
+    std::unique_ptr<ControlServer> server(
+        new ControlServer(std::move(options), std::move(*listener), cat(host, ":", port)));
+    if (!server->stop_) return fail(-errno, cat("control server: eventfd: ", std::strerror(errno)));
+    // Non-blocking, so accepting until EAGAIN never waits for a peer that already left.
+    if (::fcntl(server->listener_.get(), F_SETFL, ::fcntl(server->listener_.get(), F_GETFL) | O_NONBLOCK) != 0)
+        return fail(-errno, cat("control server: fcntl: ", std::strerror(errno)));
+    server->thread_ = std::thread([s = server.get()] { s->serve(); });
+    return server;
+}
+
+ControlServer::ControlServer(ControlServerOptions options, Fd listener, std::string address)
+    : options_(std::move(options)), listener_(std::move(listener)),
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), address_(std::move(address)) {}
+
+ControlServer::~ControlServer() {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(stop_.get(), &one, sizeof one);
+    if (thread_.joinable()) thread_.join();
+}
+
+void ControlServer::publish(std::vector<uint8_t> descriptor) {
+    std::lock_guard lock(mutex_);
+    descriptor_ = std::move(descriptor);
+}
+
+std::vector<Notification> ControlServer::take_notifications() {
+    std::lock_guard lock(mutex_);
+    std::vector<Notification> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+    queue_.clear();
+    queue_bytes_ = 0;
+    full_logged_ = false;
+    return out;
+}
+
+void ControlServer::serve() {
+    std::vector<pollfd> fds;
+    for (;;) {
+        fds.clear();
+        fds.push_back({stop_.get(), POLLIN, 0});
+        fds.push_back({listener_.get(), POLLIN, 0});
+        auto now = Clock::now();
+        auto next_deadline = Clock::time_point::max();
+        for (auto &c : connections_) {
+            // Backpressure: a peer that does not read its replies is not read from either.
+            short events = c->out.empty() ? POLLIN : POLLOUT;
+            fds.push_back({c->fd.get(), events, 0});
+            next_deadline = std::min(next_deadline, c->deadline);
+        }
+        int timeout = -1;
+        if (next_deadline != Clock::time_point::max())
+            timeout = static_cast<int>(std::clamp<int64_t>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - now).count() + 1, 0, 60000));
+        int n = ::poll(fds.data(), fds.size(), timeout);
+        if (n < 0 && errno != EINTR) {
+            FERRY_LOG(Error, "control", "poll failed: ", std::strerror(errno), "; control server stops");
+            return;
+        }
+        if (fds[0].revents & POLLIN) return;
+        now = Clock::now();
+        // Connections accepted below are not in fds: walk only the ones polled.
+        size_t polled = connections_.size();
+        std::vector<bool> keep(polled, true);
+        for (size_t i = 0; i < polled; ++i) {
+            auto &c = *connections_[i];
+            short re = n > 0 ? fds[i + 2].revents : 0;
+            if (re & (POLLIN | POLLHUP | POLLERR)) keep[i] = on_readable(c);
+            if (keep[i] && (re & POLLOUT)) keep[i] = on_writable(c);
+            if (keep[i] && c.deadline <= now) {
+                FERRY_LOG(Warn, "control", "connection from ", c.peer,
+                          c.stage == Connection::Stage::Ready ? " stalled in the middle of a request"
+                                                              : " did not authenticate in time",
+                          "; closed");
+                keep[i] = false;
+            }
+        }
+        for (size_t i = polled; i-- > 0;)
+            if (!keep[i]) connections_.erase(connections_.begin() + static_cast<ptrdiff_t>(i));
+        if (n > 0 && (fds[1].revents & POLLIN)) accept_all();
+    }
+}
+
+void ControlServer::accept_all() {
+    for (;;) {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        if (!fd) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                FERRY_LOG(Warn, "control", "accept failed: ", std::strerror(errno));
+            return;
+        }
+        std::string peer = peer_address(ss);
+        if (connections_.size() >= kMaxConnections) {
+            FERRY_LOG(Warn, "control", "refused a connection from ", peer, ": already ", kMaxConnections,
+                      " control connections open");
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        auto c = std::make_unique<Connection>();
+        c->fd = std::move(fd);
+        c->peer = std::move(peer);
+        c->deadline = Clock::now() + options_.handshake_timeout;
+        connections_.push_back(std::move(c));
+    }
+}
+
+bool ControlServer::on_readable(Connection &c) {
+    uint8_t buf[64 * 1024];
+    ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) {
+        if (c.stage != Connection::Stage::Ready)
+            FERRY_LOG(Info, "control", "connection from ", c.peer, " closed during the handshake");
+        return false;
+    }
+    if (n < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    c.in.insert(c.in.end(), buf, buf + n);
+    size_t used = 0;
+    bool keep = true;
+    while (keep && !c.close_after_write && c.in.size() - used >= kHeaderBytes) {
+        Header h = parse_header({c.in.data() + used, kHeaderBytes});
+        if (h.magic != kMagic) {
+            FERRY_LOG(Warn, "control", "connection from ", c.peer, " sent bytes that are not a Ferry control frame; closed");
+            return false;
+        }
+        if (h.version != kVersion) {
+            refuse(c, EPROTONOSUPPORT, cat("control protocol version ", h.version, " is not supported: this engine (",
+                                           address_, ") speaks version ", kVersion, "; run the same Ferry release on every engine"));
+            break;
+        }
+        size_t limit = c.stage == Connection::Stage::Hello  ? kHelloMax
+                       : c.stage == Connection::Stage::Auth ? sizeof(Proof)
+                                                            : kMaxRequestBytes;
+        if (h.length > limit) {
+            refuse(c, h.code == kNotify ? EMSGSIZE : EPROTO,
+                   cat("request of ", h.length, " bytes exceeds the limit of ", limit,
+                       h.code == kNotify ? cat(" (notifications carry at most ", kMaxNotificationBytes, " bytes)") : ""));
+            break;
+        }
+        if (c.in.size() - used < kHeaderBytes + h.length) break;
+        std::vector<uint8_t> payload(c.in.begin() + static_cast<ptrdiff_t>(used + kHeaderBytes),
+                                     c.in.begin() + static_cast<ptrdiff_t>(used + kHeaderBytes + h.length));
+        used += kHeaderBytes + h.length;
+        keep = handle_frame(c, h.code, std::move(payload));
+    }
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(used));
+    if (c.stage == Connection::Stage::Ready)
+        c.deadline = c.in.empty() ? Clock::time_point::max() : Clock::now() + kFrameTimeout;
+    if (keep && !c.out.empty()) keep = on_writable(c);
+    return keep;
+}
+
+bool ControlServer::on_writable(Connection &c) {
+    while (c.out_off < c.out.size()) {
+        ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK;
+        }
+        c.out_off += static_cast<size_t>(n);
+    }
+    c.out.clear();
+    c.out_off = 0;
+    return !c.close_after_write;
+}
+
+void ControlServer::reply(Connection &c, uint16_t status, std::span<const uint8_t> payload) {
+    auto f = frame(status, payload);
+    c.out.insert(c.out.end(), f.begin(), f.end());
+}
+
+// Answers with the reason and closes once it is sent. Logged here, once, with the peer.
+void ControlServer::refuse(Connection &c, int code, const std::string &why) {
+    FERRY_LOG(Warn, "control", "refused connection from ", c.peer,
+              c.client_name.empty() ? "" : cat(" (segment ", c.client_name, ")"), ": ", why);
+    reply(c, static_cast<uint16_t>(code), {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
+    c.close_after_write = true;
+}
+
+bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload) {
+    const bool have_secret = !options_.secret.empty();
+    switch (c.stage) {
+    case Connection::Stage::Hello: {
+        ByteReader r(payload);
+        uint32_t flags = 0;
+        std::vector<uint8_t> nonce;
+        if (code != kHello) {
+            refuse(c, EPROTO, cat("request type ", code, " before HELLO"));
+            return true;
+        }
+        if (!r.bytes(nonce, kNonceBytes) || nonce.size() != kNonceBytes || !r.u32(flags) ||
+            !r.str(c.client_name, kMaxNameBytes) || r.remaining() != 0) {
+            refuse(c, EPROTO, "malformed HELLO");
+            return true;
+        }
+        std::copy(nonce.begin(), nonce.end(), c.client_nonce.begin());
+        const bool peer_secret = flags & kFlagSecret;
+        if (have_secret && !peer_secret) {
+            refuse(c, EACCES, cat("authentication failed: this engine (", address_,
+                                  ") requires the cluster secret (auth_secret) and the peer has none; set the same "
+                                  "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"));
+            return true;
+        }
+        if (!have_secret && peer_secret) {
+            refuse(c, EACCES, cat("authentication failed: this engine (", address_,
+                                  ") has no cluster secret but the peer uses one; set the same auth_secret, "
+                                  "auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"));
+            return true;
+        }
+        auto server_nonce = random_nonce();
+        if (!server_nonce) {
+            refuse(c, -server_nonce.error().code, server_nonce.error().message);
+            return true;
+        }
+        c.server_nonce = *server_nonce;
+        Proof proof = make_proof(options_.secret, "server", c.client_nonce, c.server_nonce, c.client_name);
+        ByteWriter w;
+        w.bytes(c.server_nonce);
+        w.u32(have_secret ? kFlagSecret : 0);
+        w.bytes(proof);
+        reply(c, 0, w.data());
+        c.stage = Connection::Stage::Auth;
+        return true;
+    }
+    case Connection::Stage::Auth: {
+        if (code != kAuth || payload.size() != sizeof(Proof)) {
+            refuse(c, EPROTO, "malformed AUTH");
+            return true;
+        }
+        Proof expected = make_proof(options_.secret, "client", c.client_nonce, c.server_nonce, c.client_name);
+        if (!ferry_crypto::equal_digests(expected.data(), payload.data(), expected.size())) {
+            refuse(c, EACCES, cat("authentication failed: the peer does not know this cluster's secret (wrong "
+                                  "auth_secret); this engine (", address_, ") refuses it"));
+            return true;
+        }
+        c.stage = Connection::Stage::Ready;
+        c.deadline = Clock::time_point::max();
+        reply(c, 0, {});
+        FERRY_LOG(Debug, "control", "connection from ", c.peer, " (segment ", c.client_name, ") ",
+                  have_secret ? "authenticated" : "accepted");
+        return true;
+    }
+    case Connection::Stage::Ready:
+        break;
+    }
+    if (code == kGetDescriptor) {
+        std::vector<uint8_t> d;
+        {
+            std::lock_guard lock(mutex_);
+            d = descriptor_;
+        }
+        reply(c, 0, d);
+        return true;
+    }
+    if (code == kNotify) {
+        std::string why;
+        {
+            std::lock_guard lock(mutex_);
+            if (queue_.size() >= options_.queue_max || queue_bytes_ + payload.size() > options_.queue_max_bytes) {
+                why = cat("the notification queue of ", address_, " is full (", queue_.size(), " notifications, ",
+                          queue_bytes_, " bytes not yet taken); its engine must call take_notifications");
+                if (!full_logged_) FERRY_LOG(Warn, "control", why, "; refusing notifications until it does");
+                full_logged_ = true;
+            } else {
+                queue_bytes_ += payload.size();
+                queue_.push_back(Notification{c.client_name, std::move(payload)});
+            }
+        }
+        if (!why.empty()) {
+            reply(c, ENOBUFS, {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
+            return true;
+        }
+        reply(c, 0, {});
+        return true;
+    }
+    std::string why = cat("unknown request type ", code, "; the peer runs a newer Ferry");
+    reply(c, EOPNOTSUPP, {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
+    return true;
+}
+
+} // namespace ferry
