@@ -10,6 +10,8 @@ packages=(
   libcurl4-openssl-dev etcd-server curl iproute2
   python3-mesonpy python3-wheel python3-cffi python3-numpy python3-pytest python3-venv patchelf
   libfabric-dev libfabric-bin ucx-utils
+  clang libclang-rt-dev
+  libibverbs-dev ibverbs-providers
 )
 missing=()
 for p in "${packages[@]}"; do

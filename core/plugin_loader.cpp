@@ -10,6 +10,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "elf_check.hpp"
 #include "json_writer.hpp"
 #include "log.hpp"
 
@@ -154,6 +155,9 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
         record.reason = std::move(reason);
         return false;
     };
+    // dlopen dies of SIGBUS on a truncated file and calls a foreign architecture "No such file".
+    if (auto problem = check_elf_file(path); !problem.empty())
+        return fail_with(cat(fs::path(path).filename().string(), ": ", problem));
     boost::system::error_code ec;
     boost::dll::shared_library library(
         path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);

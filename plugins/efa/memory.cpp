@@ -179,7 +179,8 @@ bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, 
         return false;
     }
     out->resize(h.count);
-    memcpy(out->data(), static_cast<const uint8_t *>(bytes) + sizeof h, h.count * sizeof(RemoteChunk));
+    if (h.count > 0) // memcpy to an empty vector's null data() is undefined even for 0 bytes
+        memcpy(out->data(), static_cast<const uint8_t *>(bytes) + sizeof h, h.count * sizeof(RemoteChunk));
     for (auto &c : *out) {
         c.revoked = 0;
         if (c.len == 0 || c.addr + c.len < c.addr) {

@@ -269,9 +269,11 @@ static int example_poll(ferry_transport_t *t, ferry_completion_t *out, size_t ma
     if (read(t->event_fd, &v, sizeof v) < 0 && errno != EAGAIN) log_line(t, FERRY_LOG_WARN, "eventfd read failed");
     pthread_mutex_lock(&t->lock);
     size_t n = t->done_len < max ? t->done_len : max;
-    memcpy(out, t->done, n * sizeof *out);
-    memmove(t->done, t->done + n, (t->done_len - n) * sizeof *out);
-    t->done_len -= n;
+    if (n > 0) { /* t->done is NULL until the first completion: memcpy from NULL is undefined */
+        memcpy(out, t->done, n * sizeof *out);
+        memmove(t->done, t->done + n, (t->done_len - n) * sizeof *out);
+        t->done_len -= n;
+    }
     int left = t->done_len > 0;
     pthread_mutex_unlock(&t->lock);
     if (left) {

@@ -1,0 +1,177 @@
+// Writes the seed corpus (corpus/<target>/seed-*) with Ferry's real encoders, so the fuzzers
+// start from valid frames, endpoints and descriptors. Run from the build:
+//   <build>/tests/fuzz/make_seed_corpus tests/fuzz/corpus
+// libFuzzer adds what it finds to the corpus directories it is given; tests/fuzz/run.sh keeps
+// those in a scratch copy, so the committed corpus stays small and reviewed.
+#include <arpa/inet.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base64.hpp"
+#include "control_protocol.hpp"
+#include "descriptor.hpp"
+#include "memory.hpp"
+#include "wire.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path g_root;
+int g_written = 0;
+
+void put(const std::string &target, const std::string &name, const void *data, size_t size) {
+    fs::create_directories(g_root / target);
+    std::ofstream out(g_root / target / ("seed-" + name), std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char *>(data), static_cast<std::streamsize>(size));
+    ++g_written;
+}
+void put(const std::string &target, const std::string &name, const std::vector<uint8_t> &v) {
+    put(target, name, v.data(), v.size());
+}
+void put(const std::string &target, const std::string &name, const std::string &s) {
+    put(target, name, s.data(), s.size());
+}
+
+void tcp_wire() {
+    using namespace ferry_tcp;
+    auto header = [](uint8_t type, uint64_t id, uint64_t addr, uint64_t length, uint8_t flags = 0) {
+        Header h;
+        h.type = type;
+        h.id = id;
+        h.addr = addr;
+        h.length = length;
+        h.flags = flags;
+        std::vector<uint8_t> out(kHeaderSize);
+        encode_header(h, out.data());
+        return out;
+    };
+    put("tcp_wire", "hello", header(kHello, 0, 0, 0));
+    put("tcp_wire", "write-req", header(kWriteReq, 1, 0x7f0000001000, 4096));
+    put("tcp_wire", "read-req", header(kReadReq, 2, 0x7f0000002000, 1 << 20));
+    put("tcp_wire", "read-resp-needs-done", header(kReadResp, 2, 0, 65536, kFlagNeedsDone));
+    put("tcp_wire", "read-done", header(kReadDone, 9, 0, 3));
+    Header err;
+    err.type = kError;
+    err.status = -14;
+    err.msg_len = 5;
+    std::vector<uint8_t> e(kHeaderSize);
+    encode_header(err, e.data());
+    e.insert(e.end(), {'E', 'F', 'A', 'U', 'L'});
+    put("tcp_wire", "error", e);
+    sockaddr_storage ss{};
+    auto *v4 = reinterpret_cast<sockaddr_in *>(&ss);
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(40123);
+    inet_pton(AF_INET, "127.0.0.1", &v4->sin_addr);
+    uint8_t ep[kEndpointSize];
+    encode_endpoint(ss, ep);
+    put("tcp_wire", "endpoint-v4", ep, sizeof ep);
+    sockaddr_storage ss6{};
+    auto *v6 = reinterpret_cast<sockaddr_in6 *>(&ss6);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(7000);
+    inet_pton(AF_INET6, "::1", &v6->sin6_addr);
+    encode_endpoint(ss6, ep);
+    put("tcp_wire", "endpoint-v6", ep, sizeof ep);
+}
+
+void descriptor() {
+    using namespace ferry;
+    SegmentDescriptor d;
+    d.name = "127.0.0.1:7000";
+    d.host_id = "0123456789abcdef-boot";
+    d.generation = 3;
+    put("descriptor", "empty", encode_descriptor(d));
+    d.transports.push_back({"tcp", std::vector<uint8_t>(28, 0x11)});
+    d.transports.push_back({"shm", std::vector<uint8_t>(24, 0x22)});
+    RegionDescriptor r1;
+    r1.addr = 0x7f0000000000;
+    r1.length = 1 << 20;
+    r1.access = kRemoteRead | kRemoteWrite;
+    r1.keys.push_back({"tcp", {1, 2, 3, 4, 5, 6, 7, 8}});
+    RegionDescriptor r2 = r1;
+    r2.addr = r1.end();
+    r2.length = 4096;
+    r2.kind = 1;
+    r2.device = 0;
+    r2.access = kRemoteRead;
+    r2.keys.push_back({"cuda_ipc", std::vector<uint8_t>(64, 0xab)});
+    d.regions = {r1, r2};
+    put("descriptor", "two-regions", encode_descriptor(d));
+    d.control = "127.0.0.1:7001";
+    put("descriptor", "with-control", encode_descriptor(d));
+}
+
+void base64() {
+    put("base64", "text", ferry::base64_encode(std::string_view("ferry segment descriptor")));
+    put("base64", "pad1", ferry::base64_encode(std::string_view("ab")));
+    put("base64", "pad2", ferry::base64_encode(std::string_view("a")));
+    put("base64", "binary", std::string("\x00\xff\x10=", 4));
+}
+
+void config_yaml() {
+    put("config_yaml", "flat", std::string("local_ip: 127.0.0.1\nrpc_port: 0\nprotocols: [shm, tcp]\n"
+                                           "log_level: warn\nhandshake_timeout_ms: 5000\n"));
+    put("config_yaml", "nested", std::string("metadata: etcd://127.0.0.1:2379/ferry\n"
+                                             "transports:\n  tcp:\n    lanes: 2\n    op_timeout_ms: 1000\n"
+                                             "  shm: {adopt_memfd: true}\n"
+                                             "plugin_path: /opt/ferry/plugins:/usr/lib/ferry\n"));
+    put("config_yaml", "local-server-name", std::string("local_server_name: 127.0.0.1:7000\n"));
+    put("config_yaml", "not-a-map", std::string("- a\n- b\n"));
+}
+
+void efa_mem() {
+    using namespace ferry_efa;
+    std::vector<RemoteChunk> chunks = {{0x7f0000000000, 1 << 20, 0x1234, 0x7f0000000000, 3, 0},
+                                       {0x7f0000100000, 1 << 20, 0x1235, 0, 1, 0}};
+    MemHead h{kMemMagic, kWireVersion, 0, static_cast<uint32_t>(chunks.size()), 0};
+    std::vector<uint8_t> out(sizeof h + chunks.size() * sizeof(RemoteChunk));
+    memcpy(out.data(), &h, sizeof h);
+    memcpy(out.data() + sizeof h, chunks.data(), chunks.size() * sizeof(RemoteChunk));
+    put("efa_mem", "two-chunks", out);
+    h.count = 0;
+    put("efa_mem", "no-chunks", &h, sizeof h);
+}
+
+void control_server() {
+    using namespace ferry::control;
+    ferry::ByteWriter hello;
+    hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x42));
+    hello.u32(kFlagSecret);
+    hello.str("127.0.0.1:7000");
+    auto h = frame(kHello, hello.data());
+    put("control_server", "hello", h);
+    auto with_auth = h;
+    std::vector<uint8_t> proof(sizeof(Proof), 0x17); // AUTH carries the bare proof
+    auto a = frame(kAuth, proof);
+    with_auth.insert(with_auth.end(), a.begin(), a.end());
+    auto g = frame(kGetDescriptor, std::string_view("127.0.0.1:7000"));
+    with_auth.insert(with_auth.end(), g.begin(), g.end());
+    put("control_server", "hello-auth-get", with_auth);
+    put("control_server", "get-without-hello", g);
+    put("control_server", "notify-without-hello", frame(kNotify, std::string_view("hello there")));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s <corpus directory>\n", argv[0]);
+        return 2;
+    }
+    g_root = argv[1];
+    tcp_wire();
+    descriptor();
+    base64();
+    config_yaml();
+    efa_mem();
+    control_server();
+    std::printf("wrote %d seed files under %s\n", g_written, g_root.c_str());
+    return 0;
+}
