@@ -1,0 +1,84 @@
+// ferry-nixl-info: what a NIXL host sees of libplugin_FERRY.so. Lists the backend plugins NIXL
+// finds (NIXL_PLUGIN_DIR or <dir of libnixl>/plugins), the FERRY backend's memory types and
+// parameters, then creates a FERRY backend with the given key=value parameters.
+// Exit status 0 when the backend was created, 1 when it was not found or failed to start.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nixl.h"
+
+namespace {
+
+const char *mem_name(nixl_mem_t m) {
+    switch (m) {
+    case DRAM_SEG: return "DRAM";
+    case VRAM_SEG: return "VRAM";
+    case BLK_SEG: return "BLK";
+    case OBJ_SEG: return "OBJ";
+    case FILE_SEG: return "FILE";
+    }
+    return "?";
+}
+
+void print_params(const nixl_mem_list_t &mems, const nixl_b_params_t &params) {
+    printf("  memory:");
+    for (auto m : mems) printf(" %s", mem_name(m));
+    printf("\n");
+    std::map<std::string, std::string> sorted(params.begin(), params.end());
+    for (const auto &[k, v] : sorted) printf("  %-20s %s\n", k.c_str(), v.empty() ? "(unset)" : v.c_str());
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    nixl_b_params_t params;
+    for (int i = 1; i < argc; ++i) {
+        const char *eq = strchr(argv[i], '=');
+        if (!eq || eq == argv[i]) {
+            fprintf(stderr, "usage: %s [key=value ...]   (FERRY backend parameters, e.g. protocols=tcp)\n", argv[0]);
+            return 2;
+        }
+        params[std::string(argv[i], static_cast<size_t>(eq - argv[i]))] = eq + 1;
+    }
+    const char *dir = getenv("NIXL_PLUGIN_DIR");
+    printf("NIXL_PLUGIN_DIR: %s\n", dir ? dir : "(unset: NIXL looks in <dir of libnixl.so>/plugins)");
+
+    nixlAgent agent("ferry-nixl-info", nixlAgentConfig(false));
+    std::vector<nixl_backend_t> plugins;
+    if (agent.getAvailPlugins(plugins) != NIXL_SUCCESS) {
+        printf("NIXL could not list its backend plugins\n");
+        return 1;
+    }
+    std::sort(plugins.begin(), plugins.end());
+    printf("backend plugins:");
+    for (const auto &p : plugins) printf(" %s", p.c_str());
+    printf("\n");
+    if (std::find(plugins.begin(), plugins.end(), "FERRY") == plugins.end()) {
+        printf("FERRY: not found; put libplugin_FERRY.so in NIXL_PLUGIN_DIR (NIXL_LOG_LEVEL=DEBUG shows why a file was skipped)\n");
+        return 1;
+    }
+    nixl_mem_list_t mems;
+    nixl_b_params_t defaults;
+    if (agent.getPluginParams("FERRY", mems, defaults) != NIXL_SUCCESS) {
+        printf("FERRY: found, but NIXL could not load it (NIXL_LOG_LEVEL=DEBUG shows the loader's error)\n");
+        return 1;
+    }
+    printf("FERRY: loaded; default parameters:\n");
+    print_params(mems, defaults);
+
+    nixlBackendH *backend = nullptr;
+    if (agent.createBackend("FERRY", params, backend) != NIXL_SUCCESS) {
+        printf("FERRY: creating the backend failed (the reason is in the log above)\n");
+        return 1;
+    }
+    nixl_b_params_t used;
+    agent.getBackendParams(backend, mems, used);
+    printf("FERRY: backend created with:\n");
+    print_params(mems, used);
+    return 0;
+}
