@@ -14,6 +14,7 @@ case "$kind" in
     build=build-asan
     sanitize=address,undefined
     tests=()  # all of them
+    extra=(-Dbenchmarks=disabled)  # the benches are not tests; CI has 2 cores
     export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:print_summary=1:detect_stack_use_after_return=0"
     export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
@@ -22,12 +23,14 @@ case "$kind" in
     build=build-tsan
     sanitize=thread
     tests=(engine tcp_engine shm_engine efa_engine transport_conformance transport_shm_efa fault_engine fault_transport)
+    # Build only what those tests load (CI has 2 cores).
+    extra=(-Dbenchmarks=disabled -Dplugin_rdma=disabled -Dplugin_cuda_ipc=disabled -Dplugin_hip_ipc=disabled -Dnixl=disabled)
     export TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
     ;;
   *) echo "unknown sanitizer '$kind': use address or thread" >&2; exit 2 ;;
 esac
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" --buildtype=debugoptimized -Db_sanitize="$sanitize" -Db_lundef=false -Dpython=disabled
+  meson setup "$build" --buildtype=debugoptimized -Db_sanitize="$sanitize" -Db_lundef=false -Dpython=disabled "${extra[@]}"
 fi
 echo "== $kind sanitizer: building in $build (python_wheels not built: see .ci/sanitize.sh)"
 ninja -C "$build" -j"$(nproc)"
