@@ -30,7 +30,10 @@ case "$kind" in
   *) echo "unknown sanitizer '$kind': use address or thread" >&2; exit 2 ;;
 esac
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" --buildtype=debugoptimized -Db_sanitize="$sanitize" -Db_lundef=false -Dpython=disabled "${extra[@]}"
+  # -O1 with line tables only (-g1): about half the compile time of -O2 -g on CI's 2 cores,
+  # and the sanitizers' reports still name files and lines.
+  meson setup "$build" -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dc_args=-g1 \
+    -Db_sanitize="$sanitize" -Db_lundef=false -Dpython=disabled "${extra[@]}"
 fi
 echo "== $kind sanitizer: building in $build (python_wheels not built: see .ci/sanitize.sh)"
 ninja -C "$build" -j"$(nproc)"

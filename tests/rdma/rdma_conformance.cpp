@@ -1,7 +1,7 @@
 // rdma.so against the transport conformance suite tcp.so, shm.so and efa.so pass
 // (tests/transport/conformance_test.cpp), end to end over a real RDMA NIC. It switches itself on
 // when rdma.so's probe finds a usable device; otherwise nothing runs, the output says why
-// ("skipped: no RDMA device (<probe reason>)") and the binary exits 77, meson's SKIP. This file
+// ("SKIPPED: no RDMA device (<probe reason>)") and the binary exits 77, meson's SKIP. This file
 // is also the binary's main, because the child peers re-execute it with --ferry-transport-peer.
 #include "conformance.hpp"
 
@@ -96,7 +96,7 @@ int rdma_device_gate() {
         fprintf(stderr, "rdma.so probe failed: %s\n", r.reason);
         return -1;
     }
-    printf(r.available ? "rdma.so end-to-end on: %s\n" : "skipped: no RDMA device (%s)\n", r.reason);
+    printf(r.available ? "rdma.so end-to-end on: %s\n" : "SKIPPED: no RDMA device (%s)\n", r.reason);
     fflush(stdout);
     return r.available ? 1 : 0;
 }
