@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -47,9 +49,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.sin_family = AF_INET;
     a.sin_port = htons(g_port);
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    FUZZ_CHECK(connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0, "connect to the control server");
+    // libFuzzer's timeout alarm (SIGALRM) interrupts blocking calls: EINTR is retried below.
+    if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+        int e = errno;
+        if (e == EINTR) { // the connection goes on in the background: wait for it
+            pollfd p{fd, POLLOUT, 0};
+            while (poll(&p, 1, 5000) < 0 && errno == EINTR) {}
+            socklen_t len = sizeof e;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+        }
+        if (e != 0) {
+            fprintf(stderr, "connect to the control server: %s\n", strerror(e));
+            FUZZ_CHECK(false, "connect to the control server");
+        }
+    }
     for (size_t done = 0; done < size;) {
         ssize_t n = send(fd, data + done, size - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break; // the server may close before reading everything
         done += static_cast<size_t>(n);
     }
@@ -59,11 +75,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (;;) {
         pollfd p{fd, POLLIN, 0};
         int r = poll(&p, 1, 5000);
+        if (r < 0 && errno == EINTR) continue;
         FUZZ_CHECK(r > 0, "the server kept a half-closed connection open for 5 s");
         ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         reply.append(buf, static_cast<size_t>(n));
     }
+    // Abortive close: the server closed first, so an orderly one would leave a TIME_WAIT per
+    // input, and after some 55,000 inputs connect() ran out of ports (EADDRNOTAVAIL).
+    linger no_wait{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_wait, sizeof no_wait);
     close(fd);
     FUZZ_CHECK(reply.find(kMarker) == std::string::npos, "descriptor served without authentication");
     return 0;
