@@ -13,9 +13,13 @@
 #include <mutex>
 #include <shared_mutex>
 
+namespace ferry_plugin {
+class Logger;
+}
+
 namespace ferry_shm {
 
-class Logger;
+using ferry_plugin::Logger;
 
 struct Region {
     uint64_t handle = 0, addr = 0, length = 0;
