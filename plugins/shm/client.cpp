@@ -138,7 +138,8 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
     return 0;
 }
 
-int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, uint64_t *remote_mem, ferry_error_t *err) {
+int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void *, size_t, uint64_t *remote_mem,
+                          ferry_error_t *err) {
     if (r->kind != FERRY_MEM_HOST)
         return set_error(err, -ENOTSUP, "shm: only host memory (kind %u given)", r->kind);
     if (r->length == 0 || r->addr + r->length < r->addr)

@@ -106,8 +106,14 @@ public:
     int deregister_mem(uint64_t handle, ferry_error_t *err);
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
-    int import_mem(uint64_t peer, const ferry_mem_region_t *region, uint64_t *remote_mem,
-                   ferry_error_t *err);
+    // No per-region keys: the serving side checks every address against its own region table,
+    // so the exported descriptor is empty and an imported one is not read.
+    int export_mem(uint64_t, void *, size_t *len, ferry_error_t *) {
+        *len = 0;
+        return 0;
+    }
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t desc_len,
+                   uint64_t *remote_mem, ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }

@@ -1,0 +1,151 @@
+// The ferry_plugin_v1 entry points of a C++ transport plugin: argument checks and the C boundary
+// (no exception crosses it), forwarding to a Transport class with the ABI's operations as
+// methods. A plugin exports its table with
+//   extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
+//       ferry_plugin::entry_table<Transport>(kPluginName, kPluginVersion, caps);
+#pragma once
+
+#include <ferry/plugin.h>
+
+#include <cerrno>
+#include <new>
+#include <system_error>
+
+#include "plugin_util.hpp"
+
+namespace ferry_plugin {
+
+template <class Transport> struct Entry {
+    static Transport *T(ferry_transport_t *t) { return reinterpret_cast<Transport *>(t); }
+
+    template <class F> static int guard(ferry_error_t *err, const char *what, F &&fn) {
+        try {
+            return fn();
+        } catch (const std::bad_alloc &) {
+            return set_error(err, -ENOMEM, "%s: %s: out of memory", plugin_name(), what);
+        } catch (const std::system_error &e) {
+            int code = e.code().value();
+            return set_error(err, code > 0 ? -code : -EIO, "%s: %s: %s", plugin_name(), what, e.what());
+        } catch (const std::exception &e) {
+            return set_error(err, -EIO, "%s: %s: %s", plugin_name(), what, e.what());
+        } catch (...) {
+            return set_error(err, -EIO, "%s: %s: unknown error", plugin_name(), what);
+        }
+    }
+
+    // A NULL or inconsistent argument: -EINVAL naming the call and the failed condition.
+    static int invalid(ferry_error_t *err, const char *what, const char *condition) {
+        return set_error(err, -EINVAL, "%s: %s: %s is false", plugin_name(), what, condition);
+    }
+#define FERRY_ENTRY_REQUIRE(cond, what)                                                        \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            return invalid(err, what, #cond);                                                  \
+    } while (0)
+
+    static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
+        if (result == nullptr)
+            return -EINVAL;
+        try {
+            return Transport::probe(options, n, result);
+        } catch (...) {
+            return -ENOMEM;
+        }
+    }
+
+    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
+                      ferry_transport_t **out, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(out != nullptr, "create");
+        FERRY_ENTRY_REQUIRE(options != nullptr || n == 0, "create");
+        return guard(err, "create", [&] {
+            Transport *t = nullptr;
+            int rc = Transport::create(options, n, host, &t, err);
+            if (rc == 0)
+                *out = reinterpret_cast<ferry_transport_t *>(t);
+            return rc;
+        });
+    }
+
+    static void destroy(ferry_transport_t *t) {
+        try {
+            delete T(t);
+        } catch (...) {
+        }
+    }
+
+    static int export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && len != nullptr && (buf != nullptr || *len == 0), "export_endpoint");
+        return guard(err, "export_endpoint", [&] { return T(t)->export_endpoint(buf, len, err); });
+    }
+
+    static int register_mem(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *handle,
+                            ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && r != nullptr && handle != nullptr, "register_mem");
+        return guard(err, "register_mem", [&] { return T(t)->register_mem(r, handle, err); });
+    }
+
+    static int deregister_mem(ferry_transport_t *t, uint64_t handle, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr, "deregister_mem");
+        return guard(err, "deregister_mem", [&] { return T(t)->deregister_mem(handle, err); });
+    }
+
+    static int export_mem(ferry_transport_t *t, uint64_t handle, void *buf, size_t *len, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && len != nullptr && (buf != nullptr || *len == 0), "export_mem");
+        return guard(err, "export_mem", [&] { return T(t)->export_mem(handle, buf, len, err); });
+    }
+
+    static int connect(ferry_transport_t *t, const void *ep, size_t len, uint64_t *peer, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && ep != nullptr && peer != nullptr, "connect");
+        return guard(err, "connect", [&] { return T(t)->connect(ep, len, peer, err); });
+    }
+
+    static int disconnect(ferry_transport_t *t, uint64_t peer, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr, "disconnect");
+        return guard(err, "disconnect", [&] { return T(t)->disconnect(peer, err); });
+    }
+
+    static int import_mem(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *r, const void *desc,
+                          size_t len, uint64_t *remote_mem, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && r != nullptr && remote_mem != nullptr, "import_mem");
+        FERRY_ENTRY_REQUIRE(desc != nullptr || len == 0, "import_mem");
+        return guard(err, "import_mem", [&] { return T(t)->import_mem(peer, r, desc, len, remote_mem, err); });
+    }
+
+    static int release_mem(ferry_transport_t *t, uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr, "release_mem");
+        return guard(err, "release_mem", [&] { return T(t)->release_mem(peer, remote_mem, err); });
+    }
+
+    static int submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n,
+                      ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && (ops != nullptr || n == 0), "submit");
+        if (n == 0)
+            return 0;
+        return guard(err, "submit", [&] { return T(t)->submit(peer, ops, n, err); });
+    }
+
+    static int poll(ferry_transport_t *t, ferry_completion_t *out, size_t max, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && (out != nullptr || max == 0), "poll");
+        return guard(err, "poll", [&] { return T(t)->poll(out, max); });
+    }
+
+    static int completion_fd(ferry_transport_t *t, int *fd, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && fd != nullptr, "completion_fd");
+        *fd = T(t)->completion_fd();
+        return 0;
+    }
+#undef FERRY_ENTRY_REQUIRE
+};
+
+template <class Transport>
+constexpr ferry_plugin_v1_t entry_table(const char *name, const char *version, uint64_t caps) {
+    using E = Entry<Transport>;
+    return ferry_plugin_v1_t{
+        FERRY_PLUGIN_ABI_VERSION, sizeof(ferry_plugin_v1_t), name, version, caps,
+        E::probe, E::create, E::destroy, E::export_endpoint, E::register_mem, E::deregister_mem,
+        E::export_mem, E::connect, E::disconnect, E::import_mem, E::release_mem, E::submit,
+        E::poll, E::completion_fd,
+    };
+}
+
+} // namespace ferry_plugin
