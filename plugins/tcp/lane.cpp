@@ -1,4 +1,5 @@
 #include "lane.hpp"
+#include "untracked_io.hpp"
 
 #include "peer.hpp"
 #include "socket_util.hpp"
@@ -296,6 +297,7 @@ ssize_t Lane::do_recv() {
         mh.msg_iov = iov;
         mh.msg_iovlen = 2;
         requested = static_cast<size_t>(payload_left_) + kHeaderSize;
+        UntrackedPayloadIo payload;
         n = recvmsg(fd_, &mh, MSG_DONTWAIT);
     } else {
         requested = cur_.msg_len - msg_got_;
@@ -310,6 +312,10 @@ ssize_t Lane::do_recv() {
         int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK) {
             readable_ = false;
+            // A mark set by an earlier short read did not count the bytes read since: never wait
+            // for more than the payload still owes (the next header may be all that follows).
+            if (rx_ == Rx::Payload && static_cast<uint64_t>(lowat_) > payload_left_)
+                set_rcvlowat(fd_, &lowat_, static_cast<int>(payload_left_));
             return 0;
         }
         if (e == EINTR)

@@ -1,4 +1,5 @@
 #include "server.hpp"
+#include "untracked_io.hpp"
 
 #include "socket_util.hpp"
 
@@ -178,6 +179,7 @@ ssize_t ServerConn::do_recv() {
         mh.msg_iov = iov;
         mh.msg_iovlen = chunk == left_ ? 2 : 1;
         requested = chunk + (mh.msg_iovlen == 2 ? kHeaderSize : 0);
+        UntrackedPayloadIo payload;
         n = recvmsg(fd_, &mh, MSG_DONTWAIT);
     }
     if (n == 0) {
@@ -191,6 +193,10 @@ ssize_t ServerConn::do_recv() {
         int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK) {
             readable_ = false;
+            // A mark set by an earlier short read did not count the bytes read since: never wait
+            // for more than the payload still owes (the next header may be all that follows).
+            if (rx_ != Rx::Header && static_cast<uint64_t>(lowat_) > left_)
+                set_rcvlowat(fd_, &lowat_, static_cast<int>(left_));
             return 0;
         }
         if (e == EINTR)

@@ -1,4 +1,5 @@
 #include "tx.hpp"
+#include "untracked_io.hpp"
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -72,7 +73,11 @@ ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r)
     msghdr mh{};
     mh.msg_iov = iov;
     mh.msg_iovlen = static_cast<size_t>(cnt);
-    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n;
+    {
+        UntrackedPayloadIo payload;
+        n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n < 0) {
         int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK) {
