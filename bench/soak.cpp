@@ -125,15 +125,15 @@ struct Peer {
 };
 
 bool spawn(const char *self, const std::vector<std::string> &args, Peer &p) {
+    std::vector<char *> argv{const_cast<char *>(self)}; // before fork: no malloc in the child
+    for (auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) return false;
     p.pid = fork();
     if (p.pid == 0) {
         dup2(in[0], 0);
         dup2(out[1], 1);
-        std::vector<char *> argv{const_cast<char *>(self)};
-        for (auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
-        argv.push_back(nullptr);
         execv("/proc/self/exe", argv.data());
         _exit(127);
     }

@@ -4,6 +4,7 @@
 // that loses every lease, and an engine that starts before etcd does.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,19 +41,26 @@ public:
 
     bool start(bool wipe = false) {
         if (wipe) std::filesystem::remove_all(dir_ / "data");
+        // Everything the child needs is made before fork: a child of a multithreaded process
+        // may only make async-signal-safe calls until exec.
+        const std::string client = "http://" + endpoint();
+        const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+        const std::string cluster = "default=" + peer;
+        const std::string data = (dir_ / "data").string();
+        const int log = open((dir_ / "etcd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         pid_ = fork();
         if (pid_ == 0) {
-            std::string client = "http://" + endpoint();
-            std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-            std::string log = (dir_ / "etcd.log").string();
-            freopen(log.c_str(), "a", stdout);
-            freopen(log.c_str(), "a", stderr);
-            execl(FERRY_ETCD_BIN, "etcd", "--data-dir", (dir_ / "data").c_str(), "--listen-client-urls", client.c_str(),
+            if (log >= 0) {
+                dup2(log, 1);
+                dup2(log, 2);
+            }
+            execl(FERRY_ETCD_BIN, "etcd", "--data-dir", data.c_str(), "--listen-client-urls", client.c_str(),
                   "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
-                  "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("default=" + peer).c_str(),
+                  "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", cluster.c_str(),
                   static_cast<char *>(nullptr));
             _exit(127);
         }
+        if (log >= 0) close(log);
         // Ready once it answers on its client port.
         auto deadline = Clock::now() + std::chrono::seconds(20);
         while (Clock::now() < deadline) {

@@ -20,16 +20,19 @@ namespace ferry::test {
 class PeerProcess {
 public:
     explicit PeerProcess(std::vector<std::string> args, const char *binary = FERRY_TEST_PEER_BIN) {
+        // argv is built before fork: between fork and exec the child of a multithreaded parent
+        // may only make async-signal-safe calls (malloc can deadlock on a lock another thread
+        // held at fork time; under TSan it did).
+        args.insert(args.begin(), binary);
+        std::vector<char *> argv;
+        for (auto &a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
         int to_child[2], from_child[2];
         if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
         pid_ = fork();
         if (pid_ == 0) {
             dup2(to_child[0], 0);
             dup2(from_child[1], 1);
-            std::vector<char *> argv;
-            args.insert(args.begin(), binary);
-            for (auto &a : args) argv.push_back(a.data());
-            argv.push_back(nullptr);
             execv(argv[0], argv.data());
             _exit(127);
         }

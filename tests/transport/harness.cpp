@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include "../peer_pattern.hpp"
+
 #include <dlfcn.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -65,7 +67,7 @@ uint8_t pattern_at(uint64_t seed, uint64_t i) {
 }
 } // namespace
 
-void fill_pattern(uint8_t *p, size_t len, uint64_t seed, uint64_t first) {
+FERRY_TEST_ORDERED_ELSEWHERE void fill_pattern(uint8_t *p, size_t len, uint64_t seed, uint64_t first) {
     size_t i = 0;
     for (; i < len && ((first + i) & 7) != 0; ++i)
         p[i] = pattern_at(seed, first + i);
@@ -77,19 +79,14 @@ void fill_pattern(uint8_t *p, size_t len, uint64_t seed, uint64_t first) {
         p[i] = pattern_at(seed, first + i);
 }
 
-size_t find_mismatch(const uint8_t *p, size_t len, uint64_t seed, uint64_t first) {
+FERRY_TEST_ORDERED_ELSEWHERE size_t find_mismatch(const uint8_t *p, size_t len, uint64_t seed, uint64_t first) {
     for (size_t i = 0; i < len; ++i)
         if (p[i] != pattern_at(seed, first + i))
             return i;
     return SIZE_MAX;
 }
 
-uint64_t fnv1a(const uint8_t *p, size_t len) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; ++i)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
+uint64_t fnv1a(const uint8_t *p, size_t len) { return ferry::test::fnv1a(p, len); }
 
 namespace {
 void log_to_stderr(void *, int level, const char *plugin, const char *message) {
@@ -113,7 +110,7 @@ Instance::Instance(const Plugin &plugin, const Options &options) : api_(plugin.a
     if (create_rc_ == 0)
         t_ = t;
     else
-        err_ = e.message;
+        set_error(e.message);
 }
 
 Instance::~Instance() { destroy(); }
@@ -141,7 +138,7 @@ std::vector<uint8_t> Instance::endpoint() {
 #define CALL(expr)                                                                              \
     ferry_error_t e{};                                                                          \
     int rc = (expr);                                                                            \
-    err_ = rc < 0 ? e.message : "";                                                             \
+    set_error(rc < 0 ? e.message : "");                                                         \
     return rc
 
 int Instance::register_mem(const void *addr, uint64_t len, uint32_t access, uint64_t *handle,
@@ -180,7 +177,7 @@ std::vector<ferry_completion_t> Instance::wait(size_t n, std::chrono::millisecon
     while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
         int k = api_->poll(t_, buf.data(), buf.size(), &e);
         if (k < 0) {
-            err_ = e.message;
+            set_error(e.message);
             break;
         }
         got.insert(got.end(), buf.begin(), buf.begin() + k);

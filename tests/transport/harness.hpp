@@ -8,6 +8,7 @@
 #include <ostream>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,12 @@ uint64_t fnv1a(const uint8_t *p, size_t len);
 
 ferry_host_api_t *test_host(); // logs WARN and above to stderr
 
+// Reads a byte that a transport thread may be writing at this moment, to watch a transfer in
+// progress. The test means to race with the writer, so ThreadSanitizer does not instrument it.
+__attribute__((no_sanitize("thread"))) inline uint8_t watch_byte(const uint8_t *p) {
+    return *static_cast<const volatile uint8_t *>(p);
+}
+
 // A transport instance. All calls return the plugin's code; the last error message is kept.
 class Instance {
 public:
@@ -88,7 +95,11 @@ public:
 
     int create_rc() const { return create_rc_; }
     ferry_transport_t *t() const { return t_; }
-    const std::string &last_error() const { return err_; }
+    // The message of the last failed call from any thread (tests submit from several).
+    std::string last_error() const {
+        std::lock_guard<std::mutex> lock(err_mu_);
+        return err_;
+    }
 
     std::vector<uint8_t> endpoint();
     int register_mem(const void *addr, uint64_t len, uint32_t access, uint64_t *handle,
@@ -110,6 +121,11 @@ private:
     const ferry_plugin_v1_t *api_;
     ferry_transport_t *t_ = nullptr;
     int create_rc_ = 0;
+    void set_error(const char *message) {
+        std::lock_guard<std::mutex> lock(err_mu_);
+        err_ = message;
+    }
+    mutable std::mutex err_mu_;
     std::string err_;
 };
 

@@ -212,17 +212,21 @@ TEST_F(ShmTest, DeregisterWaitsForRunningCopies) {
 // The initiator dies while the serving side copies for it: the serving side must survive,
 // finish or drop those copies, and keep serving everyone else.
 TEST_F(ShmTest, ServingSideSurvivesAnInitiatorKilledMidCopy) {
-    auto b = make({{"copy_threads", "2"}, {"chunk_size", "1m"}});
-    ASSERT_TRUE(b);
     const size_t sz = 64 * kMiB;
     Buffer tgt(sz);
-    uint64_t ht;
-    ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
-    const std::vector<uint8_t> ep = b->endpoint();
-    int ready[2];
+    int ready[2], endpoint[2];
     ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(endpoint), 0);
+    // The child is forked before this process starts any thread (the serving instance's), so it
+    // may start its own: a child of a multithreaded process must not (ThreadSanitizer refuses).
     pid_t pid = fork();
     if (pid == 0) { // initiator: endless large writes and reads
+        close(endpoint[1]);
+        std::vector<uint8_t> ep(4096);
+        ssize_t got = read(endpoint[0], ep.data(), ep.size());
+        if (got <= 0)
+            _exit(3);
+        ep.resize(static_cast<size_t>(got));
         Instance a(*plugin, {});
         Buffer loc(sz);
         uint64_t hl, peer, rmem;
@@ -241,12 +245,31 @@ TEST_F(ShmTest, ServingSideSurvivesAnInitiatorKilledMidCopy) {
             a.wait(ops.size());
         }
     }
+    struct Reap { // also when an assertion below returns early
+        pid_t pid;
+        ~Reap() {
+            if (pid <= 0)
+                return;
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    } reap{pid};
+    close(endpoint[0]);
+    auto b = make({{"copy_threads", "2"}, {"chunk_size", "1m"}});
+    ASSERT_TRUE(b);
+    uint64_t ht;
+    ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
+    const std::vector<uint8_t> ep = b->endpoint();
+    ASSERT_LT(ep.size(), 4096u);
+    ASSERT_EQ(write(endpoint[1], ep.data(), ep.size()), static_cast<ssize_t>(ep.size()));
+    close(endpoint[1]);
     close(ready[1]);
     char c;
     ASSERT_EQ(read(ready[0], &c, 1), 1) << "initiator child failed to start";
     close(ready[0]);
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    reap.pid = -1;
     // Still serving: a fresh initiator moves data, and deregistration does not hang.
     auto a = make();
     ASSERT_TRUE(a);
