@@ -274,6 +274,11 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
         auto it = waiters_.find(h.req_id);
         if (it == waiters_.end())
             return;
+        if (static_cast<CtrlType>(h.type) == CtrlType::RevokeAck && h.status == -EINPROGRESS) {
+            it->second->busy = true;
+            cv_.notify_all();
+            break;
+        }
         it->second->done = true;
         it->second->status = h.status;
         it->second->body.assign(body, body + h.body_len);
@@ -318,6 +323,10 @@ void Transport::check_revokes() {
                     busy = true;
         }
         if (busy) {
+            if (!rv.told_busy) {
+                send_ctrl(*rv.from, CtrlType::RevokeAck, rv.req_id, -EINPROGRESS, nullptr, 0);
+                rv.told_busy = true;
+            }
             ++i;
             continue;
         }
@@ -351,25 +360,43 @@ void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &
     if (waits.empty())
         return;
     wake();
-    // A live peer answers within milliseconds; one that does not within a second has most likely
-    // exited (the tcp provider neither delivers nor fails messages to a vanished peer).
-    const unsigned limit = std::min(cfg_.connect_timeout_ms, 1000u);
-    cv_.wait_until(lock, Clock::now() + std::chrono::milliseconds(limit), [&] {
-        return stop_.load() || std::all_of(waits.begin(), waits.end(), [](auto &w) { return w.w->done; });
-    });
-    size_t silent = 0;
+    // A live peer answers within milliseconds, at first with "busy" while its RMA on the region
+    // is in flight; one that says nothing within a second has most likely exited (the tcp
+    // provider neither delivers nor fails messages to a vanished peer). A busy peer is waited
+    // for until its ops would have timed out: the provider goes on placing an RMA whose header
+    // it already accepted even after the registration is closed, so returning early would let
+    // those bytes land in memory the caller got back.
+    const auto start = Clock::now();
+    const auto silent_limit = start + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 1000u));
+    const auto busy_limit = start + std::chrono::milliseconds(cfg_.op_timeout_ms ? cfg_.op_timeout_ms : 30000u);
+    auto deadline_of = [&](const Wait &w) { return w.w->busy ? busy_limit : silent_limit; };
+    while (!stop_.load()) {
+        auto next = Clock::time_point::max();
+        for (auto &w : waits)
+            if (!w.w->done && deadline_of(w) > Clock::now())
+                next = std::min(next, deadline_of(w));
+        if (next == Clock::time_point::max())
+            break; // every peer answered or ran out of time
+        cv_.wait_until(lock, next);
+    }
+    size_t silent = 0, busy = 0;
     for (auto &w : waits) {
         waiters_.erase(w.req);
         if (!w.w->done) {
-            ++silent;
+            ++(w.w->busy ? busy : silent);
             w.remote->initiates = false; // not asked again until it says Hello again
         }
     }
     if (silent)
         log_.log(FERRY_LOG_INFO,
-                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) did not confirm within %u ms that they "
-                 "stopped using it; closing it anyway (late RMA is refused by the provider)",
-                 region.addr, region.length, silent, limit);
+                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) did not answer within %u ms (gone?); "
+                 "closing it anyway, the provider refuses RMA that reaches it from now on",
+                 region.addr, region.length, silent, std::min(cfg_.connect_timeout_ms, 1000u));
+    if (busy)
+        log_.log(FERRY_LOG_WARN,
+                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) still had RMA on it in flight after "
+                 "%u ms; closing it anyway: bytes of those transfers may still land in it",
+                 region.addr, region.length, busy, cfg_.op_timeout_ms ? cfg_.op_timeout_ms : 30000u);
 }
 
 int Transport::wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mutex> &lock) {

@@ -98,6 +98,7 @@ struct PendingRevoke {
     Remote *from = nullptr;
     uint64_t req_id = 0;
     std::vector<uint64_t> keys;
+    bool told_busy = false; // the interim RevokeAck (-EINPROGRESS) went out
 };
 
 struct Peer {
@@ -112,6 +113,7 @@ struct Import {
 
 struct Waiter {
     bool done = false;
+    bool busy = false; // a Revoke's interim answer: the peer is alive, its RMA still in flight
     int status = 0;
     std::vector<uint8_t> body;
 };

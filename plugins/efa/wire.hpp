@@ -11,8 +11,11 @@
 //              passes no export_mem bytes.
 //   Revoke     target -> every instance that said Hello to it, from deregister_mem: body = the
 //              keys (uint64_t each) about to be closed. The initiator stops using them, waits
-//              for its RMA on them to complete, then answers RevokeAck; the target closes the
-//              registrations once all answered (or connect_timeout_ms passed).
+//              for its RMA on them to complete, then answers RevokeAck (status 0). While RMA
+//              is still in flight it first answers RevokeAck with status -EINPROGRESS, so the
+//              target can tell a busy peer (waited for up to op_timeout_ms) from a vanished
+//              one (given up after at most a second). The target closes the registrations once
+//              all answered or their time ran out.
 #pragma once
 
 #include <cstdint>
