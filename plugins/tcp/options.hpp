@@ -32,7 +32,13 @@ struct Config {
     unsigned op_timeout_ms = 30000; // 0 = no timeout
     unsigned sndbuf = 0;            // SO_SNDBUF bytes, 0 = kernel autotuning
     unsigned rcvbuf = 0;            // SO_RCVBUF bytes, 0 = kernel autotuning
-    bool zerocopy = true;           // splice WRITE payloads (see splice_pipe.hpp)
+    // Send large payloads by reference (vmsplice + splice, splice_pipe.hpp) instead of copying
+    // them into the socket. Off by default: on loopback it leaves the one copy left to the
+    // receiving thread, which then reads the source from main memory alone; with 1 GiB buffers
+    // that lost on a 16-core Xeon pinned to 2 CPUs (one lane 3.1 vs 4.1 GB/s) and tied on the
+    // 2-core EPYC VM (3.8 vs 4.0), bench/tcp_vs_iperf3.sh, docs/PERFORMANCE.md. It saves the
+    // sender's copy, so it can pay on CPU-bound hosts, and its caveat is in README.md.
+    bool zerocopy = false;
     // Cluster key (option auth_key, hex): peers must prove they know it (handshake.hpp).
     // Empty: no authentication, and peers with a key are refused.
     std::string auth_key;

@@ -1,15 +1,15 @@
-// Zero-copy sending of WRITE payloads: the payload pages are vmsplice'd into a pipe owned by
-// the lane and spliced from there into the socket, so the kernel references the registered
-// source pages instead of copying them into socket buffers. On loopback the receiving side
-// then copies straight from the source pages: one copy per byte instead of two.
+// Zero-copy sending of payloads (option zerocopy=1; off by default, see options.hpp): the
+// payload pages are vmsplice'd into a pipe owned by the lane and spliced from there into the
+// socket, so the kernel references the registered source pages instead of copying them into
+// socket buffers. On loopback the receiving side then copies straight from the source pages:
+// one copy per byte instead of two.
 //
 // Safety: a WRITE completes only once the peer acknowledged the bytes as placed in its memory,
 // after it has read them from the socket; by then no reference to the source pages remains.
 // When a connection fails, the lane drops its pipe (releasing its references) and closes the
 // socket; but a peer on this host that is still alive (stalled, or merely disconnected from)
-// may read bytes it had already queued, from the source pages, later. `zerocopy=0` copies at
-// send time instead, for hosts that hand a failed WRITE's source buffer to unrelated data
-// right away.
+// may read bytes it had already queued, from the source pages, later. With zerocopy=0 (the
+// default) payloads are copied at send time instead.
 #pragma once
 
 #include <sys/types.h>

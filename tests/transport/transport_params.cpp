@@ -46,14 +46,14 @@ std::vector<TransportParam> tcp_params() {
     TransportParam sliced = base;
     sliced.options = {{"lanes", "3"}, {"io_threads", "2"}, {"slice_size", "64k"}};
     sliced.slice = 64 * 1024;
-    // Defaults (one I/O thread, default lanes and slice size; large slices go zero-copy).
+    // Defaults (default lanes, I/O threads and slice size; payloads copied at send time).
     TransportParam defaults = base;
     defaults.slice = 1 << 20;
-    // One lane, every payload copied at send time.
-    TransportParam copying = base;
-    copying.options = {{"lanes", "1"}, {"zerocopy", "0"}};
-    copying.slice = 1 << 20;
-    return {sliced, defaults, copying};
+    // One lane, large payloads spliced by reference.
+    TransportParam splicing = base;
+    splicing.options = {{"lanes", "1"}, {"zerocopy", "1"}};
+    splicing.slice = 1 << 20;
+    return {sliced, defaults, splicing};
 }
 #endif
 
