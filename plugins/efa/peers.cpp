@@ -360,14 +360,15 @@ void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &
     if (waits.empty())
         return;
     wake();
-    // A live peer answers within milliseconds, at first with "busy" while its RMA on the region
-    // is in flight; one that says nothing within a second has most likely exited (the tcp
-    // provider neither delivers nor fails messages to a vanished peer). A busy peer is waited
-    // for until its ops would have timed out: the provider goes on placing an RMA whose header
-    // it already accepted even after the registration is closed, so returning early would let
-    // those bytes land in memory the caller got back.
+    // A live peer answers at once, with "busy" while its RMA on the region is in flight; but that
+    // answer travels behind the peer's own queued RMA on the same connection, so a peer is given
+    // connect_timeout_ms to say anything (the tcp provider neither delivers nor fails messages to
+    // a vanished peer: silence is all a dead one gives). A busy peer is waited for until its ops
+    // would have timed out: the provider goes on placing an RMA whose header it already accepted
+    // even after the registration is closed, so returning early would let those bytes land in
+    // memory the caller got back.
     const auto start = Clock::now();
-    const auto silent_limit = start + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 1000u));
+    const auto silent_limit = start + std::chrono::milliseconds(cfg_.connect_timeout_ms);
     const auto busy_limit = start + std::chrono::milliseconds(cfg_.op_timeout_ms ? cfg_.op_timeout_ms : 30000u);
     auto deadline_of = [&](const Wait &w) { return w.w->busy ? busy_limit : silent_limit; };
     while (!stop_.load()) {
@@ -391,7 +392,7 @@ void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &
         log_.log(FERRY_LOG_INFO,
                  "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) did not answer within %u ms (gone?); "
                  "closing it anyway, the provider refuses RMA that reaches it from now on",
-                 region.addr, region.length, silent, std::min(cfg_.connect_timeout_ms, 1000u));
+                 region.addr, region.length, silent, cfg_.connect_timeout_ms);
     if (busy)
         log_.log(FERRY_LOG_WARN,
                  "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) still had RMA on it in flight after "

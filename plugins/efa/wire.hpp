@@ -14,7 +14,7 @@
 //              for its RMA on them to complete, then answers RevokeAck (status 0). While RMA
 //              is still in flight it first answers RevokeAck with status -EINPROGRESS, so the
 //              target can tell a busy peer (waited for up to op_timeout_ms) from a vanished
-//              one (given up after at most a second). The target closes the registrations once
+//              one (given up after connect_timeout_ms). The target closes the registrations once
 //              all answered or their time ran out.
 #pragma once
 
