@@ -9,6 +9,7 @@
   --skipped rocmA,rocmB  those variants' hip_ipc.so are variant-skipped
   --skip-reason rocmN=TEXT  and rocmN's reason contains TEXT
   --shadowed rocmA,...   those variants' hip_ipc.so are shadowed (another variant loaded)
+  --path rocmN=PATH      rocmN's hip_ipc.so is the file PATH
 Prints what differs and exits 1."""
 import argparse
 import json
@@ -20,6 +21,7 @@ for opt in ("--major", "--source", "--source-has", "--detail", "--variant", "--c
 p.add_argument("--no-variant", action="store_true")
 p.add_argument("--hip", action="append", default=[])
 p.add_argument("--skip-reason", action="append", default=[])
+p.add_argument("--path", action="append", default=[])
 a = p.parse_args()
 text = sys.stdin.read()
 try:
@@ -70,6 +72,9 @@ for key, state in (("skipped", "variant-skipped"), ("shadowed", "shadowed")):
 for spec in a.skip_reason:
     variant, part = spec.split("=", 1)
     contains(variant + "/hip_ipc.so reason", hip.get(variant, {}).get("reason"), part)
+for spec in a.path:
+    variant, path = spec.split("=", 1)
+    expect(variant + "/hip_ipc.so path", hip.get(variant, {}).get("path"), path)
 for line in problems:
     print("  " + line)
 sys.exit(1 if problems else 0)

@@ -4,11 +4,15 @@
 # switched between installs with dpkg. In each, this build's ferry-info (Debian 12 binaries,
 # with their Boost/yaml-cpp copied in) reports, as JSON, the detected ROCm and its source, the
 # variant chosen and why, and every rocm<N>/ plugin's state; check_info.py checks them.
-#   tests/rocm/run_root_suite.sh BUILD_DIR [ROOT_DIR]
+#   tests/rocm/run_root_suite.sh BUILD_DIR [--wheels DIST_DIR]
+# --wheels: instead, the core wheel and each ferry-rocm<N> plugin wheel in DIST_DIR, installed
+# in a fresh venv of sid's CPython with ROCm N's user space, where ferry-info must pick it.
 # Exits 77 after "SKIPPED: <reason>" when no root can be made; ends with "N passed, N failed".
 set -euo pipefail
-build=$(cd "${1:?usage: run_root_suite.sh BUILD_DIR [ROOT_DIR]}" && pwd)
-root=${2:-${FERRY_ROCM_ROOT:-/var/cache/ferry-rocm/sid-root}}
+build=$(cd "${1:?usage: run_root_suite.sh BUILD_DIR [--wheels DIST_DIR]}" && pwd)
+wheels=""
+[ "${2:-}" = --wheels ] && wheels=$(cd "${3:?--wheels needs a directory}" && pwd)
+root=${FERRY_ROCM_ROOT:-/var/cache/ferry-rocm/sid-root}
 here=$(cd "$(dirname "$0")" && pwd)
 start=$(date +%s)
 variants=()
@@ -67,9 +71,11 @@ hsa7=(libhsa-runtime64-1=7 libamd-comgr3=7.2)
 passed=0 failed=0
 check() { # name, then check_info.py arguments; ferry-info runs in the root as it is now
   local name=$1; shift
+  local bin=/opt/ferry/lib/ferry-info
+  [ "${*: -2:1}" = --ferry-info ] && { bin=${*: -1}; set -- "${@:1:$(($# - 2))}"; }
   in_root ldconfig
   local out
-  out=$(in_root /opt/ferry/lib/ferry-info --json 2>&1) || true
+  out=$(in_root "$bin" --json 2>&1) || true
   if /usr/bin/python3 "$here/check_info.py" "$@" <<<"$out"; then
     passed=$((passed + 1)); echo "ok: $name"
   else
@@ -78,10 +84,43 @@ check() { # name, then check_info.py arguments; ferry-info runs in the root as i
 }
 kfd() { if [ "$1" = on ]; then rm -f "$root/dev/kfd"; : >"$root/dev/kfd"; else rm -f "$root/dev/kfd"; fi; }
 kfd off
+rocm6() { remove libamdhip64-7 librocm-core1; install "${hsa6[@]}" libamdhip64-6=6.4; }
+rocm7() { remove libamdhip64-6; install "${hsa7[@]}" libamdhip64-7=7.2 librocm-core1=7.2; }
+restore() { install libamdhip64-6=6.4 libamdhip64-7=7.2 librocm-core1=7.2; in_root ldconfig; } # as make_root.sh left it
+
+if [ -n "$wheels" ]; then
+  core=$(ls "$wheels"/ferry-*-py3-none-*.whl 2>/dev/null | head -1)
+  [ -n "$core" ] || { echo "SKIPPED: no core wheel in $wheels"; exit 77; }
+  rm -rf "$root/tmp/wheels" && mkdir -p "$root/tmp/wheels" && cp "$wheels"/*.whl "$root/tmp/wheels/"
+  echo "sid's CPython: $(in_root python3 --version)"
+  for v in rocm6 rocm7; do
+    whl=$(ls "$wheels"/ferry_${v}-*.whl 2>/dev/null | head -1)
+    [ -n "$whl" ] || { failed=$((failed + 1)); echo "FAILED: no ferry-$v wheel in $wheels"; continue; }
+    echo "== $(basename "$whl") with ROCm ${v#rocm}'s user space, in a fresh venv =="
+    $v
+    in_root rm -rf /tmp/venv
+    # --system-site-packages: sid's python3-cffi (nothing here may reach an index).
+    in_root python3 -m venv --system-site-packages /tmp/venv
+    in_root /tmp/venv/bin/pip install -q --no-index --no-deps "/tmp/wheels/$(basename "$core")" "/tmp/wheels/$(basename "$whl")"
+    plugdir=$(in_root /tmp/venv/bin/python -c "import ferry, os; print(os.path.join(ferry.package_root(), 'lib/ferry/plugins'))")
+    check "$(basename "$whl"): ferry-info picks $plugdir/$v/hip_ipc.so" --major "${v#rocm}" --variant "$v" \
+      --hip "$v=unavailable:no /dev/kfd" --path "$v=$plugdir/$v/hip_ipc.so" --ferry-info /tmp/venv/bin/ferry-info
+    if in_root env FERRY_PLUGINS=tcp /tmp/venv/bin/python -c "import ferry; ferry.Engine(plugins='tcp').close()"; then
+      passed=$((passed + 1)); echo "ok: the core wheel's bindings run on sid's CPython"
+    else
+      failed=$((failed + 1)); echo "FAILED: import ferry / Engine on sid's CPython"
+    fi
+  done
+  in_root rm -rf /tmp/venv /tmp/wheels
+  restore
+  echo "wheel suite: $(( $(date +%s) - start )) s"
+  echo "$passed passed, $failed failed"
+  [ "$failed" = 0 ]
+  exit
+fi
 
 echo "== sid: ROCm 6.4 (libamdhip64-6, no rocm-core) =="
-remove libamdhip64-7 librocm-core1
-install "${hsa6[@]}" libamdhip64-6=6.4
+rocm6
 check "6.4: rocm6 chosen from the soname, no /dev/kfd" --major 6 --source-has libamdhip64.so.6 \
   --variant rocm6 --hip rocm6=unavailable:"no /dev/kfd" --skipped rocm5,rocm7 --skip-reason rocm7="libamdhip64.so.7 is not on the loader path"
 kfd on
@@ -89,8 +128,7 @@ check "6.4: with a /dev/kfd file, HIP 6.4 itself answers" --variant rocm6 --hip 
 kfd off
 
 echo "== experimental: ROCm 7.2 (libamdhip64-7, librocm-core1) =="
-remove libamdhip64-6
-install "${hsa7[@]}" libamdhip64-7=7.2 librocm-core1=7.2
+rocm7
 check "7.2: rocm7 chosen, rocm-core says 7.2.4" --major 7 --source rocm-core --detail "ROCm 7.2.4" \
   --variant rocm7 --hip rocm7=unavailable:"no /dev/kfd" --skipped rocm5,rocm6 --skip-reason rocm6="libamdhip64.so.6 is not on the loader path"
 kfd on
@@ -125,8 +163,7 @@ echo /opt/rocm/lib >"$root/etc/ld.so.conf.d/rocm.conf"
 check "/opt/rocm-7.2.3 with /opt/rocm/lib in ld.so.conf: rocm7 chosen" --major 7 --variant rocm7 \
   --hip rocm7=unavailable:"no /dev/kfd" --skipped rocm5,rocm6
 rm -rf "$root/etc/ld.so.conf.d/rocm.conf" "$root/opt/rocm" "$root"/opt/rocm-*
-install libamdhip64-6=6.4 libamdhip64-7=7.2 librocm-core1=7.2 # the root as make_root.sh left it
-in_root ldconfig
+restore
 
 echo "run-time suite: $(( $(date +%s) - start )) s"
 echo "$passed passed, $failed failed"
