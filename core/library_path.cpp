@@ -1,5 +1,6 @@
 #include "library_path.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,7 +13,10 @@
 namespace ferry {
 namespace {
 
-bool readable(const std::string &path) { return access(path.c_str(), R_OK) == 0; }
+bool readable(const std::string &path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), R_OK) == 0;
+}
 
 // The cache entry of `soname` for this machine's ABI in ld.so.cache's "glibc-ld.so.cache1.1"
 // format (alone, or after the old format's table): a 48-byte header, then 24-byte entries
@@ -55,6 +59,7 @@ std::optional<std::string> from_ld_so_cache(const std::string &soname) {
 } // namespace
 
 std::optional<std::string> loader_would_find(const std::string &soname) {
+    if (soname.empty() || soname.find('/') != std::string::npos) return std::nullopt; // not a search
     if (const char *env = std::getenv("LD_LIBRARY_PATH")) {
         std::string list = env;
         for (size_t start = 0; start <= list.size();) {

@@ -11,6 +11,7 @@
 
 #include "ferry/engine.hpp"
 #include "gpu_staging.hpp"
+#include "library_path.hpp"
 #include "test_util.hpp"
 
 using ferry::test::TempDir;
@@ -123,4 +124,24 @@ TEST_F(RocmVariantTest, GpuStagingUsesTheChosenVariantsRuntime) {
         &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("STAGER: hipHostMalloc: fake HIP 6 (HIP error 606)"), std::string::npos) << out;
+}
+
+// The loader-path lookup the probe uses instead of dlopen (core/library_path.cpp).
+TEST(LoaderWouldFind, SearchesLdLibraryPathThenTheCacheAndOnlyFindsFiles) {
+    TempDir dir;
+    std::ofstream(dir / "libferry_probe_test.so.3") << "x";
+    std::filesystem::create_directory(dir / "libferry_dir.so.1");
+    const char *saved = std::getenv("LD_LIBRARY_PATH");
+    std::string keep = saved ? saved : "";
+    setenv("LD_LIBRARY_PATH", ("/nonexistent::" + dir.path().string()).c_str(), 1);
+    EXPECT_EQ(ferry::loader_would_find("libferry_probe_test.so.3"), (dir / "libferry_probe_test.so.3").string());
+    EXPECT_FALSE(ferry::loader_would_find("libferry_dir.so.1")) << "a directory is not a library";
+    EXPECT_FALSE(ferry::loader_would_find(""));
+    EXPECT_FALSE(ferry::loader_would_find("../libferry_probe_test.so.3")) << "a name with a slash is no search";
+    EXPECT_FALSE(ferry::loader_would_find("libferry_no_such_library.so.9"));
+    auto libc = ferry::loader_would_find("libc.so.6"); // from /etc/ld.so.cache or a default directory
+    ASSERT_TRUE(libc);
+    EXPECT_TRUE(std::filesystem::exists(*libc)) << *libc;
+    if (saved) setenv("LD_LIBRARY_PATH", keep.c_str(), 1);
+    else unsetenv("LD_LIBRARY_PATH");
 }
