@@ -12,6 +12,7 @@ packages=(
   libfabric-dev libfabric-bin ucx-utils
   clang libclang-rt-dev
   libibverbs-dev ibverbs-providers
+  debootstrap
 )
 missing=()
 for p in "${packages[@]}"; do
