@@ -61,6 +61,9 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
         return fail(-EINVAL, cat("the cluster secret from ", auth.origin, " has ", auth.secret.size(),
                                  " bytes; use at least ", kMinSecretBytes,
                                  " (e.g. the output of `head -c 32 /dev/urandom | base64`)"));
+    // The proofs are HMACs from libcrypto, loaded only now that a secret needs it.
+    if (!ferry_crypto::available())
+        return fail(-ENOENT, cat(ferry_crypto::load_error(), "; the secret comes from ", auth.origin));
     return auth;
 }
 
