@@ -184,7 +184,9 @@ Result<void> EtcdClient::stream(HttpClient &http, size_t i, const std::string &p
                                 const std::atomic<bool> &stop, const std::function<bool(std::string_view)> &on_data) {
     auto t = token(http);
     if (!t) return std::unexpected(t.error());
-    return http.stream(endpoints_.at(i) + path, body, stop, on_data, *t);
+    // From the member that answered last: with etcd's simple tokens (kept per member) that is
+    // the member that issued this one.
+    return http.stream(endpoints_[(good_endpoint_ + i) % endpoints_.size()] + path, body, stop, on_data, *t);
 }
 
 } // namespace ferry

@@ -36,8 +36,9 @@ public:
     // answered last), authenticating first and once more if etcd rejects the token.
     Result<std::string> call(HttpClient &http, const std::string &path, const std::string &body);
 
-    // A watch stream on endpoint `i`: `on_data` gets each chunk until the stream ends or it
-    // returns false. The caller hands a cancel reason that names the token to forget_token().
+    // A watch stream on the i-th endpoint counted from the one that answered last: `on_data`
+    // gets each chunk until the stream ends or it returns false. The caller hands a cancel
+    // reason that names the token to forget_token().
     Result<void> stream(HttpClient &http, size_t i, const std::string &path, const std::string &body,
                         const std::atomic<bool> &stop, const std::function<bool(std::string_view)> &on_data);
     size_t endpoint_count() const { return endpoints_.size(); }
