@@ -114,6 +114,8 @@ private:
 
 // Why these tests cannot run here, or "".
 std::string missing_tools() {
+    if (std::string(FERRY_ETCD_BIN).empty() || ::access(FERRY_ETCD_BIN, X_OK) != 0)
+        return "etcd is not installed (apt-get install etcd-server)";
     int status = 0;
     sh("openssl version", &status);
     if (status != 0) return "the openssl CLI is not installed (apt-get install openssl)";
