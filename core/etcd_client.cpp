@@ -118,6 +118,9 @@ Result<std::string> EtcdClient::post_any(HttpClient &http, const std::string &pa
 Error EtcdClient::explain(const Error &e) const {
     if (has(e.message, "user name is empty") && security_.user.empty())
         return {-EACCES, cat(e.message, "; etcd has authentication enabled: set etcd_user and etcd_password_file")};
+    if (has(e.message, "https://") && has(e.message, "\"connection closed\""))
+        return {e.code, cat(e.message, "; etcd's JSON gateway cannot reach its own member: with --client-cert-auth, etcd's "
+                                       "server certificate must allow client use too (extendedKeyUsage serverAuth, clientAuth)")};
     if (has(e.message, "permission denied"))
         return {-EACCES, cat(e.message, "; grant etcd user '", security_.user,
                              "' a role with READWRITE on Ferry's key prefix (etcdctl role grant-permission --prefix)")};
