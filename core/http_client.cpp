@@ -103,6 +103,9 @@ curl_slist *HttpClient::prepare(const std::string &url, const std::string &body,
     curl().easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer_);
     curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl().easy_setopt(c, CURLOPT_PROXY, ""); // etcd is reached directly, never through a proxy
+    // HTTP/1.1 over https too: etcd would accept HTTP/2 by ALPN, and failures would then all
+    // read CURLE_HTTP2, hiding which TLS step failed.
+    curl().easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
     // TLS: the peer's certificate chain and its host name are always verified.
     curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
     curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
@@ -131,6 +134,8 @@ Error HttpClient::failure(const std::string &url, int curl_code) const {
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
         if (url.rfind("https://", 0) == 0) {
             // etcd with --client-cert-auth refuses a missing or untrusted client certificate
             // with a TLS alert; under TLS 1.3 that comes after the client's handshake, and the
@@ -148,7 +153,7 @@ Error HttpClient::failure(const std::string &url, int curl_code) const {
     default:
         break;
     }
-    return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, cat(url, ": ", detail)};
+    return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, cat(url, ": ", detail, " (curl error ", curl_code, ")")};
 }
 
 Result<std::string> HttpClient::post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout,
