@@ -7,17 +7,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "log.hpp"
 
 namespace ferry {
+
 Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return fail(-ENOENT, cat(origin, ": cannot read the ", what, " file '", path, "': ", std::strerror(errno)));
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::string secret = text.str();
+    // Bounded: a path like /dev/zero must not make the engine read forever.
+    constexpr size_t kMaxSecretFileBytes = 64 * 1024;
+    std::string secret(kMaxSecretFileBytes + 1, '\0');
+    in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
+    secret.resize(static_cast<size_t>(in.gcount()));
+    if (secret.size() > kMaxSecretFileBytes)
+        return fail(-EINVAL, cat(origin, ": the ", what, " file '", path, "' holds more than ", kMaxSecretFileBytes,
+                                 " bytes; it should hold only the ", what));
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
     struct stat st{};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))

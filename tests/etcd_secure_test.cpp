@@ -208,6 +208,9 @@ TEST(EtcdSecureConfig, InconsistentKeysAreRefusedWithWhatToSet) {
     EXPECT_TRUE(contains(create({{"metadata", "P2PHANDSHAKE"}, {"etcd_user", "u"}, {"etcd_password", "pw"}}),
                          "not an etcd:// or etcds:// address"));
     EXPECT_TRUE(contains(create({{"metadata", "etcd://https://127.0.0.1:1/p"}}), "etcds://h1:2379,h2:2379/prefix"));
+    // A secret file is read with a bound: /dev/zero is refused, not read forever.
+    EXPECT_TRUE(contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}, {"etcd_password_file", "/dev/zero"}}),
+                         "holds more than 65536 bytes"));
 }
 
 // ---- TLS with client certificates ---------------------------------------------------------
