@@ -135,6 +135,32 @@ TEST(HmacSha256, ASecretWithoutLibcryptoIsRefusedWithWhatToInstall) {
     EXPECT_TRUE(without->ok) << without->error;
 }
 
+// tcp.so checks for libcrypto itself when it is given a key (any host program may load it). In
+// a re-executed child, so that this process's libcrypto, already loaded, does not count.
+TEST(HmacSha256, TcpSoGivenAKeyWithoutLibcryptoRefusesIt) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            setenv("FERRY_LIBCRYPTO", "/nonexistent/libcrypto.so.3", 1);
+            auto plugins = load_plugins([] {
+                LoaderOptions o;
+                o.search_path = default_search_path();
+                o.selection = PluginSelection::parse("tcp");
+                return o;
+            }());
+            std::shared_ptr<LoadedPlugin> tcp;
+            for (auto &p : plugins.plugins)
+                if (p.name == "tcp" && p.state == PluginState::Loaded) tcp = p.plugin;
+            if (!tcp) _exit(2);
+            // The key of kSecret, pinned above: computing it here would need libcrypto.
+            auto t = Transport::create(tcp, {{"auth_key", "af34c3c4d4732049341bfd18fe04285bf3b9403259679590ebc97d8c411bf396"}});
+            std::fprintf(stderr, "%s\n", t ? "created" : t.error().message.c_str());
+            std::fflush(stderr);
+            _exit(t ? 1 : 0);
+        },
+        ::testing::ExitedWithCode(0), "tcp: option 'auth_key': auth_secret is set but OpenSSL's libcrypto");
+}
+
 // RFC 4231, test cases 1-4, 6 and 7 (case 5 is a truncated output).
 TEST(HmacSha256, Rfc4231Vectors) {
     struct Case {
