@@ -184,6 +184,8 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
                 return set_error(err, -EINVAL, "rdma: invalid value for option 'auth_key': expected at least 32 hex digits "
                                                 "(the host derives it from auth_secret)");
             c.auth_key = std::move(raw);
+            if (!ferry_crypto::available())
+                return set_error(err, -ENOENT, "rdma: option 'auth_key': %s", ferry_crypto::load_error().c_str());
         } else {
             return set_error(err, -EINVAL, "rdma: unknown option '%s' (known: %s)", key, kKnownKeys);
         }

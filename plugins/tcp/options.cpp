@@ -124,6 +124,8 @@ int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry
                                  "tcp: invalid value for option 'auth_key': expected at least 32 "
                                  "hex digits (the host derives it from auth_secret)");
             c.auth_key = std::move(raw);
+            if (!ferry_crypto::available())
+                return set_error(err, -ENOENT, "tcp: option 'auth_key': %s", ferry_crypto::load_error().c_str());
         } else if (strcmp(key, "zerocopy") == 0) {
             if (!ranged(0, 1, false, "0 (copy WRITE payloads) or 1 (splice them)"))
                 return -EINVAL;
