@@ -76,7 +76,9 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
             std::string why = e == EPERM ? access_hint(c.uid) : copy_failure(e);
             refuse(-(n < 0 ? e : EFAULT), strprintf("it cannot access pid %d with process_vm_readv (%s): %s", c.pid,
                                                     errno_string(n < 0 ? e : EFAULT).c_str(), why.c_str()));
-        } else if (got[0] != h.probe_token || got[1] != h.probe_token || !process_alive(c.pidfd)) {
+        } else if (!process_alive(c.pidfd)) {
+            refuse(-ECONNRESET, strprintf("pid %d exited during the handshake", c.pid));
+        } else if (got[0] != h.probe_token || got[1] != h.probe_token) {
             refuse(-EHOSTUNREACH, strprintf("pid %d read pid %d's probe but found other bytes: the socket's peer is not "
                                             "the initiator (PID namespaces differ?)",
                                             pid_, c.pid));
@@ -133,8 +135,8 @@ int Transport::copy(const Job &job, uint64_t off, uint64_t len) {
 std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Request &r) {
     // Only when this engine opted in too: otherwise the request's descriptor fields are ignored
     // and the op is copied with cross-memory attach, like any other.
-    if (!cfg_.adopt_memfd || r.local_fd < 0 || c.no_memfd || r.local_addr < r.local_base || r.local_addr - r.local_base > r.local_len ||
-        r.length > r.local_len - (r.local_addr - r.local_base))
+    if (!cfg_.adopt_memfd || r.local_fd < 0 || c.no_memfd || r.local_addr < r.local_base ||
+        r.local_addr - r.local_base > r.local_len || r.length > r.local_len - (r.local_addr - r.local_base))
         return nullptr;
     auto it = c.maps.find(r.local_fd);
     if (it != c.maps.end() && it->second->ino == r.local_ino && it->second->len == r.local_len)
