@@ -284,7 +284,7 @@ TEST(ShmMemfd, ASocketOutlivingItsInitiatorIsNeverServed) {
         }
     }
     const bool reused = impostor == first;
-    std::cout << (reused ? "pid reused by a new process" : "SKIPPED: pid reuse not arranged (needs root); checking the refusal only")
+    std::cout << (reused ? "pid reused by a new process" : "pid reuse not arranged (needs root and a writable ns_last_pid): checking the refusal only")
               << "\n";
     RawShm held(sock);
     std::vector<uint8_t> landing(kLen, 0x44);
