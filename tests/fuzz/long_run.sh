@@ -8,6 +8,7 @@
 # sanitizer report or violated invariant and keeps the input in the scratch directory.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 build="$(cd "${1:-$root/build-fuzz}" && pwd)"
 runs="${2:-10000000}"
 jobs="${3:-$(nproc)}"
