@@ -251,7 +251,7 @@ ssize_t ServerConn::do_recv() {
     }
     rx_ = Rx::Header;
     hdr_got_ = static_cast<size_t>(n) - body; // start of the next header, read along
-    if (hdr_got_ == kHeaderSize) {
+    if (hdr_got_ == kHeaderSize && !closing_) { // refused: the ERROR goes out, nothing more is read
         hdr_got_ = 0;
         if (!on_header())
             return -1;

@@ -1,0 +1,77 @@
+// Writes the seed corpus of tcp_conn_fuzz (corpus/tcp_conn/seed-*) with tcp.so's own frame
+// encoder, so the fuzzer starts from whole client sessions:
+//   <build>/tests/fuzz/make_tcp_conn_seeds tests/fuzz/corpus/tcp_conn
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "handshake.hpp"
+#include "tcp_conn_fuzz.h"
+#include "wire.hpp"
+
+using namespace ferry_tcp;
+using namespace tcp_conn_fuzz;
+
+namespace {
+
+struct Session {
+    std::vector<uint8_t> bytes;
+    explicit Session(unsigned config) { bytes.push_back(static_cast<uint8_t>(config)); }
+    Session &frame(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t length = 0,
+                   uint32_t msg_len = 0, uint8_t flags = 0, uint16_t version = kWireVersion) {
+        Header h;
+        h.type = type;
+        h.id = id;
+        h.addr = addr;
+        h.length = length;
+        h.msg_len = msg_len;
+        h.flags = flags;
+        h.version = version;
+        uint8_t out[kHeaderSize];
+        encode_header(h, out);
+        bytes.insert(bytes.end(), out, out + kHeaderSize);
+        return *this;
+    }
+    Session &data(size_t n, uint8_t v) {
+        bytes.insert(bytes.end(), n, v);
+        return *this;
+    }
+    // HELLO with a nonce, AUTH with the all-zero proof of "no key".
+    Session &handshake(uint8_t flags = 0) {
+        frame(kHello, 0, 0, 0, kHelloData, flags).data(kNonceSize, 0x42);
+        return frame(kAuth, 0, 0, 0, kAuthData).data(kProofSize, flags ? 0x17 : 0);
+    }
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s <corpus/tcp_conn directory>\n", argv[0]);
+        return 2;
+    }
+    std::filesystem::path dir = argv[1];
+    std::filesystem::create_directories(dir);
+    auto put = [&](const char *name, const Session &s) {
+        std::ofstream(dir / (std::string("seed-") + name), std::ios::binary)
+            .write(reinterpret_cast<const char *>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
+    };
+    put("requests", Session(0).handshake()
+                        .frame(kReadReq, 1, kReadRegion, 4096)
+                        .frame(kWriteReq, 2, kWriteRegion + 100, 64).data(64, 0xAB)
+                        .frame(kReadReq, 3, kWriteRegion, 16)            // no read access: ERROR
+                        .frame(kWriteReq, 4, kReadRegion, 32).data(32, 1) // no write access: drained
+                        .frame(kReadReq, 5, kReadRegion, 8).frame(kReadReq, 6, kReadRegion + 8, 8)
+                        .frame(kReadReq, 7, kBase, 8));                  // canary: ERROR
+    put("secret-wrong-proof", Session(1).handshake(kFlagAuth).frame(kReadReq, 1, kReadRegion, 64));
+    put("zerocopy-read-done", Session(2).handshake()
+                                  .frame(kReadReq, 1, kReadRegion, kReadSize)
+                                  .frame(kReadDone, 1, 0, 1)
+                                  .frame(kReadReq, 2, kReadRegion, 512 << 10));
+    put("old-version", Session(0).frame(kHello, 0, 0, 0, kHelloData, 0, 1).data(kNonceSize, 0));
+    put("read-done-unasked", Session(0).handshake().frame(kReadDone, 9, 0, 1));
+    std::printf("wrote 5 seeds under %s\n", dir.c_str());
+    return 0;
+}
