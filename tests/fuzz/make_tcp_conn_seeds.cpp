@@ -31,9 +31,18 @@ struct Session {
         h.version = version;
         uint8_t out[kHeaderSize];
         encode_header(h, out);
+        last_ = bytes.size();
         bytes.insert(bytes.end(), out, out + kHeaderSize);
         return *this;
     }
+    // Sets the status of the frame added last (an ERROR's negative errno).
+    Session &status(int32_t v) {
+        Header h = decode_header(bytes.data() + last_);
+        h.status = v;
+        encode_header(h, bytes.data() + last_);
+        return *this;
+    }
+    size_t last_ = 0;
     Session &data(size_t n, uint8_t v) {
         bytes.insert(bytes.end(), n, v);
         return *this;
@@ -72,6 +81,30 @@ int main(int argc, char **argv) {
                                   .frame(kReadReq, 2, kReadRegion, 512 << 10));
     put("old-version", Session(0).frame(kHello, 0, 0, 0, kHelloData, 0, 1).data(kNonceSize, 0));
     put("read-done-unasked", Session(0).handshake().frame(kReadDone, 9, 0, 1));
-    std::printf("wrote 5 seeds under %s\n", dir.c_str());
+    // tcp_lane: what a server answers (tcp_lane_fuzz.cpp: mode 0/1 handshake, 2 responses to
+    // ids 1..6: READ 4096; WRITE 4096; WRITE 16; READ 70000 in 64 KiB slices; READ 8).
+    std::filesystem::path lane = dir.parent_path() / "tcp_lane";
+    std::filesystem::create_directories(lane);
+    auto put_lane = [&](const char *name, const Session &s) {
+        std::ofstream(lane / (std::string("seed-") + name), std::ios::binary)
+            .write(reinterpret_cast<const char *>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
+    };
+    put_lane("handshake", Session(0).frame(kHelloAck, 0, 0, 0, kHelloAckData).data(kHelloAckData, 0).frame(kAuthAck));
+    put_lane("handshake-key", Session(1).frame(kHelloAck, 0, 0, 0, kHelloAckData, kFlagAuth)
+                                  .data(kHelloAckData, 7).frame(kAuthAck));
+    put_lane("refused", Session(0).frame(kError, 0, 0, 0, 5).status(-13).data(5, 'n'));
+    Session r(2);
+    r.frame(kReadResp, 1, 0, 4096).data(4096, 1).frame(kWriteAck, 2).frame(kWriteAck, 3);
+    uint64_t left = 70000;
+    for (uint64_t id = 4; left > 0; ++id) {
+        uint64_t n = left < 65536 ? left : 65536;
+        r.frame(kReadResp, id, 0, n, 0, id == 5 ? kFlagNeedsDone : 0).data(n, 2);
+        left -= n;
+    }
+    put_lane("responses", r.frame(kReadResp, 6, 0, 8).data(8, 3));
+    put_lane("error-then-cut", Session(2).frame(kReadResp, 1, 0, 4096).data(4096, 1)
+                                   .frame(kError, 2, 0, 0, 6).status(-14).data(6, 'e').frame(kWriteAck, 3)
+                                   .frame(kReadResp, 4, 0, 65536).data(100, 2));
+    std::printf("wrote the seeds under %s and %s\n", dir.c_str(), lane.c_str());
     return 0;
 }
