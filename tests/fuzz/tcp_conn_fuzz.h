@@ -17,7 +17,7 @@
 namespace tcp_conn_fuzz {
 
 inline constexpr unsigned kConfigs = 3;
-inline constexpr uint64_t kBase = 0x3f0000000000ull; // ASan's high memory, clear of its allocator
+inline constexpr uint64_t kBase = 0x7e9000000000ull; // application memory for ASan and TSan alike
 inline constexpr size_t kCanary = 64 << 10;
 inline constexpr size_t kReadSize = 1 << 20;
 inline constexpr size_t kWriteSize = 256 << 10;
