@@ -307,6 +307,7 @@ void Transport::on_revoke(Remote &from, uint64_t req_id, std::vector<uint64_t> k
             for (auto &s : op->subs)
                 if (!s.posted && revoked(s.key))
                     fail_op(*op, -EFAULT, msg); // its unposted pieces are dropped, never posted
+    settle(from);
     revokes_.push_back(PendingRevoke{&from, req_id, std::move(keys)});
     check_revokes();
 }
@@ -496,14 +497,17 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         if (op->peer == peer)
             fail_op(*op, -ECANCELED, msg);
     if (--r.users == 0) {
-        // The provider keeps what it was given until the connection goes: drop it, so those
-        // buffers come back (as flushed errors) instead of staying with a peer that may never answer.
-        if (r.outstanding > 0 || !r.held.empty())
+        // The provider keeps what it was given until the connection goes: cut it, so those
+        // buffers come back (as flushed errors) instead of staying with a peer that may never
+        // answer. The canceled ops are reported once they are back.
+        reclaim(r);
+        if (!r.held.empty())
             remove_addr(r);
         drop_held(r, -ECANCELED, msg);
         if (r.state != Remote::State::Dead)
             r.state = Remote::State::Idle;
     }
+    settle(r);
     wake();
     return 0;
 }

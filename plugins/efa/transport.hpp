@@ -65,7 +65,12 @@ struct Op {
     uint32_t outstanding = 0; // subs the provider holds
     int status = 0;
     std::string message;
-    bool reported = false; // its completion was delivered (possibly early: cancel, timeout)
+    // It fails (timeout, cancel, revocation): nothing more of it is posted, and it is reported
+    // only once the provider has handed back every piece it holds, so no byte lands in (READ)
+    // or is taken from (WRITE) the caller's buffer after the failure was reported.
+    bool doomed = false;
+    Clock::time_point doomed_at;
+    bool warned = false; // logged that the provider still holds it long after it failed
 };
 
 struct CtrlBuf : Ctx {
@@ -179,7 +184,10 @@ private:
     void sub_done(SubOp &s, const fi_cq_err_entry *e);
     void fail_op(Op &op, int status, const std::string &message);
     void maybe_finish(Op &op);
+    void settle(Remote &r);
+    void reclaim(Remote &r);
     void check_timeouts();
+    void quiesce();
     std::string describe_error(const fi_cq_err_entry &e, const Remote &r, int *status) const;
 
     const Config cfg_;
