@@ -58,7 +58,19 @@ void Transport::remove_addr(Remote &r) {
     r.addr = FI_ADDR_NOTAVAIL;
 }
 
+namespace {
+bool is_answer(CtrlType t) { return t == CtrlType::HelloAck || t == CtrlType::QueryReply || t == CtrlType::RevokeAck; }
+} // namespace
+
 void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len) {
+    if (is_answer(type)) {
+        if (r.answers >= kMaxAnswersPerRemote) { // it sends requests but does not take our answers
+            ++ignored_.flooded;
+            ++ignored_.total;
+            return;
+        }
+        ++r.answers;
+    }
     CtrlHeader h{kCtrlMagic, kWireVersion, static_cast<uint16_t>(type), req_id, token_, r.token, status,
                  static_cast<uint32_t>(len)};
     OutMsg m{&r, type, req_id, std::vector<uint8_t>(sizeof h + len)};
@@ -76,6 +88,8 @@ bool Transport::post_ctrl_sends() {
         if (r.addr == FI_ADDR_NOTAVAIL) {
             OutMsg gone = std::move(m);
             ctrl_out_.pop_front();
+            if (is_answer(gone.type))
+                --r.answers;
             ctrl_send_failed(r, gone.type, gone.req_id, FI_ENOTCONN);
             did = true;
             continue;
@@ -96,6 +110,8 @@ bool Transport::post_ctrl_sends() {
         free_sends_.pop_back();
         OutMsg sent = std::move(m);
         ctrl_out_.pop_front();
+        if (is_answer(sent.type))
+            --r.answers;
         did = true;
         if (rc != 0) {
             free_sends_.push_back(b);
@@ -190,6 +206,7 @@ void Transport::kill_remote(Remote &r, const std::string &why) {
 bool Transport::run_remotes() {
     bool did = false;
     const auto now = Clock::now();
+    log_ignored(false);
     for (auto &[token, rp] : remotes_) {
         Remote &r = *rp;
         if (r.state == Remote::State::Resetting && now >= r.next_try) {
@@ -206,22 +223,102 @@ bool Transport::run_remotes() {
     return did;
 }
 
-void Transport::on_ctrl(const uint8_t *data, size_t len) {
-    CtrlHeader h;
-    if (len < sizeof h)
-        return;
-    memcpy(&h, data, sizeof h);
-    if (h.magic != kCtrlMagic || h.version != kWireVersion || h.body_len > len - sizeof h)
-        return;
-    const uint8_t *body = data + sizeof h;
-    switch (static_cast<CtrlType>(h.type)) {
-    case CtrlType::Hello: {
-        Remote *r = remote_for(h.from_token, body, h.body_len);
-        r->initiates = true;
-        if (!insert_addr(*r)) {
-            log_.log(FERRY_LOG_WARN, "cannot answer %s: %s", r->name_str.c_str(), r->why.c_str());
-            return;
+// A Hello's remote: a new one (bounded: the oldest unused one may go), or the known one if the
+// address matches. An instance's address never changes (its token is random per instance), so a
+// Hello that names a known token from another address is an impostor and gets nothing: it must
+// not redirect our ops or answers.
+Remote *Transport::remote_for_hello(uint64_t token, const uint8_t *name, size_t len) {
+    if (auto it = remotes_.find(token); it != remotes_.end()) {
+        Remote &r = *it->second;
+        if (r.name.size() != len || memcmp(r.name.data(), name, len) != 0) {
+            ++ignored_.impostor;
+            ++ignored_.total;
+            return nullptr;
         }
+        return &r;
+    }
+    if (remotes_.size() >= kMaxRemotes && !evict_one()) {
+        ++ignored_.crowded;
+        ++ignored_.total;
+        return nullptr;
+    }
+    return remote_for(token, name, len);
+}
+
+// Forgets one remote that only said Hello (nobody connected to it, nothing of it in flight or
+// queued), so a peer that invents tokens cannot fill the table for good.
+bool Transport::evict_one() {
+    if (revoking_ > 0)
+        return false;
+    std::vector<const Remote *> in_flight;
+    for (auto &b : send_bufs_)
+        if (std::find(free_sends_.begin(), free_sends_.end(), b.get()) == free_sends_.end())
+            in_flight.push_back(b->to);
+    for (auto &m : ctrl_out_)
+        in_flight.push_back(m.to);
+    for (auto it = remotes_.begin(); it != remotes_.end(); ++it) {
+        Remote &r = *it->second;
+        if (r.users != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 || r.answers != 0 ||
+            (r.state != Remote::State::Idle && r.state != Remote::State::Dead) ||
+            std::find(in_flight.begin(), in_flight.end(), &r) != in_flight.end())
+            continue;
+        for (auto &[id, imp] : imports_)
+            if (auto p = peers_.find(imp.peer); p != peers_.end() && p->second.token == r.token)
+                goto next;
+        remove_addr(r);
+        remotes_.erase(it);
+        return true;
+    next:;
+    }
+    return false;
+}
+
+void Transport::log_ignored(bool force) {
+    const auto now = Clock::now();
+    if (ignored_.total == 0 || (!force && now < ignored_.next_log))
+        return;
+    std::string what;
+    for (size_t i = 1; i < static_cast<size_t>(CtrlBad::Count); ++i)
+        if (ignored_.malformed[i])
+            what += strprintf("%s%" PRIu64 " %s", what.empty() ? "" : ", ", ignored_.malformed[i],
+                              ctrl_bad_name(static_cast<CtrlBad>(i)));
+    const std::pair<uint64_t, const char *> rest[] = {
+        {ignored_.impostor, "Hello naming a known instance from another address"},
+        {ignored_.unknown, "from an instance that never said Hello"},
+        {ignored_.crowded, "new instance while the peer table is full"},
+        {ignored_.flooded, "answers dropped for peers that do not read them"}};
+    for (auto [n, name] : rest)
+        if (n)
+            what += strprintf("%s%" PRIu64 " %s", what.empty() ? "" : ", ", n, name);
+    log_.log(FERRY_LOG_WARN, "ignored %" PRIu64 " control message(s) from peers in the last %lld s: %s", ignored_.total,
+             static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kIgnoredLogInterval).count()),
+             what.c_str());
+    const auto next = now + kIgnoredLogInterval;
+    ignored_ = IgnoredCtrl{};
+    ignored_.next_log = next;
+}
+
+void Transport::on_ctrl(const uint8_t *data, size_t len) {
+    CtrlMsg m;
+    if (CtrlBad bad = decode_ctrl(data, len, fab_.name.size(), &m); bad != CtrlBad::None) {
+        ++ignored_.malformed[static_cast<size_t>(bad)];
+        ++ignored_.total;
+        return;
+    }
+    const CtrlHeader &h = m.h;
+    const uint8_t *body = m.body;
+    auto unknown = [&] {
+        ++ignored_.unknown;
+        ++ignored_.total;
+    };
+    switch (m.type) {
+    case CtrlType::Hello: {
+        Remote *r = remote_for_hello(h.from_token, body, h.body_len);
+        if (r == nullptr)
+            return;
+        r->initiates = true;
+        if (!insert_addr(*r))
+            return; // its address is not one the provider takes: nobody to answer
         send_ctrl(*r, CtrlType::HelloAck, h.req_id, h.to_token == token_ ? 0 : -ESTALE, nullptr, 0);
         if (r->state == Remote::State::Dead && r->users > 0)
             ping(*r); // it is back
@@ -240,8 +337,8 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
     case CtrlType::Query: {
         auto it = remotes_.find(h.from_token);
         QueryBody q;
-        if (it == remotes_.end() || it->second->addr == FI_ADDR_NOTAVAIL || h.body_len < sizeof q)
-            return;
+        if (it == remotes_.end() || it->second->addr == FI_ADDR_NOTAVAIL)
+            return unknown();
         memcpy(&q, body, sizeof q);
         std::vector<RemoteChunk> found;
         for (auto &[handle, region] : regions_)
@@ -263,7 +360,12 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
     case CtrlType::Revoke: {
         auto it = remotes_.find(h.from_token);
         if (it == remotes_.end() || !insert_addr(*it->second))
-            return; // we never talked to it: nothing of ours uses its keys
+            return unknown(); // we never talked to it: nothing of ours uses its keys
+        if (it->second->revokes >= kMaxRevokesPerRemote) {
+            ++ignored_.flooded;
+            ++ignored_.total;
+            return;
+        }
         std::vector<uint64_t> keys(h.body_len / sizeof(uint64_t));
         memcpy(keys.data(), body, keys.size() * sizeof(uint64_t));
         on_revoke(*it->second, h.req_id, std::move(keys));
@@ -274,7 +376,7 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
         auto it = waiters_.find(h.req_id);
         if (it == waiters_.end())
             return;
-        if (static_cast<CtrlType>(h.type) == CtrlType::RevokeAck && h.status == -EINPROGRESS) {
+        if (m.type == CtrlType::RevokeAck && h.status == -EINPROGRESS) {
             it->second->busy = true;
             cv_.notify_all();
             break;
@@ -308,6 +410,7 @@ void Transport::on_revoke(Remote &from, uint64_t req_id, std::vector<uint64_t> k
                 if (!s.posted && revoked(s.key))
                     fail_op(*op, -EFAULT, msg); // its unposted pieces are dropped, never posted
     settle(from);
+    ++from.revokes;
     revokes_.push_back(PendingRevoke{&from, req_id, std::move(keys)});
     check_revokes();
 }
@@ -332,6 +435,7 @@ void Transport::check_revokes() {
             continue;
         }
         send_ctrl(*rv.from, CtrlType::RevokeAck, rv.req_id, 0, nullptr, 0);
+        --rv.from->revokes;
         revokes_[i] = std::move(revokes_.back());
         revokes_.pop_back();
     }
@@ -360,6 +464,7 @@ void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &
     }
     if (waits.empty())
         return;
+    ++revoking_;
     wake();
     // A live peer answers at once, with "busy" while its RMA on the region is in flight; but that
     // answer travels behind the peer's own queued RMA on the same connection, so a peer is given
@@ -381,6 +486,7 @@ void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &
             break; // every peer answered or ran out of time
         cv_.wait_until(lock, next);
     }
+    --revoking_;
     size_t silent = 0, busy = 0;
     for (auto &w : waits) {
         waiters_.erase(w.req);

@@ -10,6 +10,7 @@
 // Idle (nobody uses it). Ops to a remote that is not Up wait in `held`.
 #pragma once
 
+#include "ctrl_decode.hpp"
 #include "fabric.hpp"
 #include "memory.hpp"
 #include "options.hpp"
@@ -97,6 +98,25 @@ struct Remote {
     unsigned users = 0;       // live peer ids
     bool initiates = false;   // it said Hello to us: it may hold our keys
     std::string why;          // last failure, for messages
+    unsigned answers = 0;     // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned revokes = 0;     // its Revokes in revokes_ (bounded)
+};
+
+// What unauthenticated peers may make an instance hold, and the ignored control messages,
+// counted and logged once per interval instead of a line each.
+inline constexpr size_t kMaxRemotes = 4096;
+inline constexpr unsigned kMaxAnswersPerRemote = 64;
+inline constexpr unsigned kMaxRevokesPerRemote = 64;
+inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
+
+struct IgnoredCtrl {
+    uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
+    uint64_t impostor = 0; // a Hello naming a known instance from another address
+    uint64_t unknown = 0;  // from an instance that never said Hello
+    uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go
+    uint64_t flooded = 0;  // answers dropped: the peer let kMaxAnswersPerRemote pile up
+    uint64_t total = 0;
+    Clock::time_point next_log{};
 };
 
 struct PendingRevoke {
@@ -162,6 +182,9 @@ private:
     void send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len);
     bool post_ctrl_sends();
     void on_ctrl(const uint8_t *data, size_t len);
+    Remote *remote_for_hello(uint64_t token, const uint8_t *name, size_t len);
+    bool evict_one();
+    void log_ignored(bool force);
     void on_ctrl_send_done(CtrlBuf &b, int fi_err);
     void ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err);
     void drop_held(Remote &r, int status, const std::string &message);
@@ -227,6 +250,8 @@ private:
     std::vector<PendingRevoke> revokes_; // keys a peer revoked, acknowledged once our RMA on them is done
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     std::deque<SubOp *> ready_; // to post
+    IgnoredCtrl ignored_;
+    unsigned revoking_ = 0; // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
     Clock::time_point last_work_; // progress thread only: when it last found something to do
 };
