@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,21 @@ bool same_peer(const sockaddr_storage &a, const std::vector<uint8_t> &want) {
 }
 
 } // namespace
+
+bool same_address_family(const std::vector<uint8_t> &ours, const uint8_t *addr, size_t len) {
+    sa_family_t mine, theirs;
+    if (ours.size() < sizeof mine)
+        return true;
+    memcpy(&mine, ours.data(), sizeof mine);
+    if (mine != AF_INET && mine != AF_INET6)
+        return true;
+    if (len != ours.size())
+        return false;
+    memcpy(&theirs, addr, sizeof theirs);
+    in_port_t port;
+    memcpy(&port, addr + offsetof(sockaddr_in, sin_port), sizeof port); // same offset in sockaddr_in6
+    return theirs == mine && port != 0;
+}
 
 size_t cut_connections_to(const std::vector<uint8_t> &addr) {
     if (addr.size() < sizeof(sa_family_t))

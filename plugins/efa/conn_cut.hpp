@@ -17,4 +17,8 @@ namespace ferry_efa {
 // socket address (providers that are not socket based).
 size_t cut_connections_to(const std::vector<uint8_t> &addr);
 
+// Whether `addr` (a peer's claimed address) could be one of this provider's: for IP socket
+// addresses (ours is one) the same family and a port; other formats are taken as they are.
+bool same_address_family(const std::vector<uint8_t> &ours, const uint8_t *addr, size_t len);
+
 } // namespace ferry_efa

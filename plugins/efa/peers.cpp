@@ -2,6 +2,8 @@
 // plus connect / disconnect / import_mem / release_mem.
 #include "transport.hpp"
 
+#include "conn_cut.hpp"
+
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
@@ -64,12 +66,13 @@ bool is_answer(CtrlType t) { return t == CtrlType::HelloAck || t == CtrlType::Qu
 
 void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len) {
     if (is_answer(type)) {
-        if (r.answers >= kMaxAnswersPerRemote) { // it sends requests but does not take our answers
-            ++ignored_.flooded;
+        if (r.answers >= kMaxAnswersPerRemote || queued_answers_ >= kMaxQueuedAnswers) {
+            ++ignored_.flooded; // it sends requests but does not take our answers
             ++ignored_.total;
             return;
         }
         ++r.answers;
+        ++queued_answers_;
     }
     CtrlHeader h{kCtrlMagic, kWireVersion, static_cast<uint16_t>(type), req_id, token_, r.token, status,
                  static_cast<uint32_t>(len)};
@@ -80,18 +83,34 @@ void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status,
     ctrl_out_.push_back(std::move(m));
 }
 
+// Hands queued control messages to the provider, in order per peer. A peer gets at most
+// kMaxSendsPerRemote send buffers, and peers never reached yet kMaxUnverifiedSends together: a
+// Hello can name any address (one that never answers, or a listener that is not libfabric), and
+// the sends to it must not hold every buffer while honest peers wait behind them.
 bool Transport::post_ctrl_sends() {
     bool did = false;
-    while (!ctrl_out_.empty() && !free_sends_.empty()) {
-        OutMsg &m = ctrl_out_.front();
+    std::vector<const Remote *> skipped; // kept waiting this round: their later messages wait too
+    for (size_t i = 0; i < ctrl_out_.size() && !free_sends_.empty();) {
+        OutMsg &m = ctrl_out_[i];
         Remote &r = *m.to;
+        if (std::find(skipped.begin(), skipped.end(), &r) != skipped.end()) {
+            ++i;
+            continue;
+        }
         if (r.addr == FI_ADDR_NOTAVAIL) {
             OutMsg gone = std::move(m);
-            ctrl_out_.pop_front();
-            if (is_answer(gone.type))
+            ctrl_out_.erase(ctrl_out_.begin() + static_cast<ptrdiff_t>(i));
+            if (is_answer(gone.type)) {
                 --r.answers;
+                --queued_answers_;
+            }
             ctrl_send_failed(r, gone.type, gone.req_id, FI_ENOTCONN);
             did = true;
+            continue;
+        }
+        if (r.sending >= kMaxSendsPerRemote || (!r.verified && unverified_sending_ >= kMaxUnverifiedSends)) {
+            skipped.push_back(&r);
+            ++i;
             continue;
         }
         CtrlBuf *b = free_sends_.back();
@@ -109,20 +128,33 @@ bool Transport::post_ctrl_sends() {
             break;
         free_sends_.pop_back();
         OutMsg sent = std::move(m);
-        ctrl_out_.pop_front();
-        if (is_answer(sent.type))
+        ctrl_out_.erase(ctrl_out_.begin() + static_cast<ptrdiff_t>(i));
+        if (is_answer(sent.type)) {
             --r.answers;
+            --queued_answers_;
+        }
         did = true;
         if (rc != 0) {
             free_sends_.push_back(b);
             ctrl_send_failed(r, sent.type, sent.req_id, -rc);
+            continue;
         }
+        ++r.sending;
+        b->unverified = !r.verified;
+        if (b->unverified)
+            ++unverified_sending_;
     }
     return did;
 }
 
 void Transport::on_ctrl_send_done(CtrlBuf &b, int fi_err) {
     free_sends_.push_back(&b);
+    --b.to->sending;
+    if (b.unverified)
+        --unverified_sending_;
+    b.unverified = false;
+    if (fi_err == 0)
+        b.to->verified = true;
     if (fi_err != 0)
         ctrl_send_failed(*b.to, b.type, b.req_id, fi_err);
 }
@@ -160,6 +192,7 @@ void Transport::ping(Remote &r) {
 
 void Transport::remote_up(Remote &r) {
     r.state = Remote::State::Up;
+    r.verified = true;
     r.attempts = 0;
     r.why.clear();
     ready_.insert(ready_.begin(), r.held.begin(), r.held.end());
@@ -258,7 +291,7 @@ bool Transport::evict_one() {
         in_flight.push_back(m.to);
     for (auto it = remotes_.begin(); it != remotes_.end(); ++it) {
         Remote &r = *it->second;
-        if (r.users != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 || r.answers != 0 ||
+        if (r.users != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 || r.answers != 0 || r.sending != 0 ||
             (r.state != Remote::State::Idle && r.state != Remote::State::Dead) ||
             std::find(in_flight.begin(), in_flight.end(), &r) != in_flight.end())
             continue;
@@ -284,13 +317,16 @@ void Transport::log_ignored(bool force) {
                               ctrl_bad_name(static_cast<CtrlBad>(i)));
     const std::pair<uint64_t, const char *> rest[] = {
         {ignored_.impostor, "Hello naming a known instance from another address"},
+        {ignored_.unreachable, "Hello with an address the provider does not take"},
         {ignored_.unknown, "from an instance that never said Hello"},
         {ignored_.crowded, "new instance while the peer table is full"},
         {ignored_.flooded, "answers dropped for peers that do not read them"}};
     for (auto [n, name] : rest)
         if (n)
             what += strprintf("%s%" PRIu64 " %s", what.empty() ? "" : ", ", n, name);
-    log_.log(FERRY_LOG_WARN, "ignored %" PRIu64 " control message(s) from peers in the last %lld s: %s", ignored_.total,
+    log_.log(FERRY_LOG_WARN,
+             "ignored %" PRIu64 " control message(s) from peers since the last such line (one every %lld s at most): %s",
+             ignored_.total,
              static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(kIgnoredLogInterval).count()),
              what.c_str());
     const auto next = now + kIgnoredLogInterval;
@@ -313,12 +349,22 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
     };
     switch (m.type) {
     case CtrlType::Hello: {
+        if (!same_address_family(fab_.name, body, h.body_len)) {
+            ++ignored_.unreachable;
+            ++ignored_.total;
+            return;
+        }
         Remote *r = remote_for_hello(h.from_token, body, h.body_len);
         if (r == nullptr)
             return;
+        if (!insert_addr(*r)) { // its address is not one the provider takes: nobody to answer
+            ++ignored_.unreachable;
+            ++ignored_.total;
+            if (r->users == 0 && r->state == Remote::State::Idle && !r->initiates)
+                remotes_.erase(h.from_token); // new, and nothing refers to it yet
+            return;
+        }
         r->initiates = true;
-        if (!insert_addr(*r))
-            return; // its address is not one the provider takes: nobody to answer
         send_ctrl(*r, CtrlType::HelloAck, h.req_id, h.to_token == token_ ? 0 : -ESTALE, nullptr, 0);
         if (r->state == Remote::State::Dead && r->users > 0)
             ping(*r); // it is back
@@ -564,6 +610,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         return set_error(err, -EPROTO, "efa: not an efa.so version %u endpoint", kWireVersion);
     std::unique_lock lock(mu_);
     Remote &r = *remote_for(h.token, static_cast<const uint8_t *>(endpoint) + sizeof h, h.name_len);
+    r.verified = true; // the host gave us this address
     if (r.state == Remote::State::Idle || r.state == Remote::State::Dead) {
         r.attempts = 0;
         r.state = Remote::State::Resetting;

@@ -115,6 +115,10 @@ Transport::~Transport() {
         progress_.join();
     }
     quiesce();
+    {
+        std::lock_guard lock(mu_);
+        log_ignored(true);
+    }
     // Closing the endpoint first: after it the provider touches none of our buffers.
     if (fab_.ep) {
         fi_close(&fab_.ep->fid);

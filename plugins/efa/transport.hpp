@@ -79,6 +79,7 @@ struct CtrlBuf : Ctx {
     uint8_t *data = nullptr;
     size_t len = 0;
     Remote *to = nullptr; // sends: destination
+    bool unverified = false; // counted in unverified_sending_
     uint64_t req_id = 0;
     CtrlType type = CtrlType::Hello;
 };
@@ -99,6 +100,8 @@ struct Remote {
     bool initiates = false;   // it said Hello to us: it may hold our keys
     std::string why;          // last failure, for messages
     unsigned answers = 0;     // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned sending = 0;     // our messages to it the provider holds
+    bool verified = false;    // a message to it was delivered, or we connected to it
     unsigned revokes = 0;     // its Revokes in revokes_ (bounded)
 };
 
@@ -107,11 +110,15 @@ struct Remote {
 inline constexpr size_t kMaxRemotes = 4096;
 inline constexpr unsigned kMaxAnswersPerRemote = 64;
 inline constexpr unsigned kMaxRevokesPerRemote = 64;
+inline constexpr size_t kMaxQueuedAnswers = 4096;   // all peers together (answers are up to 4 KiB)
+inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
+inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
 inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
     uint64_t impostor = 0; // a Hello naming a known instance from another address
+    uint64_t unreachable = 0; // a Hello whose address the provider does not take
     uint64_t unknown = 0;  // from an instance that never said Hello
     uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go
     uint64_t flooded = 0;  // answers dropped: the peer let kMaxAnswersPerRemote pile up
@@ -251,6 +258,8 @@ private:
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     std::deque<SubOp *> ready_; // to post
     IgnoredCtrl ignored_;
+    size_t queued_answers_ = 0;
+    unsigned unverified_sending_ = 0;
     unsigned revoking_ = 0; // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
     Clock::time_point last_work_; // progress thread only: when it last found something to do
