@@ -289,20 +289,25 @@ bool Transport::evict_one() {
             in_flight.push_back(b->to);
     for (auto &m : ctrl_out_)
         in_flight.push_back(m.to);
-    for (auto it = remotes_.begin(); it != remotes_.end(); ++it) {
-        Remote &r = *it->second;
-        if (r.users != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 || r.answers != 0 || r.sending != 0 ||
-            (r.state != Remote::State::Idle && r.state != Remote::State::Dead) ||
+    auto in_use = [&](const Remote &r) {
+        if (r.users != 0 || r.connecting != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 ||
+            r.answers != 0 || r.sending != 0 || r.state != Remote::State::Idle ||
             std::find(in_flight.begin(), in_flight.end(), &r) != in_flight.end())
-            continue;
-        for (auto &[id, imp] : imports_)
-            if (auto p = peers_.find(imp.peer); p != peers_.end() && p->second.token == r.token)
-                goto next;
-        remove_addr(r);
-        remotes_.erase(it);
-        return true;
-    next:;
-    }
+            return true;
+        for (auto &[p, op] : ops_)
+            if (op->remote == &r)
+                return true;
+        for (auto &[id, peer] : peers_)
+            if (peer.token == r.token)
+                return true;
+        return false;
+    };
+    for (auto it = remotes_.begin(); it != remotes_.end(); ++it)
+        if (!in_use(*it->second)) {
+            remove_addr(*it->second);
+            remotes_.erase(it);
+            return true;
+        }
     return false;
 }
 
@@ -618,9 +623,11 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         wake();
     }
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
+    ++r.connecting; // not evicted while we wait on it
     cv_.wait_until(lock, deadline, [&] {
         return stop_.load() || r.state == Remote::State::Up || r.state == Remote::State::Dead;
     });
+    --r.connecting;
     if (r.state != Remote::State::Up) {
         std::string why = r.state == Remote::State::Dead ? r.why : strprintf("no answer within %u ms", cfg_.connect_timeout_ms);
         int code = r.state == Remote::State::Dead ? -ECONNREFUSED : -ETIMEDOUT;

@@ -102,6 +102,7 @@ struct Remote {
     unsigned answers = 0;     // our answers to it waiting in ctrl_out_ (bounded: it may never read)
     unsigned sending = 0;     // our messages to it the provider holds
     bool verified = false;    // a message to it was delivered, or we connected to it
+    unsigned connecting = 0;  // connect() calls waiting on it (they hold a reference)
     unsigned revokes = 0;     // its Revokes in revokes_ (bounded)
 };
 

@@ -73,6 +73,9 @@ public:
         size_t len = sizeof name_;
         fi_getname(&ep_->fid, name_, &len);
         name_len_ = len;
+        recv_bufs_.assign(kRecvs, std::vector<uint8_t>(4096));
+        for (auto &b : recv_bufs_)
+            fi_recv(ep_, b.data(), b.size(), nullptr, FI_ADDR_UNSPEC, b.data());
         ok_ = true;
     }
     ~RawPeer() {
@@ -103,16 +106,34 @@ public:
     }
 
 private:
+    // Reads completions; answers that arrived are counted and their buffers posted again.
+    // Returns how many of our sends completed.
     int drain() {
         fi_cq_entry e[16];
         ssize_t n = fi_cq_read(cq_, e, 16);
         if (n == -FI_EAVAIL) {
             fi_cq_err_entry err{};
             fi_cq_readerr(cq_, &err, 0);
-            return 1;
+            return err.op_context == this ? 1 : 0;
         }
-        return n > 0 ? static_cast<int>(n) : 0;
+        int sends = 0;
+        for (ssize_t i = 0; i < n; ++i) {
+            if (e[i].op_context == this) {
+                ++sends;
+                continue;
+            }
+            ++answers;
+            fi_recv(ep_, e[i].op_context, 4096, nullptr, FI_ADDR_UNSPEC, e[i].op_context);
+        }
+        return sends;
     }
+
+public:
+    size_t answers = 0;
+
+private:
+    static constexpr size_t kRecvs = 64;
+    std::vector<std::vector<uint8_t>> recv_bufs_;
     void fail(const char *what, int rc) { error_ = std::string(what) + ": " + fi_strerror(rc < 0 ? -rc : rc); }
     fi_info *info_ = nullptr;
     fid_fabric *fabric_ = nullptr;
@@ -149,27 +170,84 @@ struct LogSink {
     }
 };
 
-TEST(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGoesOn) {
-    Plugin plugin(efa_path());
-    ASSERT_TRUE(plugin.ok()) << plugin.error();
+// The instance under attack, created through the plugin ABI with a host that keeps its log.
+class EfaHostileTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        plugin = std::make_unique<Plugin>(efa_path());
+        ASSERT_TRUE(plugin->ok()) << plugin->error();
+        host = ferry_host_api_t{sizeof(ferry_host_api_t), 0, &sink, &LogSink::log, FERRY_LOG_WARN};
+        ferry_kv_t kv[] = {{"provider", "tcp"}};
+        ferry_error_t err{};
+        ASSERT_EQ((*plugin)->create(kv, 1, &host, &target, &err), 0) << err.message;
+        size_t len = 256;
+        endpoint.resize(len);
+        ASSERT_EQ((*plugin)->export_endpoint(target, endpoint.data(), &len, &err), 0) << err.message;
+        endpoint.resize(len);
+        target_name.assign(endpoint.begin() + 16, endpoint.end());
+    }
+    void TearDown() override {
+        if (target != nullptr)
+            (*plugin)->destroy(target);
+    }
+    // An honest initiator connects, WRITEs 1 MiB into the target and checks it landed.
+    void honest_peer_is_served(uint64_t *token = nullptr, RawPeer *impostor = nullptr) {
+        Instance a(*plugin, {{"provider", "tcp"}});
+        ASSERT_EQ(a.create_rc(), 0) << a.last_error();
+        Buffer src(1 << 20), dst(1 << 20);
+        fill_pattern(src.data(), src.size(), 9);
+        uint64_t hs, hd, peer, rmem;
+        ferry_error_t err{};
+        ASSERT_EQ(a.register_mem(src.data(), src.size(), 0, &hs), 0);
+        ferry_mem_region_t region{dst.addr(), dst.size(), FERRY_MEM_HOST, -1, kRW, 0};
+        ASSERT_EQ((*plugin)->register_mem(target, &region, &hd, &err), 0) << err.message;
+        ASSERT_EQ(a.connect(endpoint, &peer), 0) << a.last_error();
+        if (impostor != nullptr) { // claims a's token from its own address
+            std::vector<uint8_t> ep = a.endpoint();
+            RawHeader h;
+            memcpy(&h.from_token, ep.data() + 8, 8);
+            const std::vector<uint8_t> me = impostor->name();
+            ASSERT_TRUE(impostor->send(message(h, me.data(), me.size())));
+        }
+        ASSERT_EQ(a.import_mem(peer, dst.addr(), dst.size(), kRW, &rmem), 0) << a.last_error();
+        ASSERT_EQ(a.submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, dst.addr(), rmem, src.size(), 1)}), 0);
+        auto c = a.wait(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, 0) << c[0].message;
+        EXPECT_EQ(find_mismatch(dst.data(), dst.size(), 9), SIZE_MAX);
+        a.destroy();
+        ASSERT_EQ((*plugin)->deregister_mem(target, hd, &err), 0) << err.message;
+        (void)token;
+    }
+    std::vector<std::string> warnings() {
+        std::lock_guard lock(sink.mu);
+        for (const auto &w : sink.warnings)
+            std::cout << "WARN: " << w.substr(0, 400) << "\n";
+        return sink.warnings;
+    }
+    static unsigned long counted(const std::vector<std::string> &lines) {
+        unsigned long n = 0;
+        for (const auto &w : lines)
+            if (auto at = w.find("ignored "); at != std::string::npos)
+                n += std::strtoul(w.c_str() + at + 8, nullptr, 10);
+        return n;
+    }
+    std::unique_ptr<Plugin> plugin;
     LogSink sink;
-    ferry_host_api_t host{sizeof(ferry_host_api_t), 0, &sink, &LogSink::log, FERRY_LOG_WARN};
-    ferry_kv_t kv[] = {{"provider", "tcp"}};
+    ferry_host_api_t host{};
     ferry_transport_t *target = nullptr;
-    ferry_error_t err{};
-    ASSERT_EQ(plugin->create(kv, 1, &host, &target, &err), 0) << err.message;
-    size_t ep_len = 256;
-    std::vector<uint8_t> ep(ep_len);
-    ASSERT_EQ(plugin->export_endpoint(target, ep.data(), &ep_len, &err), 0) << err.message;
-    ep.resize(ep_len);
-    const std::vector<uint8_t> target_name(ep.begin() + 16, ep.end());
+    std::vector<uint8_t> endpoint, target_name;
+};
 
+// Hellos whose address is not one of the provider's (before: each was inserted and answered,
+// and the answers to nowhere held every send buffer: an honest peer's connect then timed out),
+// garbage and short Hellos: ignored, counted in at most two lines, and honest peers served.
+TEST_F(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGoesOn) {
     {
         RawPeer raw(target_name);
         ASSERT_TRUE(raw.ok()) << raw.error();
         const std::vector<uint8_t> me = raw.name();
         std::vector<uint8_t> bad_addr(me.size(), 0xee); // no address the provider takes
-        size_t sent = 0;
         for (uint64_t i = 0; i < 1000; ++i) {
             RawHeader h;
             h.from_token = 0x1000 + i;
@@ -180,41 +258,40 @@ TEST(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGoes
             RawHeader short_hello; // an address shorter than the provider's
             short_hello.from_token = 0x900000 + i;
             ASSERT_TRUE(raw.send(message(short_hello, me.data(), 3)));
-            sent += 3;
         }
-        std::cout << "sent " << sent << " hostile control messages\n";
     }
-
-    // An honest initiator is served as before.
-    {
-        Instance a(plugin, {{"provider", "tcp"}});
-        ASSERT_EQ(a.create_rc(), 0) << a.last_error();
-        Buffer src(1 << 20), dst(1 << 20);
-        fill_pattern(src.data(), src.size(), 9);
-        uint64_t hs, hd, peer, rmem;
-        ASSERT_EQ(a.register_mem(src.data(), src.size(), 0, &hs), 0);
-        ASSERT_EQ(plugin->register_mem(target, std::array<ferry_mem_region_t, 1>{{{dst.addr(), dst.size(), FERRY_MEM_HOST, -1, kRW, 0}}}.data(), &hd, &err), 0);
-        ASSERT_EQ(a.connect(ep, &peer), 0) << a.last_error();
-        ASSERT_EQ(a.import_mem(peer, dst.addr(), dst.size(), kRW, &rmem), 0) << a.last_error();
-        ASSERT_EQ(a.submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, dst.addr(), rmem, src.size(), 1)}), 0);
-        auto c = a.wait(1);
-        ASSERT_EQ(c.size(), 1u);
-        EXPECT_EQ(c[0].status, 0) << c[0].message;
-        EXPECT_EQ(find_mismatch(dst.data(), dst.size(), 9), SIZE_MAX);
-        a.destroy();
-        ASSERT_EQ(plugin->deregister_mem(target, hd, &err), 0) << err.message;
-    }
-    plugin->destroy(target);
-    std::lock_guard lock(sink.mu);
-    for (const auto &w : sink.warnings)
-        std::cout << "WARN: " << w.substr(0, 300) << "\n";
+    honest_peer_is_served();
+    (*plugin)->destroy(target);
+    target = nullptr;
+    auto lines = warnings();
     // The first report comes at once, the next after the interval (or at destroy).
-    EXPECT_LE(sink.warnings.size(), 2u) << "a log line per bad message";
-    unsigned long counted = 0;
-    for (const auto &w : sink.warnings)
-        if (auto at = w.find("ignored "); at != std::string::npos)
-            counted += std::strtoul(w.c_str() + at + 8, nullptr, 10);
-    EXPECT_EQ(counted, 3000u) << "the log does not count the 3000 ignored messages";
+    EXPECT_LE(lines.size(), 2u) << "a log line per bad message";
+    EXPECT_EQ(counted(lines), 3000u) << "the log does not count the 3000 ignored messages";
+}
+
+// Hellos from ever new tokens (each asks for a peer entry and an answer) beyond the table's
+// 4,096 entries, and a Hello that claims an honest peer's token from another address: the
+// table stays bounded (entries only Hello'd are evicted), the impostor gets nothing, honest
+// peers are served, and the log has a few count lines.
+TEST_F(EfaHostileTest, HelloFloodAndImpostorLeaveTheTargetBoundedAndServing) {
+    RawPeer raw(target_name);
+    ASSERT_TRUE(raw.ok()) << raw.error();
+    const std::vector<uint8_t> me = raw.name();
+    for (uint64_t i = 0; i < 5000; ++i) {
+        RawHeader h;
+        h.from_token = 0x5000000 + i;
+        ASSERT_TRUE(raw.send(message(h, me.data(), me.size()))) << "Hello " << i;
+    }
+    honest_peer_is_served(nullptr, &raw);
+    std::cout << raw.answers << " HelloAcks reached the flooding peer\n";
+    (*plugin)->destroy(target);
+    target = nullptr;
+    auto lines = warnings();
+    EXPECT_LE(lines.size(), 3u) << "a log line per bad message";
+    bool impostor = false;
+    for (const auto &w : lines)
+        impostor |= w.find("1 Hello naming a known instance from another address") != std::string::npos;
+    EXPECT_TRUE(impostor) << "the impostor's Hello was not refused";
 }
 
 } // namespace
