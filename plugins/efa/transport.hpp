@@ -183,7 +183,7 @@ private:
     void on_error(const fi_cq_err_entry &e);
     void post_recvs();
 
-    // peers.cpp: remotes and control messages (all with mu_ held)
+    // peers.cpp (remotes, connect, queries) and ctrl.cpp (control messages, revocation); all with mu_ held
     Remote *remote_for(uint64_t token, const uint8_t *name, size_t name_len);
     bool insert_addr(Remote &r);
     void remove_addr(Remote &r);
