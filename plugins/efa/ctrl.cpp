@@ -269,10 +269,11 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
         if (it == remotes_.end() || it->second->addr == FI_ADDR_NOTAVAIL)
             return unknown();
         memcpy(&q, body, sizeof q);
+        const uint64_t q_end = q.len > UINT64_MAX - q.addr ? UINT64_MAX : q.addr + q.len; // the peer's numbers may wrap
         std::vector<RemoteChunk> found;
         for (auto &[handle, region] : regions_)
             for (auto &c : region->chunks)
-                if (c.addr < q.addr + q.len && c.addr + c.len > q.addr)
+                if (c.addr < q_end && c.addr + c.len > q.addr)
                     found.push_back(to_remote(*region, c));
         std::sort(found.begin(), found.end(), [](const RemoteChunk &a, const RemoteChunk &b) { return a.addr < b.addr; });
         QueryReplyHead head{0, static_cast<uint32_t>(std::min(found.size(), kChunksPerReply)), 0};

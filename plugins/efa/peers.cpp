@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <set>
+#include <utility>
 
 namespace ferry_efa {
 
@@ -146,8 +148,18 @@ int Transport::wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mute
 
 int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std::vector<RemoteChunk> *out,
                      std::unique_lock<std::mutex> &lock, std::string *why) {
+    // The peer's answers steer this loop (where to ask next): bounded rounds, so a peer that
+    // answers one fake chunk at a time cannot keep import_mem busy forever.
+    constexpr unsigned kMaxRounds = 1024;
     const uint64_t end = addr + len;
-    while (addr < end) {
+    std::set<std::pair<uint64_t, uint64_t>> seen; // (addr, key)
+    for (const auto &o : *out)
+        seen.emplace(o.addr, o.key);
+    for (unsigned round = 0; addr < end; ++round) {
+        if (round == kMaxRounds) {
+            *why = strprintf("its registrations of the range took more than %u answers", kMaxRounds);
+            return -EPROTO;
+        }
         if (!peers_.count(peer) || r.state == Remote::State::Dead) {
             *why = "the peer went away";
             return -ECONNRESET;
@@ -172,10 +184,10 @@ int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std:
             RemoteChunk c;
             memcpy(&c, w.body.data() + sizeof head + i * sizeof c, sizeof c);
             c.revoked = 0;
-            if (std::none_of(out->begin(), out->end(), [&](const RemoteChunk &o) { return o.addr == c.addr && o.key == c.key; }))
+            if (seen.emplace(c.addr, c.key).second)
                 out->push_back(c);
         }
-        if (head.next == 0 || head.next <= addr)
+        if (head.next == 0 || head.next <= addr || head.count == 0)
             break;
         addr = head.next;
     }
