@@ -186,6 +186,38 @@ TEST_F(EfaFaultTest, TimedOutReadsNeverLandInTheCallersBuffer) {
     EXPECT_EQ(d[0].status, 0) << d[0].message;
 }
 
+// Finding 4, cancel side: READs canceled by disconnect while the target is stopped must not be
+// completed into the caller's buffer when it resumes either.
+TEST_F(EfaFaultTest, ReadsCanceledByDisconnectNeverLandInTheCallersBuffer) {
+    const size_t sz = 32 * kMiB, n = sz / kMiB;
+    Pair p(*plugin, sz, 0); // no op timeout: only the disconnect ends them
+    ASSERT_TRUE(p.ok) << p.why;
+    ASSERT_TRUE(p.child.fill(0, sz, 78));
+    memset(p.loc.data(), kCanary, sz);
+    p.child.stop();
+    std::vector<ferry_xfer_op_t> ops;
+    for (size_t i = 0; i < n; ++i)
+        ops.push_back(make_op(FERRY_OP_READ, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
+    ASSERT_EQ(p.a.submit(p.peer, ops), 0) << p.a.last_error();
+    ASSERT_EQ(p.a.disconnect(p.peer), 0) << p.a.last_error();
+    auto c = p.a.wait(n, std::chrono::seconds(30));
+    ASSERT_EQ(c.size(), n) << "canceled ops must end while the peer is still stopped";
+    for (const auto &x : c)
+        ASSERT_EQ(x.status, -ECANCELED) << x.message;
+    p.child.resume();
+    long at = first_change_ms(p.loc.data(), sz, kCanary, std::chrono::milliseconds(3000));
+    size_t overwritten = 0;
+    for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < kMiB; ++k)
+            if (p.loc.data()[i * kMiB + k] != kCanary) {
+                ++overwritten;
+                break;
+            }
+    std::cout << overwritten << " of " << n << " buffers overwritten after their READ was canceled"
+              << (at >= 0 ? " (first " + std::to_string(at) + " ms after the resume)" : "") << "\n";
+    EXPECT_EQ(overwritten, 0u);
+}
+
 // Finding 4, WRITE side: once a WRITE was reported failed the caller may reuse its source
 // buffer; what it writes there afterwards must never reach the target.
 TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
