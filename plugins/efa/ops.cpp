@@ -321,12 +321,13 @@ void Transport::settle(Remote &r) {
 // buffers whenever the peer resumes. Shutting that connection down makes it fail all of it at
 // once (as flushed errors). Providers without sockets give ops back on their own errors.
 void Transport::reclaim(Remote &r) {
-    if (r.outstanding == 0)
+    if (r.outstanding == 0 && r.sending == 0)
         return;
     remove_addr(r);
     size_t n = cut_connections_to(r.name);
-    log_.log(FERRY_LOG_DEBUG, "reclaiming %" PRIu64 " RMA piece(s) from %s: %zu connection(s) shut down", r.outstanding,
-             r.name_str.c_str(), n);
+    log_.log(FERRY_LOG_DEBUG,
+             "reclaiming %" PRIu64 " RMA piece(s) and %u control message(s) from %s: %zu connection(s) shut down",
+             r.outstanding, r.sending, r.name_str.c_str(), n);
 }
 
 // Ops past op_timeout_ms fail; their peer's connection is cut, which makes the provider hand
