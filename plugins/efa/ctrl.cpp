@@ -134,58 +134,75 @@ void Transport::ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int 
         ping(r);
 }
 
-// A Hello's remote: a new one (bounded: the oldest unused one may go), or the known one if the
-// address matches. An instance's address never changes (its token is random per instance), so a
-// Hello that names a known token from another address is an impostor and gets nothing: it must
-// not redirect our ops or answers.
+// A Hello's remote: the known one if the address matches, else a new one. An instance's
+// address never changes (its token is random per instance), so a Hello that names a known
+// token from another address is an impostor and gets nothing: it must not redirect our ops or
+// answers. One address holds one Hello-only remote: a new token there replaces the old entry
+// (the instance restarted, or a peer invents tokens), so inventing tokens from one address
+// costs the target one entry. Across addresses the table is bounded by kMaxRemotes.
 Remote *Transport::remote_for_hello(uint64_t token, const uint8_t *name, size_t len) {
-    if (auto it = remotes_.find(token); it != remotes_.end()) {
-        Remote &r = *it->second;
-        if (r.name.size() != len || memcmp(r.name.data(), name, len) != 0) {
-            ++ignored_.impostor;
-            ++ignored_.total;
-            return nullptr;
-        }
-        return &r;
-    }
-    if (remotes_.size() >= kMaxRemotes && !evict_one()) {
-        ++ignored_.crowded;
+    auto refuse = [&](uint64_t &counter) -> Remote * {
+        ++counter;
         ++ignored_.total;
         return nullptr;
+    };
+    if (auto it = remotes_.find(token); it != remotes_.end()) {
+        Remote &r = *it->second;
+        if (r.name.size() != len || memcmp(r.name.data(), name, len) != 0)
+            return refuse(ignored_.impostor);
+        return &r;
     }
+    for (auto &[t, rp] : remotes_)
+        if (rp->name.size() == len && memcmp(rp->name.data(), name, len) == 0 && rp->users == 0 &&
+            rp->connecting == 0) {
+            if (!forgettable(*rp))
+                return refuse(ignored_.crowded); // the old one is still busy: ask again later
+            forget(*rp);
+            break;
+        }
+    if (remotes_.size() >= kMaxRemotes && !evict_one())
+        return refuse(ignored_.crowded);
     return remote_for(token, name, len);
 }
 
-// Forgets one remote that only said Hello (nobody connected to it, nothing of it in flight or
-// queued), so a peer that invents tokens cannot fill the table for good.
-bool Transport::evict_one() {
-    if (revoking_ > 0)
+// Whether r can go: nothing refers to it but answers still queued for it (dropped with it).
+bool Transport::forgettable(const Remote &r) const {
+    if (revoking_ > 0 || r.users != 0 || r.connecting != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 ||
+        r.sending != 0 || r.state != Remote::State::Idle)
         return false;
-    std::vector<const Remote *> in_flight;
-    for (auto &b : send_bufs_)
-        if (std::find(free_sends_.begin(), free_sends_.end(), b.get()) == free_sends_.end())
-            in_flight.push_back(b->to);
     for (auto &m : ctrl_out_)
-        in_flight.push_back(m.to);
-    auto in_use = [&](const Remote &r) {
-        if (r.users != 0 || r.connecting != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 ||
-            r.answers != 0 || r.sending != 0 || r.state != Remote::State::Idle ||
-            std::find(in_flight.begin(), in_flight.end(), &r) != in_flight.end())
-            return true;
-        for (auto &[p, op] : ops_)
-            if (op->remote == &r)
-                return true;
-        for (auto &[id, peer] : peers_)
-            if (peer.token == r.token)
-                return true;
-        return false;
-    };
-    for (auto it = remotes_.begin(); it != remotes_.end(); ++it)
-        if (!in_use(*it->second)) {
-            remove_addr(*it->second);
-            remotes_.erase(it);
-            return true;
+        if (m.to == &r && !is_answer(m.type))
+            return false; // our own request: someone waits for its answer
+    for (auto &[p, op] : ops_)
+        if (op->remote == &r)
+            return false;
+    for (auto &[id, peer] : peers_)
+        if (peer.token == r.token)
+            return false;
+    return true;
+}
+
+void Transport::forget(Remote &r) {
+    for (auto it = ctrl_out_.begin(); it != ctrl_out_.end();)
+        if (it->to == &r) {
+            --queued_answers_;
+            it = ctrl_out_.erase(it);
+        } else {
+            ++it;
         }
+    remove_addr(r);
+    remotes_.erase(r.token); // r is gone from here
+}
+
+// Forgets one remote that only said Hello, preferring one without queued answers, so a peer
+// that invents tokens and addresses cannot fill the table for good.
+bool Transport::evict_one() {
+    for (bool with_answers : {false, true})
+        for (auto &[t, rp] : remotes_)
+            if ((with_answers || rp->answers == 0) && forgettable(*rp)) {
+                forget(*rp);
+                return true;
+            }
     return false;
 }
 
@@ -202,7 +219,7 @@ void Transport::log_ignored(bool force) {
         {ignored_.impostor, "Hello naming a known instance from another address"},
         {ignored_.unreachable, "Hello with an address the provider does not take"},
         {ignored_.unknown, "from an instance that never said Hello"},
-        {ignored_.crowded, "new instance while the peer table is full"},
+        {ignored_.crowded, "new instance while the peer table is full or its address's entry is busy"},
         {ignored_.flooded, "answers dropped for peers that do not read them"}};
     for (auto [n, name] : rest)
         if (n)

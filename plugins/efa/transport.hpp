@@ -121,7 +121,7 @@ struct IgnoredCtrl {
     uint64_t impostor = 0; // a Hello naming a known instance from another address
     uint64_t unreachable = 0; // a Hello whose address the provider does not take
     uint64_t unknown = 0;  // from an instance that never said Hello
-    uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go
+    uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go, or its address is busy
     uint64_t flooded = 0;  // answers dropped: the peer let kMaxAnswersPerRemote pile up
     uint64_t total = 0;
     Clock::time_point next_log{};
@@ -191,6 +191,8 @@ private:
     bool post_ctrl_sends();
     void on_ctrl(const uint8_t *data, size_t len);
     Remote *remote_for_hello(uint64_t token, const uint8_t *name, size_t len);
+    bool forgettable(const Remote &r) const;
+    void forget(Remote &r);
     bool evict_one();
     void log_ignored(bool force);
     void on_ctrl_send_done(CtrlBuf &b, int fi_err);

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -130,6 +131,26 @@ private:
 
 public:
     size_t answers = 0;
+    // Progresses until `n` answers arrived in all (or `limit` passed).
+    bool wait_answers(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+        const auto end = std::chrono::steady_clock::now() + limit;
+        while (answers < n && std::chrono::steady_clock::now() < end)
+            drain();
+        return answers >= n;
+    }
+    // A valid Hello from a fresh token, answered once the instance processed everything this
+    // peer sent before it (one connection: in order). A barrier, not a sleep.
+    bool barrier(uint64_t token) {
+        RawHeader h;
+        h.from_token = token;
+        const std::vector<uint8_t> me = name();
+        std::vector<uint8_t> m(sizeof h + me.size());
+        h.body_len = static_cast<uint32_t>(me.size());
+        memcpy(m.data(), &h, sizeof h);
+        memcpy(m.data() + sizeof h, me.data(), me.size());
+        const size_t before = answers;
+        return send(m) && wait_answers(before + 1);
+    }
 
 private:
     static constexpr size_t kRecvs = 64;
@@ -191,7 +212,7 @@ protected:
             (*plugin)->destroy(target);
     }
     // An honest initiator connects, WRITEs 1 MiB into the target and checks it landed.
-    void honest_peer_is_served(uint64_t *token = nullptr, RawPeer *impostor = nullptr) {
+    void honest_peer_is_served(RawPeer *impostor = nullptr) {
         Instance a(*plugin, {{"provider", "tcp"}});
         ASSERT_EQ(a.create_rc(), 0) << a.last_error();
         Buffer src(1 << 20), dst(1 << 20);
@@ -207,7 +228,10 @@ protected:
             RawHeader h;
             memcpy(&h.from_token, ep.data() + 8, 8);
             const std::vector<uint8_t> me = impostor->name();
+            const size_t before = impostor->answers;
             ASSERT_TRUE(impostor->send(message(h, me.data(), me.size())));
+            ASSERT_TRUE(impostor->barrier(0x77770001)) << "the target never answered a valid Hello";
+            EXPECT_EQ(impostor->answers, before + 1) << "the impostor's Hello was answered";
         }
         ASSERT_EQ(a.import_mem(peer, dst.addr(), dst.size(), kRW, &rmem), 0) << a.last_error();
         ASSERT_EQ(a.submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, dst.addr(), rmem, src.size(), 1)}), 0);
@@ -217,7 +241,6 @@ protected:
         EXPECT_EQ(find_mismatch(dst.data(), dst.size(), 9), SIZE_MAX);
         a.destroy();
         ASSERT_EQ((*plugin)->deregister_mem(target, hd, &err), 0) << err.message;
-        (void)token;
     }
     std::vector<std::string> warnings() {
         std::lock_guard lock(sink.mu);
@@ -259,6 +282,7 @@ TEST_F(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGo
             short_hello.from_token = 0x900000 + i;
             ASSERT_TRUE(raw.send(message(short_hello, me.data(), 3)));
         }
+        ASSERT_TRUE(raw.barrier(0x77770002)) << "the target stopped answering valid Hellos";
     }
     honest_peer_is_served();
     (*plugin)->destroy(target);
@@ -276,13 +300,14 @@ TEST_F(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGo
 TEST_F(EfaHostileTest, HelloFloodAndImpostorLeaveTheTargetBoundedAndServing) {
     RawPeer raw(target_name);
     ASSERT_TRUE(raw.ok()) << raw.error();
+    honest_peer_is_served(&raw);
     const std::vector<uint8_t> me = raw.name();
     for (uint64_t i = 0; i < 5000; ++i) {
         RawHeader h;
         h.from_token = 0x5000000 + i;
         ASSERT_TRUE(raw.send(message(h, me.data(), me.size()))) << "Hello " << i;
     }
-    honest_peer_is_served(nullptr, &raw);
+    honest_peer_is_served();
     std::cout << raw.answers << " HelloAcks reached the flooding peer\n";
     (*plugin)->destroy(target);
     target = nullptr;
