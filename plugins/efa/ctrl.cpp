@@ -137,9 +137,10 @@ void Transport::ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int 
 // A Hello's remote: the known one if the address matches, else a new one. An instance's
 // address never changes (its token is random per instance), so a Hello that names a known
 // token from another address is an impostor and gets nothing: it must not redirect our ops or
-// answers. One address holds one Hello-only remote: a new token there replaces the old entry
-// (the instance restarted, or a peer invents tokens), so inventing tokens from one address
-// costs the target one entry. Across addresses the table is bounded by kMaxRemotes.
+// answers. One address holds at most kMaxRemotesPerAddress remotes (an instance that restarted
+// there has a new token while the old entry may still be owed revocations): a peer inventing
+// tokens from its address gets that many and then cheap refusals, not a new entry, address
+// vector slot and connection for each. Across addresses the table is bounded by kMaxRemotes.
 Remote *Transport::remote_for_hello(uint64_t token, const uint8_t *name, size_t len) {
     auto refuse = [&](uint64_t &counter) -> Remote * {
         ++counter;
@@ -152,23 +153,31 @@ Remote *Transport::remote_for_hello(uint64_t token, const uint8_t *name, size_t 
             return refuse(ignored_.impostor);
         return &r;
     }
+    size_t here = 0;
+    Remote *spare = nullptr; // one at this address that can go now (nothing queued for it)
     for (auto &[t, rp] : remotes_)
-        if (rp->name.size() == len && memcmp(rp->name.data(), name, len) == 0 && rp->users == 0 &&
-            rp->connecting == 0) {
-            if (!forgettable(*rp))
-                return refuse(ignored_.crowded); // the old one is still busy: ask again later
-            forget(*rp);
-            break;
+        if (rp->name.size() == len && memcmp(rp->name.data(), name, len) == 0) {
+            ++here;
+            if (spare == nullptr && rp->answers == 0 && forgettable(*rp))
+                spare = rp.get();
         }
+    if (here >= kMaxRemotesPerAddress) {
+        if (spare == nullptr)
+            return refuse(ignored_.crowded);
+        forget(*spare);
+    }
     if (remotes_.size() >= kMaxRemotes && !evict_one())
         return refuse(ignored_.crowded);
     return remote_for(token, name, len);
 }
 
 // Whether r can go: nothing refers to it but answers still queued for it (dropped with it).
+// A peer that said Hello and was reached at its address may hold our keys: it must hear of
+// every revocation, so it stays (until a revocation finds it silent); otherwise a Hello with
+// its address and a new token would make deregister_mem skip it.
 bool Transport::forgettable(const Remote &r) const {
     if (revoking_ > 0 || r.users != 0 || r.connecting != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 ||
-        r.sending != 0 || r.state != Remote::State::Idle)
+        r.sending != 0 || r.state != Remote::State::Idle || (r.initiates && r.verified))
         return false;
     for (auto &m : ctrl_out_)
         if (m.to == &r && !is_answer(m.type))

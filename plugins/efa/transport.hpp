@@ -109,6 +109,7 @@ struct Remote {
 // What unauthenticated peers may make an instance hold, and the ignored control messages,
 // counted and logged once per interval instead of a line each.
 inline constexpr size_t kMaxRemotes = 4096;
+inline constexpr size_t kMaxRemotesPerAddress = 4;
 inline constexpr unsigned kMaxAnswersPerRemote = 64;
 inline constexpr unsigned kMaxRevokesPerRemote = 64;
 inline constexpr size_t kMaxQueuedAnswers = 4096;   // all peers together (answers are up to 4 KiB)
