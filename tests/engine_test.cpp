@@ -240,7 +240,7 @@ TEST(CApi, EndToEndAndLastError) {
     ferry_request_t req{FERRY_READ, 0, dst.data(), seg, reinterpret_cast<uintptr_t>(src.data()), src.size(), nullptr};
     ferry_batch_id_t batch;
     ASSERT_EQ(ferry_submit(a, &req, 1, &batch), 0) << ferry_last_error();
-    ASSERT_EQ(ferry_wait(a, batch, 5000), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_wait_batch(a, batch, 5000), 0) << ferry_last_error();
     ferry_op_status_t st;
     ASSERT_EQ(ferry_get_status(a, batch, 0, &st), 0);
     EXPECT_EQ(st.state, static_cast<uint32_t>(FERRY_OP_DONE));

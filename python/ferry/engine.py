@@ -25,7 +25,7 @@ OP_FAILED = 2
 _STATE_NAMES = {OP_PENDING: "pending", OP_DONE: "done", OP_FAILED: "failed"}
 _KIND_NAMES = {MEMORY_HOST: "host", MEMORY_CUDA: "cuda", MEMORY_ROCM: "rocm"}
 
-# How long one ferry_wait call may block, so that Ctrl-C reaches Python between calls.
+# How long one ferry_wait_batch call may block, so that Ctrl-C reaches Python between calls.
 _WAIT_SLICE_MS = 200
 
 
