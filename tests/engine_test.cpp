@@ -2,6 +2,8 @@
 // these tests are about the engine, not a network), plus the C API and YAML configuration.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -198,6 +200,23 @@ TEST(EngineConfig, UnknownKeysAndBadValuesAreNamed) {
     e = Engine::create(c);
     ASSERT_FALSE(e);
     EXPECT_EQ(e.error().code, -EPROTONOSUPPORT);
+}
+
+TEST(EngineConfig, ControlLimitsAreRangeChecked) {
+    for (auto [key, value, range] : {std::tuple{"control_max_connections", "0", "1..1048576"},
+                                     std::tuple{"control_max_connections_per_peer", "2000000", "1..1048576"},
+                                     std::tuple{"control_idle_timeout_ms", "50", "100..86400000"},
+                                     std::tuple{"control_log_interval_ms", "ten", "100..3600000"}}) {
+        auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {key, value}});
+        ASSERT_FALSE(e) << key << "=" << value;
+        EXPECT_EQ(e.error().code, -EINVAL);
+        EXPECT_NE(e.error().message.find(std::string("'") + key + "' = '" + value + "'; use " + range), std::string::npos)
+            << e.error().message;
+    }
+    auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR},
+                             {"control_max_connections", "16"}, {"control_max_connections_per_peer", "4"},
+                             {"control_idle_timeout_ms", "1000"}, {"control_log_interval_ms", "100"}});
+    EXPECT_TRUE(e) << e.error().message;
 }
 
 TEST(EngineConfig, YamlFile) {
