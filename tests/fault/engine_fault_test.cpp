@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "ferry/engine.hpp"
@@ -276,6 +278,29 @@ TEST(EngineFaults, StalledPeerProcessTimesOutThenRecovers) {
     EXPECT_EQ(back, local) << "the peer holds exactly what the recovered writes put there";
 }
 
+// SIGSTOP, then wait until every thread of the process has stopped: kill() returns before they
+// do, and an op submitted in between may still be served.
+namespace {
+bool stop_process(pid_t pid) {
+    if (kill(pid, SIGSTOP) != 0) return false;
+    auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+        bool all = true;
+        std::error_code ec;
+        for (auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+            std::ifstream in(task.path() / "stat");
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            auto close = text.rfind(')');
+            char state = close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+            all = all && (state == 'T' || state == 't');
+        }
+        if (all && !ec) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5)); // polling /proc, nothing to wait on
+    }
+    return false;
+}
+} // namespace
+
 // An op that fails because its transport timed out is the op's failure (-ETIMEDOUT), never
 // "the wait timed out" (kWaitPending): a caller that waits again on the latter must not spin
 // forever on the former. Both through C++ and through the C API.
@@ -295,7 +320,7 @@ protected:
         ASSERT_TRUE(wb) << wb.error().message;
         ASSERT_TRUE(engine->wait(*wb, std::chrono::seconds(30)));
         ASSERT_TRUE(engine->free_batch(*wb));
-        ASSERT_EQ(kill(peer.pid(), SIGSTOP), 0);
+        ASSERT_TRUE(stop_process(peer.pid()));
         stopped = true;
     }
     void TearDown() override {
@@ -357,7 +382,7 @@ TEST(WaitResultsCApi, WaitBatchTellsAnOpTimeoutFromAWaitTimeout) {
     ASSERT_EQ(ferry_wait_batch(e, b, 30000), 0) << ferry_last_error();
     ASSERT_EQ(ferry_free_batch(e, b), 0);
 
-    ASSERT_EQ(kill(peer.pid(), SIGSTOP), 0);
+    ASSERT_TRUE(stop_process(peer.pid()));
     ASSERT_EQ(ferry_submit(e, &rq, 1, &b), 0) << ferry_last_error();
     EXPECT_EQ(ferry_wait_batch(e, b, 50), -EINPROGRESS) << ferry_last_error();
     EXPECT_EQ(ferry_wait(e, b, 50), -ETIMEDOUT) << "version 1 behaviour is kept for old callers";
