@@ -283,10 +283,11 @@ TEST(ControlLimits, OutOfDescriptorsNeitherSpinsNorFloodsTheLog) {
     double cpu0 = cpu_seconds(target.pid());
     std::this_thread::sleep_for(std::chrono::seconds(3)); // the measuring window itself
     double cpu = cpu_seconds(target.pid()) - cpu0;
+    // Only Ferry's lines count: under UBSan the child's log also holds "invalid vptr" reports,
+    // because the sanitizer probes memory through a pipe() and that fails at EMFILE too.
     std::string text = slurp(log);
     size_t lines = count_lines(text, "control:");
-    std::cout << "out of descriptors: " << cpu << " CPU s in 3 s, " << lines << " control log lines\n"
-              << text.substr(0, 1500) << "\n";
+    std::cout << "out of descriptors: " << cpu << " CPU s in 3 s, " << lines << " control log lines\n";
     EXPECT_LT(cpu, 0.5) << "the control server spins while out of descriptors";
     EXPECT_LE(lines, 4u) << "one log line per refused connection";
     // A peer arriving now is told why.
