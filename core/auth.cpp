@@ -7,29 +7,28 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "log.hpp"
 
 namespace ferry {
-namespace {
 
-Result<std::string> read_secret_file(const std::string &path, const char *origin) {
+Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what) {
     std::ifstream in(path, std::ios::binary);
-    if (!in)
-        return fail(-ENOENT, cat(origin, ": cannot read the cluster secret file '", path, "': ", std::strerror(errno)));
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::string secret = text.str();
+    if (!in) return fail(-ENOENT, cat(origin, ": cannot read the ", what, " file '", path, "': ", std::strerror(errno)));
+    // Bounded: a path like /dev/zero must not make the engine read forever.
+    constexpr size_t kMaxSecretFileBytes = 64 * 1024;
+    std::string secret(kMaxSecretFileBytes + 1, '\0');
+    in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
+    secret.resize(static_cast<size_t>(in.gcount()));
+    if (secret.size() > kMaxSecretFileBytes)
+        return fail(-EINVAL, cat(origin, ": the ", what, " file '", path, "' holds more than ", kMaxSecretFileBytes,
+                                 " bytes; it should hold only the ", what));
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
     struct stat st{};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
-        FERRY_WARN(origin, ": the cluster secret file '", path,
-                   "' is readable by other users; chmod 600 it");
+        FERRY_WARN(origin, ": the ", what, " file '", path, "' is readable by other users; chmod 600 it");
     return secret;
 }
-
-} // namespace
 
 Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const std::string *config_file) {
     AuthSettings auth;
@@ -42,7 +41,7 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
         auth.origin = "config key 'auth_secret'";
     } else if (config_file) {
         auth.origin = "config key 'auth_secret_file'";
-        auto s = read_secret_file(*config_file, auth.origin.c_str());
+        auto s = read_secret_file(*config_file, auth.origin, "cluster secret");
         if (!s) return std::unexpected(s.error());
         auth.secret = std::move(*s);
     } else if (env_secret && *env_secret) {
@@ -50,7 +49,7 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
         auth.origin = "environment FERRY_AUTH_SECRET";
     } else if (env_file && *env_file) {
         auth.origin = "environment FERRY_AUTH_SECRET_FILE";
-        auto s = read_secret_file(env_file, auth.origin.c_str());
+        auto s = read_secret_file(env_file, auth.origin, "cluster secret");
         if (!s) return std::unexpected(s.error());
         auth.secret = std::move(*s);
     } else {
@@ -61,6 +60,9 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
         return fail(-EINVAL, cat("the cluster secret from ", auth.origin, " has ", auth.secret.size(),
                                  " bytes; use at least ", kMinSecretBytes,
                                  " (e.g. the output of `head -c 32 /dev/urandom | base64`)"));
+    // The proofs are HMACs from libcrypto, loaded only now that a secret needs it.
+    if (!ferry_crypto::available())
+        return fail(-ENOENT, cat(ferry_crypto::load_error(), "; the secret comes from ", auth.origin));
     return auth;
 }
 

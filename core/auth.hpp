@@ -20,6 +20,10 @@ inline constexpr size_t kMinSecretBytes = 16;
 // both keys of one level is an error). A file's trailing newline is not part of the secret.
 Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const std::string *config_file);
 
+// A secret kept in a file (the cluster secret, etcd's password): its text without a trailing
+// newline; warns when other users may read the file. `what` names it in messages.
+Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what);
+
 // Fresh random bytes from the kernel (getrandom).
 Result<control::Nonce> random_nonce();
 

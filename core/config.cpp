@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "etcd_client.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -25,6 +26,12 @@ const std::map<std::string, std::string> kEngineKeys = {
     {"handshake_timeout_ms", "timeout for fetching a peer's descriptor or one metadata request"},
     {"metadata_retry_ms", "how long to retry an unreachable metadata server at start"},
     {"etcd_lease_ttl_s", "seconds after which a dead engine's segment leaves etcd"},
+    {"etcd_ca_file", "etcds://: PEM CA certificates that sign etcd's server certificate (default: the system's)"},
+    {"etcd_cert_file", "etcds://: PEM client certificate, for etcd --client-cert-auth (with etcd_key_file)"},
+    {"etcd_key_file", "etcds://: PEM private key of etcd_cert_file"},
+    {"etcd_user", "etcd user, for etcd with authentication enabled"},
+    {"etcd_password", "password of etcd_user (prefer etcd_password_file)"},
+    {"etcd_password_file", "file holding the password of etcd_user"},
     {"auth_secret", "cluster secret: peers must prove they know it (default $FERRY_AUTH_SECRET)"},
     {"auth_secret_file", "file holding the cluster secret (default $FERRY_AUTH_SECRET_FILE)"},
     {"notification_queue_max", "notifications received and not yet taken before senders get -ENOBUFS"},
@@ -162,6 +169,8 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             auto v = parse_unsigned(key, value, 3600);
             if (!v || *v < 2) return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
             s.metadata.lease_ttl_s = static_cast<int>(*v);
+        } else if (std::string *etcd_field = etcd_security_field(s.metadata.etcd, key)) {
+            *etcd_field = value;
         } else if (key == "auth_secret") auth_secret = &value;
         else if (key == "auth_secret_file") auth_secret_file = &value;
         else if (key == "notification_queue_max") {
@@ -172,6 +181,7 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             return std::unexpected(c.error());
         }
     }
+    if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());
     auto auth = resolve_auth_secret(auth_secret, auth_secret_file);
     if (!auth) return std::unexpected(auth.error());
     s.auth = std::move(*auth);

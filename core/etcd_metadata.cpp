@@ -4,7 +4,8 @@
 // lease the engine keeps alive, so a crashed engine's segment disappears after the lease TTL.
 // A watch on <prefix>/segments/ tells the engine when a peer re-registers (restart with new
 // endpoints or keys), so cached descriptors are re-read. If etcd goes away and comes back (a
-// restart loses leases), the keep-alive loop registers the segment again.
+// restart loses leases), the keep-alive loop registers the segment again. TLS and etcd's
+// user/password authentication are EtcdClient's (etcd_client.hpp).
 #include <unistd.h>
 
 #include <boost/property_tree/json_parser.hpp>
@@ -17,7 +18,7 @@
 #include <thread>
 
 #include "base64.hpp"
-#include "http_client.hpp"
+#include "etcd_client.hpp"
 #include "log.hpp"
 #include "metadata.hpp"
 
@@ -47,8 +48,8 @@ std::string prefix_end(std::string key) {
 class EtcdMetadata final : public MetadataBackend {
 public:
     EtcdMetadata(MetadataSettings settings, std::vector<std::string> endpoints, std::string prefix, std::string name)
-        : settings_(std::move(settings)), endpoints_(std::move(endpoints)), prefix_(std::move(prefix)),
-          name_(std::move(name)), key_(prefix_ + "/segments/" + name_) {}
+        : settings_(std::move(settings)), etcd_(std::move(endpoints), settings_.etcd, settings_.timeout),
+          prefix_(std::move(prefix)), name_(std::move(name)), key_(prefix_ + "/segments/" + name_), client_(etcd_.tls()) {}
 
     ~EtcdMetadata() override {
         {
@@ -71,9 +72,17 @@ public:
         for (;;) {
             auto r = [&]() -> Result<void> {
                 std::lock_guard lock(mutex_);
-                return grant_locked(client_);
+                if (auto g = grant_locked(client_); !g) return g;
+                // etcd grants leases to anyone; reading our own key tells now whether this
+                // engine's credentials may use its prefix.
+                auto access = call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
+                if (!access) return std::unexpected(access.error());
+                return {};
             }();
             if (r) break;
+            // A refused certificate, password or file is not cured by waiting.
+            if (r.error().code == -EACCES || r.error().code == -EINVAL)
+                return fail(r.error().code, cat("etcd metadata: ", r.error().message));
             if (std::chrono::steady_clock::now() + backoff > deadline)
                 return fail(r.error().code, cat("etcd metadata: cannot reach etcd (", r.error().message, ") after ",
                                                 settings_.retry_for.count(), " ms; check the etcd:// address and that etcd runs"));
@@ -125,19 +134,8 @@ public:
     }
 
 private:
-    // Tries every endpoint, starting with the one that answered last.
     Result<std::string> call(HttpClient &client, const std::string &path, const std::string &body) {
-        Error last{-ECONNREFUSED, "no etcd endpoint"};
-        for (size_t k = 0; k < endpoints_.size(); ++k) {
-            size_t i = (good_endpoint_ + k) % endpoints_.size();
-            auto r = client.post(endpoints_[i] + path, body, settings_.timeout);
-            if (r) {
-                good_endpoint_ = i;
-                return r;
-            }
-            last = r.error();
-        }
-        return std::unexpected(last);
+        return etcd_.call(client, path, body);
     }
 
     Result<void> grant_locked(HttpClient &client) {
@@ -161,7 +159,7 @@ private:
     }
 
     void keepalive_loop() {
-        HttpClient client;
+        HttpClient client(etcd_.tls());
         bool outage = false;
         std::unique_lock lock(mutex_);
         auto period = std::chrono::milliseconds(std::max(200, settings_.lease_ttl_s * 1000 / 3));
@@ -205,11 +203,17 @@ private:
     }
 
     void watch_loop() {
-        HttpClient client;
+        HttpClient client(etcd_.tls());
         const std::string dir = prefix_ + "/segments/";
-        const std::string body = cat("{\"create_request\":{\"key\":\"", base64_encode(dir), "\",\"range_end\":\"",
-                                     base64_encode(prefix_end(dir)), "\"}}");
-        std::string pending;
+        // A re-opened watch resumes after the last revision seen, so a change made while it
+        // was down (etcd restarting, a token being replaced) is not missed.
+        int64_t seen = 0, resume = 0;
+        auto body = [&] {
+            return cat("{\"create_request\":{\"key\":\"", base64_encode(dir), "\",\"range_end\":\"",
+                       base64_encode(prefix_end(dir)), "\"", resume > 0 ? cat(",\"start_revision\":\"", resume, "\"") : "", "}}");
+        };
+        std::string pending, cancelled;
+        bool created = false;
         auto on_data = [&](std::string_view chunk) {
             pending.append(chunk);
             size_t nl;
@@ -218,9 +222,29 @@ private:
                 pending.erase(0, nl + 1);
                 auto tree = parse_json(line);
                 if (!tree) continue;
+                // A refused watch (an expired token, a compaction) stays open and silent: end
+                // it and watch again.
+                if (tree->get<bool>("result.canceled", false) || tree->get_child_optional("error")) {
+                    cancelled = tree->get<std::string>("result.cancel_reason", tree->get<std::string>("error.message", "cancelled"));
+                    if (tree->get<int64_t>("result.compact_revision", 0) > 0) seen = 0; // history gone: from now on
+                    return false;
+                }
+                int64_t revision = tree->get<int64_t>("result.header.revision", 0);
+                if (tree->get<bool>("result.created", false)) {
+                    created = true;
+                    // etcd lost its data (revisions start again): resuming would wait for a
+                    // revision that may never come.
+                    if (resume > 0 && revision < resume - 1) {
+                        seen = 0;
+                        cancelled = "etcd's revision went back";
+                        return false;
+                    }
+                    seen = std::max(seen, revision);
+                }
                 auto events = tree->get_child_optional("result.events");
                 if (!events) continue;
                 for (auto &[_, ev] : *events) {
+                    seen = std::max(seen, ev.get<int64_t>("kv.mod_revision", 0));
                     auto key = base64_decode(ev.get<std::string>("kv.key", ""));
                     if (!key) continue;
                     std::string name(key->begin(), key->end());
@@ -232,13 +256,27 @@ private:
                     if (listener_) listener_(name);
                 }
             }
+            return true;
         };
         auto backoff = std::chrono::milliseconds(200);
         while (!stopping()) {
-            pending.clear();
-            for (size_t i = 0; i < endpoints_.size() && !stopping(); ++i) {
-                auto r = client.stream(endpoints_[i] + "/v3/watch", body, watch_stop_, on_data);
+            for (size_t i = 0; i < etcd_.endpoint_count() && !stopping(); ++i) {
+                pending.clear();
+                cancelled.clear();
+                created = false;
+                auto token = etcd_.token(client);
+                if (!token) {
+                    FERRY_LOG(Debug, "etcd", "watch: ", token.error().message);
+                    continue;
+                }
+                resume = seen > 0 ? seen + 1 : 0;
+                auto r = etcd_.stream(client, i, "/v3/watch", body(), watch_stop_, on_data);
                 if (!r) FERRY_LOG(Debug, "etcd", "watch ended: ", r.error().message);
+                if (!cancelled.empty()) {
+                    FERRY_LOG(Debug, "etcd", "watch cancelled by etcd: ", cancelled);
+                    if (etcd_token_rejected(cancelled)) etcd_.forget_token(*token);
+                }
+                if (created && cancelled.empty()) backoff = std::chrono::milliseconds(200); // it ran: no backlog of failures
             }
             std::unique_lock lock(mutex_);
             stop_cv_.wait_for(lock, backoff, [&] { return stop_; });
@@ -253,12 +291,12 @@ private:
     }
 
     MetadataSettings settings_;
-    std::vector<std::string> endpoints_;
+    EtcdClient etcd_;
     std::string prefix_;
     std::string name_;
     std::string key_;
 
-    std::mutex mutex_; // client_, lease_, descriptor_, dirty_, stop_, good_endpoint_
+    std::mutex mutex_; // client_, lease_, descriptor_, dirty_, stop_
     std::condition_variable stop_cv_;
     HttpClient client_;
     int64_t lease_ = 0;
@@ -266,7 +304,6 @@ private:
     bool dirty_ = false;
     bool stop_ = false;
     std::atomic<bool> watch_stop_{false};
-    std::atomic<size_t> good_endpoint_{0};
 
     std::mutex listener_mutex_;
     std::function<void(const std::string &)> listener_;
@@ -277,9 +314,10 @@ private:
 
 } // namespace
 
-// etcd://host:2379[,host:2379...]/prefix
+// etcd://host:2379[,host:2379...]/prefix, or etcds:// for https
 Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings) {
-    std::string rest = settings.url.substr(std::string("etcd://").size());
+    const bool tls = settings.url.rfind("etcds://", 0) == 0;
+    std::string rest = settings.url.substr(std::string(tls ? "etcds://" : "etcd://").size());
     auto slash = rest.find('/');
     std::string hosts = rest.substr(0, slash);
     std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
@@ -289,9 +327,13 @@ Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettin
     std::vector<std::string> endpoints;
     std::istringstream in(hosts);
     for (std::string h; std::getline(in, h, ',');)
-        if (!h.empty()) endpoints.push_back("http://" + h);
+        if (!h.empty()) endpoints.push_back((tls ? "https://" : "http://") + h);
     if (endpoints.empty())
-        return fail(-EINVAL, cat("metadata '", settings.url, "' names no etcd endpoint; use etcd://host:2379[,host:2379]/prefix"));
+        return fail(-EINVAL, cat("metadata '", settings.url, "' names no etcd endpoint; use etcd://host:2379[,host:2379]/prefix "
+                                 "(etcds:// for TLS)"));
+    if (rest.rfind("http://", 0) == 0 || rest.rfind("https://", 0) == 0 || hosts.find('@') != std::string::npos)
+        return fail(-EINVAL, cat("metadata '", settings.url, "': list bare host:port endpoints (etcds://h1:2379,h2:2379/prefix "
+                                 "for TLS) and give credentials in etcd_user and etcd_password_file"));
     std::string name = settings.local_server_name;
     if (name.empty()) {
         char host[256] = "host";

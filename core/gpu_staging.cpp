@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "log.hpp"
+#include "runtime_probe.hpp"
 
 namespace ferry {
 namespace {
@@ -137,11 +138,18 @@ private:
 class HipStager final : public GpuStager {
 public:
     static std::unique_ptr<GpuStager> open(std::string &why) {
-        void *lib = nullptr;
-        for (const char *name : {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"})
-            if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+        // The HIP runtime of the variant the plugin loader chose (the one hip_ipc.so links), so
+        // the process never holds two HIP majors.
+        InstalledRuntimes rt = probe_installed_runtimes();
+        if (!rt.rocm_variant) {
+            why = "no HIP runtime: " + rt.rocm_choice;
+            return nullptr;
+        }
+        std::string name = cat("libamdhip64.so.", *rt.rocm_variant);
+        void *lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
-            why = "no HIP runtime: none of libamdhip64.so.{7,6,5} loads";
+            const char *e = dlerror();
+            why = cat("no HIP runtime: ", name, " (", rt.rocm_choice, ") does not load: ", e ? e : "unknown dlopen error");
             return nullptr;
         }
         auto s = std::unique_ptr<HipStager>(new HipStager(lib));

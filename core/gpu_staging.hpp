@@ -1,6 +1,7 @@
 // Copies between GPU memory and pinned host memory, for transports that move host memory only
 // (tcp, shm, efa without HMEM): the engine stages a GPU op through a pinned buffer. The GPU
-// runtime is found at run time (the CUDA driver API in libcuda.so.1, or libamdhip64.so.N);
+// runtime is found at run time (the CUDA driver API in libcuda.so.1, or the libamdhip64.so.N of
+// the ROCm variant runtime_probe chose, the one hip_ipc.so links);
 // nothing GPU-specific is compiled into the core.
 #pragma once
 

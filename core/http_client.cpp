@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "log.hpp"
@@ -64,80 +65,141 @@ size_t append(char *data, size_t size, size_t n, void *out) {
 
 struct StreamState {
     const std::atomic<bool> *stop;
-    const std::function<void(std::string_view)> *on_data;
+    const std::function<bool(std::string_view)> *on_data;
 };
 
 size_t deliver(char *data, size_t size, size_t n, void *state) {
     auto *s = static_cast<StreamState *>(state);
-    (*s->on_data)(std::string_view(data, size * n));
-    return size * n;
+    // A short count makes curl end the transfer (CURLE_WRITE_ERROR): the reader is done.
+    return (*s->on_data)(std::string_view(data, size * n)) ? size * n : 0;
 }
 
 int check_stop(void *state, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
     return static_cast<StreamState *>(state)->stop->load() ? 1 : 0; // non-zero aborts the transfer
 }
 
+bool contains(const char *text, const char *part) { return std::strstr(text, part) != nullptr; }
+
 } // namespace
 
-HttpClient::HttpClient() { curl_ = curl().error.empty() ? curl().easy_init() : nullptr; }
+HttpClient::HttpClient(HttpTls tls) : tls_(std::move(tls)) {
+    curl_ = curl().error.empty() ? curl().easy_init() : nullptr;
+}
 
 HttpClient::~HttpClient() {
     if (curl_) curl().easy_cleanup(static_cast<CURL *>(curl_));
 }
 
-Result<std::string> HttpClient::post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout) {
+curl_slist *HttpClient::prepare(const std::string &url, const std::string &body, std::string_view authorization) {
     CURL *c = static_cast<CURL *>(curl_);
-    if (!c) return fail(curl().error.empty() ? -ENOMEM : -ENOENT, curl().error.empty() ? "curl_easy_init failed" : curl().error);
     curl().easy_reset(c);
-    std::string response;
+    error_buffer_[0] = '\0';
     curl_slist *headers = curl().slist_append(nullptr, "Content-Type: application/json");
+    if (!authorization.empty()) headers = curl().slist_append(headers, cat("Authorization: ", authorization).c_str());
     curl().easy_setopt(c, CURLOPT_URL, url.c_str());
     curl().easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
     curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
     curl().easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl().easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer_);
+    curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl().easy_setopt(c, CURLOPT_PROXY, ""); // etcd is reached directly, never through a proxy
+    // HTTP/1.1 over https too: etcd would accept HTTP/2 by ALPN, and failures would then all
+    // read CURLE_HTTP2, hiding which TLS step failed.
+    curl().easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
+    // TLS: the peer's certificate chain and its host name are always verified.
+    curl().easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl().easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!tls_.ca_file.empty()) curl().easy_setopt(c, CURLOPT_CAINFO, tls_.ca_file.c_str());
+    if (!tls_.cert_file.empty()) curl().easy_setopt(c, CURLOPT_SSLCERT, tls_.cert_file.c_str());
+    if (!tls_.key_file.empty()) curl().easy_setopt(c, CURLOPT_SSLKEY, tls_.key_file.c_str());
+    return headers;
+}
+
+// Names the URL, what went wrong and, for TLS, which setting to change.
+Error HttpClient::failure(const std::string &url, int curl_code) const {
+    auto rc = static_cast<CURLcode>(curl_code);
+    std::string detail = error_buffer_[0] ? error_buffer_ : curl().easy_strerror(rc);
+    std::string ca = tls_.ca_file.empty() ? std::string("the system's CA store (etcd_ca_file is not set)")
+                                          : cat("etcd_ca_file '", tls_.ca_file, "'");
+    switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+        return {-EACCES, cat(url, ": TLS certificate verify failed (", detail, "): etcd's certificate is not signed by ",
+                             ca, " or does not name this host; set etcd_ca_file to the CA that signed etcd's server certificate")};
+    case CURLE_SSL_CACERT_BADFILE:
+        return {-EINVAL, cat(url, ": cannot use ", ca, " (", detail, "); it must be a readable PEM file of CA certificates")};
+    case CURLE_SSL_CERTPROBLEM:
+        return {-EINVAL, cat(url, ": cannot use the client certificate etcd_cert_file '", tls_.cert_file, "' with etcd_key_file '",
+                             tls_.key_file, "' (", detail, "); they must be a PEM certificate and its unencrypted private key")};
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        if (url.rfind("https://", 0) == 0) {
+            // etcd with --client-cert-auth refuses a missing or untrusted client certificate
+            // with a TLS alert; under TLS 1.3 that comes after the client's handshake, and the
+            // request crossing it may turn the alert into a bare reset.
+            std::string hint = tls_.cert_file.empty()
+                                   ? "it requires a client certificate; set etcd_cert_file and etcd_key_file"
+                                   : "it does not accept the client certificate in etcd_cert_file; use one signed by the "
+                                     "CA etcd trusts (its --trusted-ca-file)";
+            if (contains(detail.c_str(), "alert"))
+                return {-EACCES, cat(url, ": etcd refused the TLS connection (", detail, "): ", hint)};
+            return {-ECONNRESET, cat(url, ": ", detail, " (if etcd runs with --client-cert-auth and closes connections at once, ",
+                                     hint, ")")};
+        }
+        break;
+    default:
+        break;
+    }
+    return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, cat(url, ": ", detail, " (curl error ", curl_code, ")")};
+}
+
+Result<std::string> HttpClient::post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout,
+                                     std::string_view authorization) {
+    CURL *c = static_cast<CURL *>(curl_);
+    if (!c) return fail(curl().error.empty() ? -ENOMEM : -ENOENT, curl().error.empty() ? "curl_easy_init failed" : curl().error);
+    std::string response;
+    curl_slist *headers = prepare(url, body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, append);
     curl().easy_setopt(c, CURLOPT_WRITEDATA, &response);
     curl().easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     curl().easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
-    curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl().easy_setopt(c, CURLOPT_PROXY, ""); // etcd is reached directly, never through a proxy
     CURLcode rc = curl().easy_perform(c);
     curl().slist_free_all(headers);
-    if (rc != CURLE_OK)
-        return fail(rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, cat(url, ": ", curl().easy_strerror(rc)));
+    if (rc != CURLE_OK) return std::unexpected(failure(url, rc));
     long status = 0;
     curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    if (status != 200) return fail(-EPROTO, cat(url, ": HTTP ", status, ": ", response.substr(0, 300)));
+    if (status != 200)
+        return fail(status == 401 ? -EACCES : -EPROTO, cat(url, ": HTTP ", status, ": ", response.substr(0, 300)));
     return response;
 }
 
 Result<void> HttpClient::stream(const std::string &url, const std::string &body, const std::atomic<bool> &stop,
-                                const std::function<void(std::string_view)> &on_data) {
+                                const std::function<bool(std::string_view)> &on_data, std::string_view authorization) {
     CURL *c = static_cast<CURL *>(curl_);
     if (!c) return fail(curl().error.empty() ? -ENOMEM : -ENOENT, curl().error.empty() ? "curl_easy_init failed" : curl().error);
-    curl().easy_reset(c);
     StreamState state{&stop, &on_data};
-    curl_slist *headers = curl().slist_append(nullptr, "Content-Type: application/json");
-    curl().easy_setopt(c, CURLOPT_URL, url.c_str());
-    curl().easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
-    curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl().easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_slist *headers = prepare(url, body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, deliver);
     curl().easy_setopt(c, CURLOPT_WRITEDATA, &state);
     curl().easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl().easy_setopt(c, CURLOPT_XFERINFOFUNCTION, check_stop);
     curl().easy_setopt(c, CURLOPT_XFERINFODATA, &state);
     curl().easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-    curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl().easy_setopt(c, CURLOPT_PROXY, "");
     // A silent stream is normal for a watch; still notice a dead server within a minute.
     curl().easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
     curl().easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 10L);
     curl().easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 5L);
     CURLcode rc = curl().easy_perform(c);
     curl().slist_free_all(headers);
-    if (rc == CURLE_ABORTED_BY_CALLBACK) return {};
-    if (rc != CURLE_OK) return fail(-ECONNRESET, cat(url, ": ", curl().easy_strerror(rc)));
+    if (rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_WRITE_ERROR) return {};
+    if (rc != CURLE_OK) {
+        Error e = failure(url, rc);
+        if (e.code == -ECONNREFUSED) e.code = -ECONNRESET;
+        return std::unexpected(e);
+    }
     return {};
 }
 

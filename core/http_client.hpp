@@ -1,5 +1,6 @@
-// Minimal HTTP POST over libcurl for etcd's JSON gateway: one request at a time per client,
-// plus a streaming variant for watches.
+// Minimal HTTP(S) POST over libcurl for etcd's JSON gateway: one request at a time per client,
+// plus a streaming variant for watches. https:// always verifies the server's certificate and
+// host name (there is no "insecure" switch); a TLS failure says which file to set.
 #pragma once
 
 #include <atomic>
@@ -9,25 +10,43 @@
 
 #include "ferry/engine.hpp"
 
+struct curl_slist; // libcurl's header list
+
 namespace ferry {
+
+// Files for https:// (PEM). Empty ca_file: the system's CA store.
+struct HttpTls {
+    std::string ca_file;
+    std::string cert_file; // client certificate, for servers that require one
+    std::string key_file;
+};
 
 class HttpClient {
 public:
-    HttpClient();
+    explicit HttpClient(HttpTls tls = {});
     ~HttpClient();
     HttpClient(const HttpClient &) = delete;
     HttpClient &operator=(const HttpClient &) = delete;
 
-    // POST a JSON body; the response body on HTTP 200, an error naming the URL otherwise.
-    Result<std::string> post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout);
+    // POST a JSON body; the response body on HTTP 200, an error naming the URL otherwise
+    // (-EACCES for HTTP 401 and for TLS refusals, which retrying does not cure). A non-empty
+    // `authorization` is sent as the Authorization header. The body is never put in a message.
+    Result<std::string> post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout,
+                             std::string_view authorization = {});
 
     // POST and hand each received chunk to `on_data` until the server closes, `stop` becomes
-    // true, or an error occurs.
+    // true, `on_data` returns false, or an error occurs.
     Result<void> stream(const std::string &url, const std::string &body, const std::atomic<bool> &stop,
-                        const std::function<void(std::string_view)> &on_data);
+                        const std::function<bool(std::string_view)> &on_data, std::string_view authorization = {});
 
 private:
+    // Options common to post and stream; the returned list is freed by the caller.
+    curl_slist *prepare(const std::string &url, const std::string &body, std::string_view authorization);
+    Error failure(const std::string &url, int curl_code) const;
+
     void *curl_;
+    HttpTls tls_;
+    char error_buffer_[256] = {};
 };
 
 } // namespace ferry

@@ -14,6 +14,16 @@
 
 namespace ferry {
 
+// How an etcd backend reaches etcd securely (config keys etcd_*; see etcd_client.hpp).
+struct EtcdSecurity {
+    std::string ca_file;   // etcds:// only; empty: the system's CA store
+    std::string cert_file; // client certificate and its key, for etcd --client-cert-auth
+    std::string key_file;
+    std::string user;      // etcd user/password authentication
+    std::string password;  // never logged
+    std::string password_file;
+};
+
 struct MetadataSettings {
     std::string url = "P2PHANDSHAKE";
     std::string local_ip = "127.0.0.1";
@@ -22,6 +32,7 @@ struct MetadataSettings {
     std::chrono::milliseconds timeout{5000};
     std::chrono::milliseconds retry_for{10000}; // how long to retry an unreachable metadata server at start
     int lease_ttl_s = 10;                        // etcd: a dead engine's segment disappears after this
+    EtcdSecurity etcd;
 };
 
 class MetadataBackend {

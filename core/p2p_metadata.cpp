@@ -59,9 +59,9 @@ Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSet
         std::unique_ptr<MetadataBackend> backend = std::make_unique<P2PMetadata>(settings, control, secret);
         return backend;
     }
-    if (settings.url.rfind("etcd://", 0) == 0) return make_etcd_metadata(settings);
+    if (settings.url.rfind("etcd://", 0) == 0 || settings.url.rfind("etcds://", 0) == 0) return make_etcd_metadata(settings);
     return fail(-EPROTONOSUPPORT, cat("metadata server '", settings.url,
-                                      "' is not supported; use P2PHANDSHAKE or etcd://host:2379[,host:2379]/prefix"));
+                                      "' is not supported; use P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds:// (TLS)"));
 }
 
 } // namespace ferry

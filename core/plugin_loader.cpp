@@ -63,8 +63,8 @@ std::vector<std::string> plugin_files(const fs::path &dir) {
     return files;
 }
 
-// Variant subdirectories of `dir`, the ones an installed runtime serves first (newest
-// major first), then the rest.
+// Variant subdirectories of `dir`, the ones an installed runtime serves first (in
+// variant_priority order: newest CUDA, the chosen ROCm), then the rest.
 std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, const InstalledRuntimes &rt,
                                                        std::map<std::string, std::string> &why) {
     std::vector<std::pair<int, std::string>> matching;
@@ -77,7 +77,7 @@ std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, cons
         int major = 0;
         if (!parse_variant(name, family, major)) continue;
         if (variant_matches(rt, name, reason))
-            matching.emplace_back(major, name);
+            matching.emplace_back(variant_priority(rt, name), name);
         else
             others.push_back(name);
         why[name] = reason;
@@ -299,7 +299,10 @@ std::string PluginReport::to_text() const {
     out << "  CUDA: " << (runtimes.cuda_major ? cat("major ", *runtimes.cuda_major, " — ") : "none — ")
         << runtimes.cuda_detail << "\n";
     out << "  ROCm: " << (runtimes.rocm_major ? cat("major ", *runtimes.rocm_major, " — ") : "none — ")
-        << runtimes.rocm_detail << "\n";
+        << runtimes.rocm_detail << (runtimes.rocm_source.empty() ? "" : " (" + runtimes.rocm_source + ")") << "\n";
+    for (const auto &[major, path] : runtimes.hip_libraries) out << "    libamdhip64.so." << major << ": " << path << "\n";
+    out << "    variant: " << (runtimes.rocm_variant ? cat("rocm", *runtimes.rocm_variant, " — ") : "none — ")
+        << runtimes.rocm_choice << "\n";
     out << "Plugins:\n";
     if (plugins.empty()) out << "  (no plugin files found)\n";
     for (const auto &p : plugins) {
@@ -327,6 +330,13 @@ std::string PluginReport::to_json() const {
     j.key("rocm_major");
     runtimes.rocm_major ? j.value(*runtimes.rocm_major) : j.null();
     j.field("rocm_detail", runtimes.rocm_detail);
+    j.field("rocm_source", runtimes.rocm_source);
+    j.key("hip_libraries").begin_object();
+    for (const auto &[major, path] : runtimes.hip_libraries) j.field(cat(major), path);
+    j.end_object();
+    j.key("rocm_variant");
+    runtimes.rocm_variant ? j.value(cat("rocm", *runtimes.rocm_variant)) : j.null();
+    j.field("rocm_choice", runtimes.rocm_choice);
     j.end_object();
     j.key("plugins").begin_array();
     for (const auto &p : plugins) {

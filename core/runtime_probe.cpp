@@ -6,8 +6,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
-#include <vector>
 
+#include "library_path.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -22,6 +22,12 @@ void *open_library(const char *name, std::string &error) {
     }
     return h;
 }
+
+constexpr int kOldestRocm = 5, kNewestRocm = 12;
+
+// Why rocm<major>/ cannot be used, with the fix when an AMD install has the library outside
+// the loader's path (/opt/rocm-X.Y.Z/lib is in no default search directory).
+std::string missing_hip(const InstalledRuntimes &rt, int major);
 
 void probe_cuda(InstalledRuntimes &rt) {
     std::string error;
@@ -44,32 +50,6 @@ void probe_cuda(InstalledRuntimes &rt) {
     dlclose(lib);
 }
 
-// Where the dynamic loader would find `name`, searching LD_LIBRARY_PATH, the ROCm prefix and
-// the system directories, without loading it.
-std::optional<std::string> find_library_file(const std::string &name) {
-    std::vector<std::string> dirs;
-    if (const char *env = std::getenv("LD_LIBRARY_PATH")) {
-        std::string list = env;
-        size_t start = 0;
-        while (start <= list.size()) {
-            size_t end = list.find(':', start);
-            if (end == std::string::npos) end = list.size();
-            if (end > start) dirs.push_back(list.substr(start, end - start));
-            start = end + 1;
-        }
-    }
-    const char *root = std::getenv("ROCM_PATH");
-    std::string rocm = root && *root ? root : "/opt/rocm";
-    for (const char *d : {"/lib", "/lib64"}) dirs.push_back(rocm + d);
-    for (const char *d : {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"})
-        dirs.push_back(d);
-    for (const auto &d : dirs) {
-        std::string path = d + "/" + name;
-        if (access(path.c_str(), R_OK) == 0) return path;
-    }
-    return std::nullopt;
-}
-
 std::optional<int> major_of(const std::string &version_text) {
     size_t i = 0;
     while (i < version_text.size() && std::isspace(static_cast<unsigned char>(version_text[i]))) ++i;
@@ -77,8 +57,13 @@ std::optional<int> major_of(const std::string &version_text) {
     return std::atoi(version_text.c_str() + i);
 }
 
-void probe_rocm(InstalledRuntimes &rt) {
-    // 1. rocm-core's getROCmVersion, the release the runtime libraries belong to.
+std::string rocm_prefix() {
+    const char *root = std::getenv("ROCM_PATH");
+    return root && *root ? root : "/opt/rocm";
+}
+
+// The installed release: rocm-core's getROCmVersion, else an /opt/rocm install's release file.
+void probe_rocm_release(InstalledRuntimes &rt) {
     std::string error;
     if (void *core = open_library("librocm-core.so.1", error)) {
         using GetVersion = int (*)(unsigned *, unsigned *, unsigned *);
@@ -86,36 +71,54 @@ void probe_rocm(InstalledRuntimes &rt) {
             unsigned major = 0, minor = 0, patch = 0;
             if (fn(&major, &minor, &patch) == 0) {
                 rt.rocm_major = static_cast<int>(major);
-                rt.rocm_detail = cat("ROCm ", major, ".", minor, ".", patch, " (rocm-core)");
+                rt.rocm_detail = cat("ROCm ", major, ".", minor, ".", patch);
+                rt.rocm_source = "rocm-core";
             }
         }
         dlclose(core);
         if (rt.rocm_major) return;
     }
-    // 2. The release file of an /opt/rocm install.
-    const char *root = std::getenv("ROCM_PATH");
-    std::string info = std::string(root && *root ? root : "/opt/rocm") + "/.info/version";
+    std::string info = rocm_prefix() + "/.info/version";
     if (std::ifstream in(info); in) {
         std::string line;
         std::getline(in, line);
         if (auto m = major_of(line)) {
             rt.rocm_major = m;
-            rt.rocm_detail = "ROCm " + line + " (" + info + ")";
-            return;
+            rt.rocm_detail = "ROCm " + line;
+            rt.rocm_source = info;
         }
     }
-    // 3. The HIP runtime's soname: libamdhip64.so.N ships with ROCm N (Debian's 5.x too). Look
-    //    for the file, never dlopen it: its static initialisers (LLVM inside comgr) abort a
-    //    process that already holds another LLVM.
-    for (int major : {7, 6, 5}) {
-        std::string name = cat("libamdhip64.so.", major);
-        if (auto path = find_library_file(name)) {
-            rt.rocm_major = major;
-            rt.rocm_detail = "HIP runtime " + *path;
-            return;
-        }
+}
+
+void probe_rocm(InstalledRuntimes &rt) {
+    probe_rocm_release(rt);
+    // The HIP runtimes the loader resolves. Looked up, never dlopen'ed: their static
+    // initialisers (LLVM inside comgr) abort a process that already holds another LLVM.
+    for (int major = kOldestRocm; major <= kNewestRocm; ++major)
+        if (auto path = loader_would_find(cat("libamdhip64.so.", major))) rt.hip_libraries[major] = *path;
+    if (!rt.rocm_major && !rt.hip_libraries.empty()) { // Debian's ROCm: the soname is the release
+        rt.rocm_major = rt.hip_libraries.rbegin()->first;
+        rt.rocm_detail = cat("ROCm ", *rt.rocm_major);
+        rt.rocm_source = rt.hip_libraries.rbegin()->second;
     }
-    rt.rocm_detail = "no ROCm runtime: no rocm-core, no " + info + ", no libamdhip64.so.{5,6,7}";
+    if (!rt.rocm_major) {
+        rt.rocm_detail = cat("no ROCm runtime: no rocm-core, no ", rocm_prefix(), "/.info/version, no libamdhip64.so.{",
+                             kOldestRocm, "..", kNewestRocm, "} on the loader path");
+        rt.rocm_choice = rt.rocm_detail;
+        return;
+    }
+    std::string found = rt.rocm_detail + " (" + rt.rocm_source + ")";
+    if (rt.hip_libraries.count(*rt.rocm_major)) {
+        rt.rocm_variant = rt.rocm_major;
+        rt.rocm_choice = cat(found, ", libamdhip64.so.", *rt.rocm_major, " at ", rt.hip_libraries[*rt.rocm_major]);
+    } else if (!rt.hip_libraries.empty()) {
+        auto &[major, path] = *rt.hip_libraries.rbegin();
+        rt.rocm_variant = major;
+        rt.rocm_choice = cat(found, " but libamdhip64.so.", *rt.rocm_major, " is not on the loader path; libamdhip64.so.",
+                             major, " is (", path, "), so rocm", major, "/ is used");
+    } else {
+        rt.rocm_choice = missing_hip(rt, *rt.rocm_major);
+    }
 }
 
 } // namespace
@@ -162,16 +165,37 @@ bool variant_matches(const InstalledRuntimes &rt, const std::string &variant, st
         why = rt.cuda_detail;
         return true;
     }
-    if (!rt.rocm_major) {
-        why = rt.rocm_detail;
+    auto lib = rt.hip_libraries.find(major);
+    if (lib == rt.hip_libraries.end()) {
+        why = missing_hip(rt, major);
         return false;
     }
-    if (major != *rt.rocm_major) {
-        why = cat("built for ROCm ", major, " but ", rt.rocm_detail, " is installed");
-        return false;
-    }
-    why = rt.rocm_detail;
+    if (rt.rocm_variant == major)
+        why = rt.rocm_choice;
+    else if (rt.rocm_variant)
+        why = cat("libamdhip64.so.", major, " at ", lib->second, "; rocm", *rt.rocm_variant, "/ goes first: ", rt.rocm_choice);
+    else
+        why = cat("libamdhip64.so.", major, " at ", lib->second);
     return true;
 }
+
+int variant_priority(const InstalledRuntimes &rt, const std::string &variant) {
+    std::string family;
+    int major = 0;
+    if (!parse_variant(variant, family, major)) return -1;
+    return family == "rocm" && rt.rocm_variant == major ? 1000 : major;
+}
+
+namespace {
+std::string missing_hip(const InstalledRuntimes &rt, int major) {
+    std::string name = cat("libamdhip64.so.", major);
+    std::string text = name + " is not on the loader path";
+    if (rt.rocm_major == major) text = cat(rt.rocm_detail, " found (", rt.rocm_source, ") but ", text);
+    for (const std::string &dir : {rocm_prefix() + "/lib", rocm_prefix() + "/lib64"})
+        if (access((dir + "/" + name).c_str(), R_OK) == 0)
+            return cat(text, ": add ", dir, " to ld.so.conf (then run ldconfig) or LD_LIBRARY_PATH");
+    return text;
+}
+} // namespace
 
 } // namespace ferry

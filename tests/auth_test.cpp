@@ -1,4 +1,4 @@
-// Authentication with a cluster secret: SHA-256/HMAC test vectors, the secret's sources and
+// Authentication with a cluster secret: HMAC-SHA-256 (libcrypto) test vectors and pinned proofs, the secret's sources and
 // their precedence, and real engines in two processes over real sockets: the control channel
 // and tcp.so refuse peers that do not know the secret, in both directions, a replayed
 // handshake is refused, and per-region access rights hold.
@@ -101,22 +101,64 @@ std::string unhex(std::string_view h) {
 
 } // namespace
 
-TEST(Sha256, FipsVectors) {
-    EXPECT_EQ(hex_of(ferry_crypto::sha256("", 0)), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    EXPECT_EQ(hex_of(ferry_crypto::sha256("abc", 3)), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-    EXPECT_EQ(hex_of(ferry_crypto::sha256(two_blocks.data(), two_blocks.size())),
-              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-    // One million 'a', fed in uneven pieces: the block boundary handling is exercised.
-    ferry_crypto::Sha256 s;
-    std::string chunk(997, 'a');
-    size_t left = 1000000;
-    while (left > 0) {
-        size_t n = std::min(left, chunk.size());
-        s.update(chunk.data(), n);
-        left -= n;
+// Proofs pinned from the hand-written SHA-256/HMAC this library replaced: the wire is
+// unchanged, so engines of either version interoperate.
+TEST(HmacSha256, ProofsOnTheWireAreThoseOfEarlierVersions) {
+    EXPECT_EQ(transport_auth_key(kSecret), "af34c3c4d4732049341bfd18fe04285bf3b9403259679590ebc97d8c411bf396");
+    control::Nonce cn, sn;
+    for (size_t i = 0; i < cn.size(); ++i) {
+        cn[i] = static_cast<uint8_t>(i);
+        sn[i] = static_cast<uint8_t>(0xa0 + i);
     }
-    EXPECT_EQ(hex_of(s.finish()), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    EXPECT_EQ(hex_of(control::make_proof(kSecret, "client", cn, sn, "node-a")),
+              "7ce7b1964f2efdba69148a02dfc2f6beb8cd92903840237d443febe35a7f2797");
+    std::string key = unhex(transport_auth_key(kSecret));
+    ferry_crypto::HmacSha256 tcp(key.data(), key.size());
+    tcp.update("ferry tcp v2").update("server").update(cn.data(), cn.size()).update(sn.data(), sn.size());
+    EXPECT_EQ(hex_of(tcp.finish()), "8e7b84fbb33e294c7e81bdf7afdca6caa1c9c0ebdf1a2bd6684028ff341f511f");
+}
+
+// A host without libcrypto (FERRY_LIBCRYPTO names a library that does not exist, so the real
+// one is not found): an engine with a secret refuses to start and says what to install; one
+// without a secret needs no libcrypto and starts.
+TEST(HmacSha256, ASecretWithoutLibcryptoIsRefusedWithWhatToInstall) {
+    ASSERT_EQ(setenv("FERRY_LIBCRYPTO", "/nonexistent/libcrypto.so.3", 1), 0);
+    std::unique_ptr<PeerProcess> with_secret, without;
+    with_secret = std::make_unique<PeerProcess>(std::vector<std::string>{"--size", "4096", "--option", "auth_secret=" + kSecret});
+    without = std::make_unique<PeerProcess>(std::vector<std::string>{"--size", "4096"});
+    unsetenv("FERRY_LIBCRYPTO");
+    EXPECT_FALSE(with_secret->ok) << with_secret->ready_line;
+    EXPECT_TRUE(contains(with_secret->error, "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be "
+                                             "loaded: install libssl3 (Debian/Ubuntu) or openssl-libs (RHEL)"))
+        << with_secret->error;
+    EXPECT_TRUE(contains(with_secret->error, "/nonexistent/libcrypto.so.3")) << with_secret->error;
+    EXPECT_TRUE(without->ok) << without->error;
+}
+
+// tcp.so checks for libcrypto itself when it is given a key (any host program may load it). In
+// a re-executed child, so that this process's libcrypto, already loaded, does not count.
+TEST(HmacSha256, TcpSoGivenAKeyWithoutLibcryptoRefusesIt) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            setenv("FERRY_LIBCRYPTO", "/nonexistent/libcrypto.so.3", 1);
+            auto plugins = load_plugins([] {
+                LoaderOptions o;
+                o.search_path = default_search_path();
+                o.selection = PluginSelection::parse("tcp");
+                return o;
+            }());
+            std::shared_ptr<LoadedPlugin> tcp;
+            for (auto &p : plugins.plugins)
+                if (p.name == "tcp" && p.state == PluginState::Loaded) tcp = p.plugin;
+            if (!tcp) _exit(2);
+            // The key of kSecret, pinned above: computing it here would need libcrypto.
+            auto t = Transport::create(tcp, {{"auth_key", "af34c3c4d4732049341bfd18fe04285bf3b9403259679590ebc97d8c411bf396"}});
+            std::fprintf(stderr, "%s\n", t ? "created" : t.error().message.c_str());
+            std::fflush(stderr);
+            _exit(t ? 1 : 0);
+        },
+        ::testing::ExitedWithCode(0), "tcp: option 'auth_key': auth_secret is set but OpenSSL's libcrypto");
 }
 
 // RFC 4231, test cases 1-4, 6 and 7 (case 5 is a truncated output).

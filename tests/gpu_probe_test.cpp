@@ -45,8 +45,12 @@ TEST(GpuProbe, CudaIpcSaysWhetherADriverIsThere) {
 
 #ifdef FERRY_HIP_IPC_DIR
 TEST(GpuProbe, HipIpcSaysWhetherAnAmdGpuIsThere) {
+    // FERRY_HIP_IPC_DIR holds rocm<N>/hip_ipc.so; the loader picks the variant whose
+    // libamdhip64.so.N resolves here (its record comes first).
     auto p = load(FERRY_HIP_IPC_DIR, "hip_ipc");
-    std::cout << "hip_ipc: " << to_string(p.state) << ": " << p.reason << "\n";
+    std::cout << "hip_ipc: " << p.path << ": " << to_string(p.state) << ": " << p.reason << "\n";
+    if (p.state == PluginState::VariantSkipped)
+        GTEST_SKIP() << "SKIPPED: no rocm<N>/ variant of this build has its HIP runtime on this host: " << p.reason;
     ASSERT_NE(p.state, PluginState::Failed) << p.reason;
     if (!exists("/dev/kfd")) {
         EXPECT_EQ(p.state, PluginState::Unavailable);

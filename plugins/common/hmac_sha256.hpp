@@ -1,13 +1,25 @@
-// SHA-256 (FIPS 180-4) and HMAC-SHA-256 (RFC 2104), header-only, shared by libferry and the
-// plugins that authenticate their connections, so neither needs OpenSSL. Checked against the
-// FIPS and RFC 4231 test vectors in tests/auth_test.cpp.
+// HMAC-SHA-256 from OpenSSL's libcrypto, shared by libferry and the plugins that authenticate
+// their connections. libcrypto is loaded at run time (dlopen), not linked: Ferry ships one
+// wheel for every Linux host, and a linked libcrypto.so.3 would stop the core (and tcp.so)
+// from loading at all on a host that has only 1.1, or none, although only engines with an
+// auth_secret need it; the distribution's libcrypto also gets that distribution's security
+// updates, which a vendored copy would not. The same reasoning made core/http_client.cpp load
+// libcurl. Each module that includes this header has its own handle (dlopen counts references).
+//
+// Tried in order: $FERRY_LIBCRYPTO (a file name or path, for a libcrypto outside the loader's
+// search path; when set, only it), libcrypto.so.3, libcrypto.so.1.1. Code that needs a MAC checks
+// available() first, when it is configured, and fails with load_error(); computing a MAC
+// without the library aborts rather than produce a predictable proof.
 #pragma once
 
-#include <algorithm>
+#include <dlfcn.h>
+#include <string.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -16,154 +28,122 @@ namespace ferry_crypto {
 inline constexpr size_t kDigestBytes = 32;
 using Digest = std::array<uint8_t, kDigestBytes>;
 
-class Sha256 {
-public:
-    Sha256() { reset(); }
+namespace detail {
 
-    void reset() {
-        static constexpr uint32_t init[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-        std::memcpy(h_, init, sizeof h_);
-        total_ = 0;
-        used_ = 0;
-    }
+struct EvpMd; // OpenSSL's EVP_MD, opaque in 1.1 and 3
+// The few symbols used; their signatures are the same in OpenSSL 1.1 and 3.
+using HmacFn = unsigned char *(*)(const EvpMd *md, const void *key, int key_len, const unsigned char *data,
+                                  size_t data_len, unsigned char *out, unsigned int *out_len);
+using Sha256Fn = const EvpMd *(*)();
+using MemcmpFn = int (*)(const void *a, const void *b, size_t len);
 
-    void update(const void *data, size_t n) {
-        const auto *p = static_cast<const uint8_t *>(data);
-        total_ += n;
-        while (n > 0) {
-            size_t take = std::min(n, sizeof block_ - used_);
-            std::memcpy(block_ + used_, p, take);
-            used_ += take;
-            p += take;
-            n -= take;
-            if (used_ == sizeof block_) {
-                compress(block_);
-                used_ = 0;
-            }
-        }
-    }
-    void update(std::string_view s) { update(s.data(), s.size()); }
-
-    Digest finish() {
-        uint64_t bits = total_ * 8;
-        uint8_t pad = 0x80;
-        update(&pad, 1);
-        uint8_t zero = 0;
-        while (used_ != 56) update(&zero, 1);
-        uint8_t len[8];
-        for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-        update(len, 8);
-        Digest out;
-        for (int i = 0; i < 8; ++i)
-            for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<uint8_t>(h_[i] >> (24 - 8 * j));
-        reset();
-        return out;
-    }
-
-private:
-    static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-    void compress(const uint8_t *b) {
-        static constexpr uint32_t k[64] = {
-            0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-            0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-            0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-            0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-            0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-            0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-            0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-            0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-        uint32_t w[64];
-        for (int i = 0; i < 16; ++i)
-            w[i] = (uint32_t(b[4 * i]) << 24) | (uint32_t(b[4 * i + 1]) << 16) | (uint32_t(b[4 * i + 2]) << 8) |
-                   uint32_t(b[4 * i + 3]);
-        for (int i = 16; i < 64; ++i) {
-            uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-            uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-        }
-        uint32_t a = h_[0], bb = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-        for (int i = 0; i < 64; ++i) {
-            uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
-            uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & bb) ^ (a & c) ^ (bb & c));
-            h = g;
-            g = f;
-            f = e;
-            e = d + t1;
-            d = c;
-            c = bb;
-            bb = a;
-            a = t1 + t2;
-        }
-        h_[0] += a;
-        h_[1] += bb;
-        h_[2] += c;
-        h_[3] += d;
-        h_[4] += e;
-        h_[5] += f;
-        h_[6] += g;
-        h_[7] += h;
-    }
-
-    uint32_t h_[8];
-    uint8_t block_[64];
-    uint64_t total_;
-    size_t used_;
+struct Libcrypto {
+    HmacFn hmac = nullptr;
+    Sha256Fn evp_sha256 = nullptr;
+    MemcmpFn memcmp = nullptr;
+    std::string error; // empty once every symbol is resolved
 };
 
-inline Digest sha256(const void *data, size_t n) {
-    Sha256 s;
-    s.update(data, n);
-    return s.finish();
+inline Libcrypto load_libcrypto() {
+    Libcrypto c;
+    const char *override_name = std::getenv("FERRY_LIBCRYPTO");
+    const bool overridden = override_name != nullptr && *override_name != '\0';
+    const char *const defaults[] = {"libcrypto.so.3", "libcrypto.so.1.1"};
+    std::string tried;
+    void *lib = nullptr;
+    auto attempt = [&](const char *name) {
+        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (lib) return;
+        const char *e = dlerror();
+        tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
+    };
+    if (overridden) attempt(override_name);
+    else
+        for (const char *name : defaults)
+            if (!lib) attempt(name);
+    if (!lib) {
+        c.error = "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be loaded: install libssl3 "
+                  "(Debian/Ubuntu) or openssl-libs (RHEL)";
+        if (overridden) c.error += ", or point FERRY_LIBCRYPTO at an existing libcrypto";
+        c.error += " (" + tried + ")";
+        return c;
+    }
+    c.hmac = reinterpret_cast<HmacFn>(dlsym(lib, "HMAC"));
+    c.evp_sha256 = reinterpret_cast<Sha256Fn>(dlsym(lib, "EVP_sha256"));
+    c.memcmp = reinterpret_cast<MemcmpFn>(dlsym(lib, "CRYPTO_memcmp"));
+    if (!c.hmac || !c.evp_sha256 || !c.memcmp) {
+        c.error = "auth_secret is set but the libcrypto that was loaded lacks HMAC, EVP_sha256 or CRYPTO_memcmp; "
+                  "install OpenSSL 1.1 or 3 (libssl3 on Debian/Ubuntu, openssl-libs on RHEL)";
+        c.hmac = nullptr;
+        c.memcmp = nullptr;
+    }
+    return c; // never dlclose'd: function pointers stay valid until the process exits
 }
 
-// HMAC-SHA-256, fed incrementally: the message is the concatenation of every update().
+inline const Libcrypto &libcrypto() {
+    static const Libcrypto c = load_libcrypto();
+    return c;
+}
+
+} // namespace detail
+
+// True when HMAC-SHA-256 can be computed; load_error() says why not (and what to install).
+inline bool available() { return detail::libcrypto().error.empty(); }
+inline const std::string &load_error() { return detail::libcrypto().error; }
+
+// HMAC-SHA-256 of the concatenation of every update(). The messages are a few dozen bytes
+// (protocol labels, nonces, names), so they are collected and MACed in one call.
 class HmacSha256 {
 public:
-    HmacSha256(const void *key, size_t key_len) {
-        uint8_t k[64] = {};
-        if (key_len > sizeof k) {
-            Digest d = sha256(key, key_len);
-            std::memcpy(k, d.data(), d.size());
-        } else if (key_len > 0) {
-            std::memcpy(k, key, key_len);
-        }
-        uint8_t ipad[64];
-        for (int i = 0; i < 64; ++i) {
-            ipad[i] = k[i] ^ 0x36;
-            opad_[i] = k[i] ^ 0x5c;
-        }
-        inner_.update(ipad, sizeof ipad);
-        std::memset(k, 0, sizeof k);
+    HmacSha256(const void *key, size_t key_len) : key_(static_cast<const char *>(key), key_len) {}
+    ~HmacSha256() {
+        explicit_bzero(key_.data(), key_.size());
+        explicit_bzero(message_.data(), message_.size());
     }
-    ~HmacSha256() { std::memset(opad_, 0, sizeof opad_); }
+    HmacSha256(const HmacSha256 &) = delete;
+    HmacSha256 &operator=(const HmacSha256 &) = delete;
 
     HmacSha256 &update(const void *data, size_t n) {
-        inner_.update(data, n);
+        message_.append(static_cast<const char *>(data), n);
         return *this;
     }
     HmacSha256 &update(std::string_view s) { return update(s.data(), s.size()); }
 
     Digest finish() {
-        Digest in = inner_.finish();
-        Sha256 outer;
-        outer.update(opad_, sizeof opad_);
-        outer.update(in.data(), in.size());
-        return outer.finish();
+        const auto &c = detail::libcrypto();
+        if (!c.error.empty()) {
+            // Unreachable when callers check available() at configuration time, as they must.
+            std::fprintf(stderr, "ferry: HMAC-SHA-256 requested without libcrypto: %s\n", c.error.c_str());
+            std::abort();
+        }
+        Digest out{};
+        unsigned int len = 0;
+        if (!c.hmac(c.evp_sha256(), key_.data(), static_cast<int>(key_.size()),
+                    reinterpret_cast<const unsigned char *>(message_.data()), message_.size(), out.data(), &len) ||
+            len != out.size()) {
+            std::fprintf(stderr, "ferry: libcrypto's HMAC failed\n");
+            std::abort();
+        }
+        explicit_bzero(message_.data(), message_.size());
+        message_.clear();
+        return out;
     }
 
 private:
-    Sha256 inner_;
-    uint8_t opad_[64];
+    std::string key_;
+    std::string message_;
 };
 
 inline Digest hmac_sha256(std::string_view key, std::string_view message) {
     return HmacSha256(key.data(), key.size()).update(message).finish();
 }
 
-// Compares without an early exit, so timing does not tell how many leading bytes matched.
+// Constant-time comparison (CRYPTO_memcmp), so timing does not tell how many leading bytes of
+// a proof matched. Without libcrypto no secret is configured and the proofs compared are the
+// all-zero ones of unauthenticated peers, so a plain OR-of-differences loop does.
 inline bool equal_digests(const uint8_t *a, const uint8_t *b, size_t n) {
+    const auto &c = detail::libcrypto();
+    if (c.memcmp) return c.memcmp(a, b, n) == 0;
     uint8_t diff = 0;
     for (size_t i = 0; i < n; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
     return diff == 0;

@@ -15,7 +15,7 @@ namespace {
 
 int fail(hipError_t rc, const char *call, std::string &error) {
     error = std::string(call) + ": " + hipGetErrorString(rc) + " (HIP error " + std::to_string(static_cast<int>(rc)) + ")";
-    hipGetLastError();
+    (void)hipGetLastError();
     switch (rc) {
     case hipErrorOutOfMemory: return -ENOMEM;
     case hipErrorInvalidValue: return -EINVAL;
@@ -49,7 +49,7 @@ public:
             reason = rc == hipSuccess ? "no HIP device visible"
                                       : std::string("hipGetDeviceCount: ") + hipGetErrorString(rc) + " (HIP error " +
                                             std::to_string(static_cast<int>(rc)) + ")";
-            hipGetLastError();
+            (void)hipGetLastError();
             return;
         }
         available = true;
@@ -117,7 +117,7 @@ public:
         CHECK(hipSetDevice(device));
         hipError_t rc = hipDeviceEnablePeerAccess(peer, 0);
         if (rc == hipErrorPeerAccessAlreadyEnabled) {
-            hipGetLastError(); // sticky: clear it, it is not a failure
+            (void)hipGetLastError(); // sticky: clear it, it is not a failure
             return 0;
         }
         if (rc != hipSuccess) return fail(rc, "hipDeviceEnablePeerAccess", error);

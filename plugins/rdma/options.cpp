@@ -15,7 +15,8 @@ namespace {
 
 constexpr const char *kKnownKeys =
     "devices, ib_port, gid_index, traffic_class, service_level, mtu, bind_ip, advertise_ip, port, "
-    "connect_timeout_ms, op_timeout_ms, max_mr_size, max_wr, signal_interval, stripe_min, max_wr_size, "
+    "connect_timeout_ms, handshake_timeout_ms, max_control_connections, max_unauthenticated_per_address, "
+    "op_timeout_ms, max_mr_size, max_wr, signal_interval, stripe_min, max_wr_size, "
     "retry_timeout, retry_count, busy_poll, spin_us, sysfs_root, cuda_library, hsa_library, auth_key";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
@@ -116,6 +117,19 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             if (!in_range(value, false, 1, 3600000, &v))
                 return bad(err, key, value, "milliseconds from 1 to 3600000");
             c.connect_timeout_ms = static_cast<unsigned>(v);
+            c.control.reply_timeout_ms = c.connect_timeout_ms;
+        } else if (strcmp(key, "handshake_timeout_ms") == 0) {
+            if (!in_range(value, false, 10, 600000, &v))
+                return bad(err, key, value, "milliseconds from 10 to 600000 for a control connection's handshake");
+            c.control.handshake_timeout_ms = static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_control_connections") == 0) {
+            if (!in_range(value, false, 1, 1000000, &v))
+                return bad(err, key, value, "control connections from 1 to 1000000");
+            c.control.max_connections = static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_unauthenticated_per_address") == 0) {
+            if (!in_range(value, false, 1, 1000000, &v))
+                return bad(err, key, value, "connections in their handshake per peer address, from 1 to 1000000");
+            c.control.max_unauthenticated_per_address = static_cast<unsigned>(v);
         } else if (strcmp(key, "op_timeout_ms") == 0) {
             if (!in_range(value, false, 0, 86400000, &v))
                 return bad(err, key, value, "milliseconds from 0 (never) to 86400000");
@@ -170,6 +184,8 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
                 return set_error(err, -EINVAL, "rdma: invalid value for option 'auth_key': expected at least 32 hex digits "
                                                 "(the host derives it from auth_secret)");
             c.auth_key = std::move(raw);
+            if (!ferry_crypto::available())
+                return set_error(err, -ENOENT, "rdma: option 'auth_key': %s", ferry_crypto::load_error().c_str());
         } else {
             return set_error(err, -EINVAL, "rdma: unknown option '%s' (known: %s)", key, kKnownKeys);
         }

@@ -10,6 +10,14 @@
 
 namespace ferry_rdma {
 
+// The control server's defences against peers that do not follow the protocol (control_server.hpp).
+struct ControlLimits {
+    unsigned handshake_timeout_ms = 5000; // from accept to a finished Hello/Auth
+    unsigned max_connections = 1024;      // open control connections, authenticated or not
+    unsigned max_unauthenticated_per_address = 32;
+    unsigned reply_timeout_ms = 5000;     // sending one reply to an authenticated peer
+};
+
 struct Config {
     // RDMA devices to use (ibv device names, e.g. mlx5_0); empty: every device with an active port.
     std::vector<std::string> devices;
@@ -24,6 +32,7 @@ struct Config {
     std::string advertise_ip; // address put in the endpoint; empty = bind_ip
     uint16_t port = 0;        // 0 = ephemeral
     unsigned connect_timeout_ms = 5000;
+    ControlLimits control;
     unsigned op_timeout_ms = 30000; // an op waiting for a queue pair this long fails; 0: never
     uint64_t max_mr_size = 0;       // split registrations above this; 0: the device's max_mr_size
     uint32_t max_wr = 256;          // send queue depth per queue pair (capped by the device)

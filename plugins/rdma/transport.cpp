@@ -134,9 +134,8 @@ int Transport::start(ferry_error_t *err) {
     self_.port = port;
 
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    serve_wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (wake_fd_ < 0 || serve_wake_fd_ < 0 || epoll_fd_ < 0)
+    if (wake_fd_ < 0 || epoll_fd_ < 0)
         return set_error(err, -errno, "rdma: eventfd/epoll: %s", errno_string(errno).c_str());
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -149,7 +148,11 @@ int Transport::start(ferry_error_t *err) {
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     }
     progress_ = std::thread([this] { progress_loop(); });
-    server_ = std::thread([this] { serve_loop(); });
+    server_ = std::make_unique<ControlServer>(
+        listen_fd_, &cfg_.auth_key, cfg_.control, log_,
+        [this](ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) { return serve_request(c, h, body); });
+    if (int rc = server_->start(&why); rc != 0)
+        return set_error(err, rc, "rdma: control server: %s", why.c_str());
     repairer_ = std::thread([this] { repair_loop(); });
     return 0;
 }
@@ -157,12 +160,10 @@ int Transport::start(ferry_error_t *err) {
 Transport::~Transport() {
     stop_ = true;
     wake();
-    if (serve_wake_fd_ >= 0) {
-        uint64_t one = 1;
-        (void)!write(serve_wake_fd_, &one, sizeof one);
-    }
+    if (server_)
+        server_->stop(); // closes served connections: their queue pairs go before the NICs
     repair_cv_.notify_all();
-    for (auto *t : {&progress_, &server_, &repairer_})
+    for (auto *t : {&progress_, &repairer_})
         if (t->joinable())
             t->join();
     // Queue pairs first: after ibv_destroy_qp the NIC touches none of our memory.
@@ -182,15 +183,11 @@ Transport::~Transport() {
         ops_.clear();
         peers_.clear();
     }
-    for (auto &s : served_) {
-        s->qps.clear();
-        close(s->fd);
-    }
-    served_.clear();
+    server_.reset();
     for (auto &[h, r] : regions_)
         deregister_chunks(*r);
     regions_.clear();
-    for (int fd : {wake_fd_, epoll_fd_, listen_fd_, serve_wake_fd_})
+    for (int fd : {wake_fd_, epoll_fd_, listen_fd_})
         if (fd >= 0)
             close(fd);
     nics_.clear();
@@ -576,53 +573,6 @@ int Transport::release_mem(uint64_t peer_id, uint64_t remote_mem, ferry_error_t 
 
 // ---- serving: other instances' handshakes and queries ----
 
-void Transport::serve_loop() {
-    while (!stop_) {
-        std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}, {serve_wake_fd_, POLLIN, 0}};
-        {
-            std::lock_guard lock(served_mu_);
-            for (auto &s : served_)
-                fds.push_back({s->fd, POLLIN, 0});
-        }
-        if (::poll(fds.data(), fds.size(), 1000) <= 0)
-            continue;
-        if (fds[0].revents & POLLIN) {
-            int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0) {
-                auto s = std::make_unique<Served>(&cfg_.auth_key);
-                s->fd = fd;
-                std::lock_guard lock(served_mu_);
-                served_.push_back(std::move(s));
-            }
-        }
-        for (size_t i = 2; i < fds.size(); ++i) {
-            if (fds[i].revents == 0)
-                continue;
-            Served *s = nullptr;
-            {
-                std::lock_guard lock(served_mu_);
-                for (auto &x : served_)
-                    if (x->fd == fds[i].fd)
-                        s = x.get();
-            }
-            if (s == nullptr)
-                continue;
-            CtrlHeader h;
-            std::vector<uint8_t> body;
-            std::string why;
-            int rc = recv_msg(s->fd, &h, &body, static_cast<int>(cfg_.connect_timeout_ms), &why);
-            if (rc == 0 && serve_request(*s, h, body))
-                continue;
-            // Closed or broken: its queue pairs go (the NIC then refuses that initiator).
-            if (rc != 0 && rc != -ECONNRESET)
-                log_.log(FERRY_LOG_WARN, "control connection dropped: %s", why.c_str());
-            std::lock_guard lock(served_mu_);
-            close(s->fd);
-            served_.erase(std::find_if(served_.begin(), served_.end(), [&](auto &x) { return x.get() == s; }));
-        }
-    }
-}
-
 int Transport::serve_connect(Served &s, const ConnectBody &b, ConnectAckBody *ack, std::string *why) {
     s.token = b.token;
     s.nics = b.nics;
@@ -644,20 +594,15 @@ int Transport::serve_connect(Served &s, const ConnectBody &b, ConnectAckBody *ac
     return 0;
 }
 
-bool Transport::serve_request(Served &s, const CtrlHeader &h, const std::vector<uint8_t> &body) {
+bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) {
+    if (!c.session)
+        c.session = std::make_unique<Served>();
+    Served &s = static_cast<Served &>(*c.session);
     CtrlHeader reply;
     reply.req_id = h.req_id;
     std::vector<uint8_t> out;
     std::string why;
-    int timeout = static_cast<int>(cfg_.connect_timeout_ms);
-    if (!s.auth.done()) {
-        int arc = s.auth.on_message(h, body, &reply, &out, &why);
-        if (arc != 0)
-            log_.log(FERRY_LOG_WARN, "refused a control connection: %s", why.c_str());
-        std::string send_why;
-        bool sent = send_msg(s.fd, reply, out, timeout, &send_why) == 0;
-        return sent && arc == 0;
-    }
+    int timeout = static_cast<int>(cfg_.control.reply_timeout_ms);
     int rc = 0;
     auto type = static_cast<CtrlType>(h.type);
     if (type == CtrlType::Connect || type == CtrlType::Reconnect) {
@@ -701,7 +646,7 @@ bool Transport::serve_request(Served &s, const CtrlHeader &h, const std::vector<
         log_.log(FERRY_LOG_INFO, "refused a control request: %s", why.c_str());
     }
     std::string send_why;
-    if (send_msg(s.fd, reply, out, timeout, &send_why) != 0) {
+    if (send_msg(c.fd, reply, out, timeout, &send_why) != 0) {
         log_.log(FERRY_LOG_WARN, "control reply lost: %s", send_why.c_str());
         return false;
     }

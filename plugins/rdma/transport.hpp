@@ -11,6 +11,7 @@
 #pragma once
 
 #include "control.hpp"
+#include "control_server.hpp"
 #include "gpu_memory.hpp"
 #include "options.hpp"
 #include "plan.hpp"
@@ -110,15 +111,12 @@ struct Import {
     std::vector<uint16_t> nearest; // the owner's NICs nearest it
 };
 
-// The serving side of one initiator's control connection: the queue pairs created for it.
-struct Served {
-    explicit Served(const std::string *key) : auth(key) {}
-    int fd = -1;
-    AuthServer auth; // nothing else is served before it is done
+// The serving side of one initiator's authenticated control connection: the queue pairs created
+// for it (destroyed with the connection: the NIC then refuses that initiator).
+struct Served : ServedSession {
     uint64_t token = 0;
     std::vector<NicAddress> nics; // the initiator's
     std::map<std::pair<uint16_t, uint16_t>, std::unique_ptr<QueuePair>> qps; // (our nic, its nic)
-    std::vector<uint8_t> inbuf;
 };
 
 class Transport {
@@ -152,9 +150,8 @@ private:
     GpuRuntime *runtime_for(uint32_t kind);
 
     // control.cpp side: serving other instances, and requests to peers
-    void serve_loop();
-    // false: close the connection (authentication refused).
-    bool serve_request(Served &s, const CtrlHeader &h, const std::vector<uint8_t> &body);
+    // An authenticated request; false: close the connection.
+    bool serve_request(ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body);
     int serve_connect(Served &s, const ConnectBody &b, ConnectAckBody *ack, std::string *why);
     int request(Peer &p, CtrlType type, const std::vector<uint8_t> &body, CtrlType reply_type,
                 std::vector<uint8_t> *reply, std::string *why);
@@ -186,8 +183,8 @@ private:
 
     std::mutex mu_;
     std::atomic<bool> stop_{false};
-    std::thread progress_, server_, repairer_;
-    int wake_fd_ = -1, epoll_fd_ = -1, listen_fd_ = -1, serve_wake_fd_ = -1;
+    std::thread progress_, repairer_;
+    int wake_fd_ = -1, epoll_fd_ = -1, listen_fd_ = -1;
 
     std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_; // by handle
     std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;
@@ -204,8 +201,7 @@ private:
 
     std::mutex runtime_mu_;
     std::unique_ptr<GpuRuntime> cuda_, rocm_;
-    std::mutex served_mu_;
-    std::vector<std::unique_ptr<Served>> served_;
+    std::unique_ptr<ControlServer> server_; // other instances' control connections
 };
 
 } // namespace ferry_rdma

@@ -8,7 +8,7 @@
 #
 # BUILDDIR is the main meson build directory; its example.so becomes two test plugin wheels (one
 # in the plain plugin directory, one in a cuda99/ variant directory), and each NAME:VARIANT:FILE
-# argument (e.g. ferry-rocm5:rocm5:build/plugins/hip_ipc/hip_ipc.so) one real plugin wheel.
+# argument (e.g. ferry-rocm5:rocm5:build/plugins/rocm/rocm5/hip_ipc.so) one real plugin wheel.
 # The core wheel is built in BUILDDIR's sibling BUILDDIR-pywheel (FERRY_WHEEL_BUILDDIR), with
 # the same compiler flags and relative paths as a default build so ccache serves its objects.
 set -euo pipefail

@@ -151,3 +151,49 @@ def test_plugin_wheels_side_by_side(tmp_path):
         subprocess.run([py, "-c", "import ferry; ferry.Engine(plugins='tcp').close()"],
                        check=True, timeout=60, env=clean_env())
     shutil.rmtree(venv)
+
+
+def test_mislabelled_rocm_wheels_are_refused(tmp_path):
+    """A plugin wheel whose name, variant directory and libamdhip64 soname disagree is refused
+    by `wheels.py plugin` and, for one already built, by `wheels.py verify` (release.yml runs it
+    before every upload)."""
+    rocm = {w["variant"]: w for w in plugin_wheels() if w["variant"].startswith("rocm") and "hip_ipc" in w["plugins"]}
+    if len(rocm) < 2:
+        pytest.skip("needs hip_ipc plugin wheels of two ROCm majors (a build with -Drocm_roots)")
+    src = os.environ.get("FERRY_SOURCE_ROOT")
+    if not src:
+        pytest.skip("FERRY_SOURCE_ROOT is not set (run through run_wheel_tests.sh)")
+    tool = ["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
+            os.path.join(src, "python", "tools", "wheels.py")]
+    (good_variant, good), (other_variant, other) = sorted(rocm.items())[-1], sorted(rocm.items())[0]
+    so = {}
+    for variant, w in ((good_variant, good), (other_variant, other)):
+        with zipfile.ZipFile(w["wheel"]) as z:
+            member = "ferry/lib/ferry/plugins/%s/hip_ipc.so" % variant
+            so[variant] = z.extract(member, str(tmp_path / variant))
+    ok = subprocess.run(tool + ["verify", good["wheel"]], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # Another major's hip_ipc.so in this major's variant directory.
+    bad = subprocess.run(tool + ["plugin", "--out", str(tmp_path / "out"), "--name", "ferry-" + good_variant,
+                                 "--variant", good_variant, so[other_variant]],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    want = "ferry-%s: %s/hip_ipc.so needs libamdhip64.so.%s, but %s/ is for libamdhip64.so.%s" % (
+        good_variant, good_variant, other_variant[4:], good_variant, good_variant[4:])
+    assert want in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    # A wheel named after one major holding another's variant directory.
+    bad = subprocess.run(tool + ["plugin", "--out", str(tmp_path / "out"), "--name", "ferry-" + other_variant,
+                                 "--variant", good_variant, so[good_variant]],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "holds the %s/ variant directory: its name must be ferry-%s" % (good_variant, good_variant) in bad.stderr
+    # An already-built wheel with the wrong plugin swapped in: verify fails it.
+    swapped = tmp_path / os.path.basename(good["wheel"])
+    with zipfile.ZipFile(good["wheel"]) as zin, zipfile.ZipFile(swapped, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("/hip_ipc.so"):
+                data = open(so[other_variant], "rb").read()
+            zout.writestr(info, data)
+    bad = subprocess.run(tool + ["verify", str(swapped)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and want in bad.stdout, bad.stdout + bad.stderr

@@ -15,6 +15,10 @@
       overwrite each other or the core's files.
   wheels.py check WHEEL...
       Prints each wheel's files and what every ELF in it needs from the host.
+  wheels.py verify WHEEL...
+      Before an upload: each plugin wheel's name, its variant directory and the runtime soname
+      its plugins need agree (ferry-rocm7 holds rocm7/, whose hip_ipc.so needs libamdhip64.so.7);
+      exits 1 naming every disagreement. `plugin` refuses to build a wheel that would fail it.
   wheels.py manifest --out plugin-wheels.json WHEEL...
       Describes plugin wheels (name, variant, plugins) for python/tests/test_wheels.py.
 
@@ -24,6 +28,7 @@ prints the newest glibc symbol version used, which is what manylinux_2_<N> must 
 
 import argparse
 import email.parser
+import glob
 import os
 import platform
 import re
@@ -288,6 +293,63 @@ def build_core(args):
     print(final)
 
 
+def normalized(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def variant_problems(name, root):
+    """A plugin wheel whose name, variant directory and runtime soname disagree installs a
+    plugin the loader picks on the wrong hosts (Mooncake's ROCm release review asked for this
+    check). `root`: the unpacked wheel. Returns the disagreements, in words."""
+    plugins = os.path.join(root, PKG, "lib", "ferry", "plugins")
+    variants = sorted(d for d in os.listdir(plugins) if os.path.isdir(os.path.join(plugins, d))) \
+        if os.path.isdir(plugins) else []
+    problems = []
+    if len(variants) > 1:
+        problems.append("%s holds several variant directories (%s): one wheel per runtime major"
+                        % (name, ", ".join(variants)))
+    for variant in variants:
+        if normalized(name) != "ferry-" + variant:
+            problems.append("%s holds the %s/ variant directory: its name must be ferry-%s" % (name, variant, variant))
+        m = re.fullmatch(r"rocm(\d+)", variant)
+        if not m:
+            continue
+        want = "libamdhip64.so." + m.group(1)
+        for so in sorted(glob.glob(os.path.join(plugins, variant, "*.so"))):
+            hip = [n for n in elf_needed(so) if n.startswith("libamdhip64.so")]
+            if (hip or os.path.basename(so) == "hip_ipc.so") and hip != [want]:
+                problems.append("%s: %s/%s needs %s, but %s/ is for %s" % (
+                    name, variant, os.path.basename(so), ", ".join(hip) or "no libamdhip64", variant, want))
+    return problems
+
+
+def elf_needed(path):
+    # The pure-Python ELF reader meson uses for the same check at configure time (no patchelf
+    # needed where `verify` runs before an upload).
+    sys.path.insert(0, os.path.join(REPO, "plugins", "hip_ipc"))
+    from rocm_root import dynamic
+    return dynamic(path)[0]
+
+
+def verify(args):
+    status = 0
+    for wheel in args.wheels:
+        with tempfile.TemporaryDirectory(prefix="ferry-verify-") as tmp:
+            root = unpack(wheel, tmp)
+            with zipfile.ZipFile(wheel) as z:
+                meta = z.read([n for n in z.namelist() if n.endswith(".dist-info/METADATA")][0]).decode()
+            name = email.parser.Parser().parsestr(meta)["Name"]
+            problems = variant_problems(name, root)
+            if normalized(os.path.basename(wheel).split("-")[0]) != normalized(name):
+                problems.append("%s: the file name says %s but METADATA says %s" % (
+                    os.path.basename(wheel), os.path.basename(wheel).split("-")[0], name))
+            for p in problems:
+                log("PROBLEM: " + p)
+            log("%s: %s" % (os.path.basename(wheel), "problems above" if problems else "name, variant and sonames agree"))
+            status |= bool(problems)
+    return status
+
+
 def build_plugin(args):
     name = args.name
     dist = name.replace("-", "_")
@@ -322,6 +384,7 @@ def build_plugin(args):
             f.write("Wheel-Version: 1.0\nGenerator: ferry wheels.py\nRoot-Is-Purelib: false\n"
                     "Tag: py3-none-%s\n" % args.platform)
         problems, newest = report(root)
+        problems += variant_problems(name, root)
         if problems:
             raise SystemExit("wheels: " + "\n  ".join(["plugin wheel problems:"] + problems))
         final = pack(root, os.path.abspath(args.out))
@@ -402,6 +465,8 @@ def main():
     p.add_argument("plugins", nargs="+")
     k = sub.add_parser("check")
     k.add_argument("wheels", nargs="+")
+    v = sub.add_parser("verify")
+    v.add_argument("wheels", nargs="+")
     m = sub.add_parser("manifest")
     m.add_argument("--out", required=True)
     m.add_argument("wheels", nargs="+")
@@ -414,6 +479,8 @@ def main():
         build_plugin(args)
     elif args.cmd == "manifest":
         manifest(args)
+    elif args.cmd == "verify":
+        return verify(args)
     else:
         return check(args)
     return 0

@@ -1,0 +1,28 @@
+/* Stand-ins for ROCm's librocm-core.so.1 and libamdhip64.so.N in the variant-choice tests:
+ *   FAKE_ROCM_CORE=M,m,p   getROCmVersion reports ROCm M.m.p
+ *   FAKE_HIP=N             the HIP calls gpu_staging resolves; each fails with error 600+N and
+ *                          hipGetErrorString names the major, so a test sees which one loaded */
+#include <stddef.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#ifdef FAKE_ROCM_CORE
+EXPORT int getROCmVersion(unsigned *major, unsigned *minor, unsigned *patch) {
+    unsigned v[] = {FAKE_ROCM_CORE};
+    *major = v[0];
+    *minor = v[1];
+    *patch = v[2];
+    return 0;
+}
+#endif
+
+#ifdef FAKE_HIP
+#define STR2(x) #x
+#define STR(x) STR2(x)
+EXPORT int hipGetDevice(int *d) { *d = 0; return 0; }
+EXPORT int hipSetDevice(int d) { (void)d; return 0; }
+EXPORT int hipHostMalloc(void **p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return 600 + FAKE_HIP; }
+EXPORT int hipHostFree(void *p) { (void)p; return 0; }
+EXPORT int hipMemcpy(void *d, const void *s, size_t n, int k) { (void)d; (void)s; (void)n; (void)k; return 600 + FAKE_HIP; }
+EXPORT const char *hipGetErrorString(int rc) { (void)rc; return "fake HIP " STR(FAKE_HIP); }
+#endif
