@@ -159,6 +159,62 @@ void control_server() {
     put("control_server", "notify-without-hello", frame(kNotify, std::string_view("hello there")));
 }
 
+// Without a secret: HELLO with no flag, the all-zero proof, then requests after Ready.
+void control_server_open() {
+    using namespace ferry::control;
+    ferry::ByteWriter hello;
+    hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x42));
+    hello.u32(0);
+    hello.str("127.0.0.1:7000");
+    auto ready = frame(kHello, hello.data());
+    auto a = frame(kAuth, std::vector<uint8_t>(sizeof(Proof), 0));
+    ready.insert(ready.end(), a.begin(), a.end());
+    auto with = [&](std::vector<std::vector<uint8_t>> frames) {
+        auto out = ready;
+        for (auto &f : frames) out.insert(out.end(), f.begin(), f.end());
+        return out;
+    };
+    put("control_server_open", "hello-auth", ready);
+    put("control_server_open", "get", with({frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
+    put("control_server_open", "notify-get", with({frame(kNotify, std::string_view("after the write")),
+                                                   frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
+    put("control_server_open", "unknown-type", with({frame(99, std::string_view("x"))}));
+    auto cut = frame(kNotify, std::vector<uint8_t>(64, 0x61));
+    cut.resize(40);
+    put("control_server_open", "truncated-notify", with({cut}));
+}
+
+// What a server sends a client: byte 0 is the client's configuration (bit 0: a secret).
+void control_client() {
+    using namespace ferry::control;
+    ferry::ByteWriter hello;
+    hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x24));
+    hello.u32(0);
+    hello.bytes(std::vector<uint8_t>(sizeof(Proof), 0));
+    auto stream = [](uint8_t config, std::vector<std::vector<uint8_t>> frames) {
+        std::vector<uint8_t> out{config};
+        for (auto &f : frames) out.insert(out.end(), f.begin(), f.end());
+        return out;
+    };
+    ferry::SegmentDescriptor d;
+    d.name = "127.0.0.1:7000";
+    d.control = "127.0.0.1:7000";
+    auto desc = ferry::encode_descriptor(d);
+    put("control_client", "open-handshake-get-notify",
+        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(0, desc), frame(0, std::vector<uint8_t>{})}));
+    put("control_client", "open-refused-at-limit",
+        stream(0, {frame(EUSERS, std::string_view("control server at 127.0.0.1:7000 refused the connection: 128 "
+                                                  "connections already open from this address"))}));
+    put("control_client", "open-queue-full",
+        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(ENOBUFS, std::string_view("full"))}));
+    ferry::ByteWriter secret_hello;
+    secret_hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x24));
+    secret_hello.u32(kFlagSecret);
+    secret_hello.bytes(std::vector<uint8_t>(sizeof(Proof), 0x99));
+    put("control_client", "secret-wrong-proof",
+        stream(1, {frame(0, secret_hello.data()), frame(EACCES, std::string_view("authentication failed"))}));
+}
+
 // shm_wire: byte 0 picks the instance and the Hello, then (selector, Request) records; the
 // selector bits are explained in shm_wire_fuzz.cpp's steer().
 void shm_wire() {
@@ -211,6 +267,8 @@ int main(int argc, char **argv) {
     config_yaml();
     efa_mem();
     control_server();
+    control_server_open();
+    control_client();
     shm_wire();
     std::printf("wrote %d seed files under %s\n", g_written, g_root.c_str());
     return 0;
