@@ -35,7 +35,7 @@ for t in $targets; do
     result=FAILED
   fi
   # Coverage of everything found, measured in one pass over the merged corpus.
-  cov=$("$bin" -runs=0 "$scratch/$t/corpus" 2>&1 | sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' | tail -1)
+  cov=$(cd "$scratch/$t" && "$bin" -runs=0 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" 2>&1 | sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' | tail -1)
   files=$(ls "$scratch/$t/corpus" | wc -l)
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", b - a}')
   rate=$(awk -v e="$execs" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? e / s : 0)}')
