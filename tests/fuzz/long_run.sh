@@ -29,13 +29,15 @@ for t in $targets; do
   (cd "$scratch/$t/logs" && "$bin" -runs=$(( (runs + jobs - 1) / jobs )) -jobs="$jobs" -workers="$jobs" \
       -timeout=10 -max_total_time="${FUZZ_MAX_SECONDS:-0}" -print_final_stats=1 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" >/dev/null 2>&1) || result=FAILED
   end=$(date +%s.%N)
-  execs=$(cat "$scratch/$t/logs"/fuzz-*.log | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s+=$1} END {print s+0}')
+  execs=$(cat "$scratch/$t/logs"/fuzz-*.log 2>/dev/null | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s+=$1} END {print s+0}')
   if grep -lE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)|runtime error|invariant' \
       "$scratch/$t/logs"/fuzz-*.log >/dev/null 2>&1; then
     result=FAILED
   fi
   # Coverage of everything found, measured in one pass over the merged corpus.
-  cov=$(cd "$scratch/$t" && "$bin" -runs=0 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" 2>&1 | sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' | tail -1)
+  (cd "$scratch/$t" && "$bin" -runs=0 -artifact_prefix="$scratch/$t/cov-" "$scratch/$t/corpus" >"$scratch/$t/cov.log" 2>&1) ||
+    { result=FAILED; echo "fuzz $t: the coverage pass over the merged corpus failed ($scratch/$t/cov.log):"; grep -E 'ERROR|SUMMARY' "$scratch/$t/cov.log" | head -5; }
+  cov=$(sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' "$scratch/$t/cov.log" | tail -1)
   files=$(ls "$scratch/$t/corpus" | wc -l)
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", b - a}')
   rate=$(awk -v e="$execs" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? e / s : 0)}')
