@@ -5,7 +5,7 @@ import errno
 import os
 
 __all__ = [
-    "FerryError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
+    "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
     "Timeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError", "Canceled",
     "error_for_code",
 ]
@@ -31,8 +31,11 @@ class FerryError(Exception):
 
 
 class InvalidArgument(FerryError, ValueError):
-    """EINVAL: a bad argument or configuration value; EFAULT: an address outside every region
-    the peer (or this engine) registered."""
+    """EINVAL: a bad argument or configuration value."""
+
+
+class BadAddress(FerryError):
+    """EFAULT: an address range outside every region the peer (or this engine) registered."""
 
 
 class NotFound(FerryError, LookupError):
@@ -77,7 +80,8 @@ class Canceled(FerryError):
 
 _BY_ERRNO = {}
 for _cls, _names in (
-    (InvalidArgument, ("EINVAL", "EFAULT")),
+    (InvalidArgument, ("EINVAL",)),
+    (BadAddress, ("EFAULT",)),
     (NotFound, ("ENOENT", "ENODEV", "ENXIO")),
     (AlreadyExists, ("EEXIST",)),
     (PermissionDenied, ("EACCES", "EPERM")),
