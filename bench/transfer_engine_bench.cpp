@@ -341,6 +341,14 @@ std::vector<Point> sweep_points(const Options &o) {
 int run_initiator(const Options &o, ferry::Engine &engine, const std::string &segment_name) {
     ferry::SegmentId seg = open_target(o, engine, segment_name);
     auto regions = engine.segment_regions(seg);
+    // A target that just started serves its descriptor before its buffer is registered.
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
+    while (regions && regions->empty() && !g_stop && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        (void)engine.close_segment(seg);
+        seg = open_target(o, engine, segment_name);
+        regions = engine.segment_regions(seg);
+    }
     if (!regions) die(regions.error().message);
     if (regions->empty()) die("segment " + segment_name + " has registered no memory");
     const auto &target_region = regions->front();
