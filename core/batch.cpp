@@ -231,6 +231,8 @@ void Engine::Impl::complete(OpRecord &op, int code, std::string_view message_in)
     }
     if (code != 0) {
         op.code = code < 0 ? code : -code;
+        // kWaitPending means "the wait timed out" to wait()'s callers; an op never reports it.
+        if (op.code == kWaitPending) op.code = -EIO;
         op.message = message.empty() ? strerror(-op.code) : message;
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
@@ -294,8 +296,8 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
     while (batch->remaining.load(std::memory_order_acquire) > 0) {
         auto now = std::chrono::steady_clock::now();
         if (now >= deadline)
-            return fail(-ETIMEDOUT, cat("wait: batch ", id, " still has ", batch->remaining.load(), " of ", batch->size,
-                                        " ops in flight after ", timeout.count(), " ms"));
+            return fail(kWaitPending, cat("wait: batch ", id, " still has ", batch->remaining.load(), " of ", batch->size,
+                                          " ops in flight after ", timeout.count(), " ms; the batch stays valid"));
         auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
         int slice_ms = static_cast<int>(std::clamp<int64_t>(slice, 1, 100));
         if (!progress_driver) {

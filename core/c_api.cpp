@@ -165,9 +165,15 @@ int ferry_get_status(ferry_engine_t *e, ferry_batch_id_t batch, size_t index, fe
     });
 }
 
-int ferry_wait(ferry_engine_t *e, ferry_batch_id_t batch, int64_t timeout_ms) {
+int ferry_wait_batch(ferry_engine_t *e, ferry_batch_id_t batch, int64_t timeout_ms) {
     REQUIRE_ENGINE(e);
     return guarded(__func__, [&] { return check(e->engine->wait(batch, std::chrono::milliseconds(timeout_ms))); });
+}
+
+// Version 1 behaviour: a wait that timed out is -ETIMEDOUT (ambiguous with an op's -ETIMEDOUT).
+int ferry_wait(ferry_engine_t *e, ferry_batch_id_t batch, int64_t timeout_ms) {
+    int rc = ferry_wait_batch(e, batch, timeout_ms);
+    return rc == ferry::kWaitPending ? -ETIMEDOUT : rc;
 }
 
 int ferry_free_batch(ferry_engine_t *e, ferry_batch_id_t batch) {

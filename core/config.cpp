@@ -35,6 +35,10 @@ const std::map<std::string, std::string> kEngineKeys = {
     {"auth_secret", "cluster secret: peers must prove they know it (default $FERRY_AUTH_SECRET)"},
     {"auth_secret_file", "file holding the cluster secret (default $FERRY_AUTH_SECRET_FILE)"},
     {"notification_queue_max", "notifications received and not yet taken before senders get -ENOBUFS"},
+    {"control_max_connections", "control connections open at once, in all, before new ones are refused"},
+    {"control_max_connections_per_peer", "control connections open at once from one IP address"},
+    {"control_idle_timeout_ms", "an authenticated control connection that sends nothing this long is closed"},
+    {"control_log_interval_ms", "repeated control-server warnings: one line, then one count per interval"},
 };
 
 void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
@@ -60,6 +64,27 @@ Result<uint64_t> parse_unsigned(const std::string &key, const std::string &value
     if (ec != std::errc() || ptr != value.data() + value.size() || v > max)
         return fail(-EINVAL, cat("config key '", key, "' = '", value, "' is not an integer in [0, ", max, "]"));
     return v;
+}
+
+// The control server's limits against peers that hold connections open (control_server.hpp).
+Result<void> parse_control_limit(const std::string &key, const std::string &value, ControlLimits &out) {
+    auto in_range = [&](uint64_t lo, uint64_t hi) -> Result<uint64_t> {
+        auto v = parse_unsigned(key, value, hi);
+        if (!v || *v < lo) return fail(-EINVAL, cat("config key '", key, "' = '", value, "'; use ", lo, "..", hi));
+        return *v;
+    };
+    Result<uint64_t> v = 0;
+    if (key == "control_max_connections") {
+        if ((v = in_range(1, 1u << 20))) out.max_connections = *v;
+    } else if (key == "control_max_connections_per_peer") {
+        if ((v = in_range(1, 1u << 20))) out.max_connections_per_peer = *v;
+    } else if (key == "control_idle_timeout_ms") {
+        if ((v = in_range(100, 86400000))) out.idle_timeout = std::chrono::milliseconds(*v);
+    } else if (key == "control_log_interval_ms") {
+        if ((v = in_range(100, 3600000))) out.log_interval = std::chrono::milliseconds(*v);
+    }
+    if (!v) return std::unexpected(v.error());
+    return {};
 }
 
 } // namespace
@@ -152,6 +177,8 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             auto v = parse_unsigned(key, value, 1u << 24);
             if (!v || *v == 0) return fail(-EINVAL, cat("config key 'notification_queue_max' = '", value, "'; use 1..16777216"));
             s.notification_queue_max = *v;
+        } else if (auto c = parse_control_limit(key, value, s.control); !c) {
+            return std::unexpected(c.error());
         }
     }
     if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());

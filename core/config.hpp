@@ -15,6 +15,14 @@ namespace ferry {
 
 inline constexpr const char *kDefaultProtocolPriority = "cuda_ipc,hip_ipc,shm,rdma,efa,tcp";
 
+// Limits of the control server against peers that hold connections open.
+struct ControlLimits {
+    size_t max_connections = 1024;
+    size_t max_connections_per_peer = 128;
+    std::chrono::milliseconds idle_timeout{120000};
+    std::chrono::milliseconds log_interval{10000};
+};
+
 struct EngineSettings {
     MetadataSettings metadata;
     std::string host_id;                  // empty: probe it
@@ -25,6 +33,7 @@ struct EngineSettings {
     std::map<std::string, PluginOptions> plugin_options; // "tcp.lanes" -> {"tcp": {"lanes", ..}}
     AuthSettings auth;                    // cluster secret (config, then environment)
     size_t notification_queue_max = 65536; // notifications waiting to be taken
+    ControlLimits control;
 };
 
 // Rejects unknown keys and bad values with a message naming the key.

@@ -25,7 +25,13 @@ Result<ControlClient> ControlClient::connect(const std::string &address, const s
     if (!where) return fail(-EINVAL, cat("control address '", address, "' of ", label, " is not ip:port"));
     auto fd = connect_tcp(*where, deadline);
     if (!fd) return std::unexpected(fd.error());
-    ControlClient client(std::move(*fd), address, label);
+    return handshake(std::move(*fd), address, label, self_name, secret, deadline);
+}
+
+Result<ControlClient> ControlClient::handshake(Fd fd, const std::string &address, const std::string &label,
+                                               const std::string &self_name, const std::string &secret,
+                                               Clock::time_point deadline) {
+    ControlClient client(std::move(fd), address, label);
 
     auto nonce = random_nonce();
     if (!nonce) return std::unexpected(nonce.error());
@@ -33,7 +39,13 @@ Result<ControlClient> ControlClient::connect(const std::string &address, const s
     hello.bytes(*nonce);
     hello.u32(secret.empty() ? 0 : kFlagSecret);
     hello.str(std::string_view(self_name).substr(0, kMaxNameBytes));
-    if (auto w = write_all(client.fd_.get(), frame(kHello, hello.data()), deadline); !w) return std::unexpected(w.error());
+    if (auto w = write_all(client.fd_.get(), frame(kHello, hello.data()), deadline); !w) {
+        // A server that turned us away at once (a connection limit) closed before our HELLO
+        // arrived; its reason is still waiting to be read.
+        auto reason = client.read_reply(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), "the handshake");
+        if (!reason && !client.failed_) return std::unexpected(reason.error());
+        return fail(w.error().code, cat(label, " (control ", address, "): ", w.error().message, " during the handshake"));
+    }
     auto answer = client.read_reply(deadline, "the handshake");
     if (!answer) return std::unexpected(answer.error());
 
@@ -88,10 +100,21 @@ Result<std::vector<uint8_t>> ControlClient::read_reply(Clock::time_point deadlin
         failed_ = true;
         return fail(-EPROTO, cat(label_, " announced a ", h.length, "-byte reply; refused"));
     }
-    std::vector<uint8_t> payload(h.length);
-    if (auto r = read_all(fd_.get(), payload, deadline); !r) return io_failed(r.error());
+    // Grown as the bytes arrive: a header alone cannot make us allocate 64 MiB.
+    std::vector<uint8_t> payload;
+    while (payload.size() < h.length) {
+        size_t at = payload.size();
+        payload.resize(at + std::min<size_t>(h.length - at, 1u << 20));
+        if (auto r = read_all(fd_.get(), std::span(payload).subspan(at), deadline); !r) return io_failed(r.error());
+    }
     if (h.code != 0) {
         std::string why(payload.begin(), payload.end());
+        // A server at a connection limit or out of descriptors says so in a whole sentence,
+        // naming itself ("control server at X refused the connection: ...").
+        if (h.code == EUSERS || h.code == EMFILE) {
+            failed_ = true;
+            return fail(-static_cast<int>(h.code), cat(label_, ": ", why));
+        }
         // Refusals that end the connection (version, authentication) arrive before Ready.
         return fail(-static_cast<int>(h.code), cat(label_, " refused: ", why));
     }

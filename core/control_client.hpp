@@ -22,6 +22,11 @@ public:
     static Result<ControlClient> connect(const std::string &address, const std::string &label,
                                          const std::string &self_name, const std::string &secret,
                                          Clock::time_point deadline);
+    // The handshake alone, on a connected stream socket (connect() runs it after connecting;
+    // the control_client fuzz target runs it on a socketpair holding a hostile server's bytes).
+    static Result<ControlClient> handshake(Fd fd, const std::string &address, const std::string &label,
+                                           const std::string &self_name, const std::string &secret,
+                                           Clock::time_point deadline);
 
     // One request, one reply. A refusal (non-zero status) comes back as that errno and the
     // peer's message; the connection stays usable after a refusal but not after an I/O error.

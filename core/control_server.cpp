@@ -23,21 +23,29 @@ using namespace control;
 
 namespace {
 
-constexpr size_t kMaxConnections = 1024;
-// A peer that stops in the middle of a frame is cut after this long.
+// A peer that stops in the middle of a frame, or stops reading its replies, is cut after this.
 constexpr auto kFrameTimeout = std::chrono::seconds(30);
+// Out of descriptors with no spare to refuse with: the listener rests this long (no busy loop).
+constexpr auto kListenPause = std::chrono::milliseconds(100);
+// Accepts per wakeup, so that a flood of connections cannot starve the open ones.
+constexpr size_t kAcceptBurst = 256;
 constexpr size_t kHelloMax = kNonceBytes + 4 + 4 + kMaxNameBytes;
 
-std::string peer_address(const sockaddr_storage &ss) {
+std::string peer_ip(const sockaddr_storage &ss) {
     char buf[INET6_ADDRSTRLEN] = "?";
-    if (ss.ss_family == AF_INET) {
-        auto *a = reinterpret_cast<const sockaddr_in *>(&ss);
-        inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
-        return cat(buf, ":", ntohs(a->sin_port));
-    }
-    auto *a = reinterpret_cast<const sockaddr_in6 *>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
-    return cat("[", buf, "]:", ntohs(a->sin6_port));
+    if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(&ss)->sin_addr, buf, sizeof buf);
+    else if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&ss)->sin6_addr, buf, sizeof buf);
+    return buf;
+}
+
+std::string peer_address(const sockaddr_storage &ss) {
+    if (ss.ss_family == AF_INET)
+        return cat(peer_ip(ss), ":", ntohs(reinterpret_cast<const sockaddr_in *>(&ss)->sin_port));
+    return cat("[", peer_ip(ss), "]:", ntohs(reinterpret_cast<const sockaddr_in6 *>(&ss)->sin6_port));
+}
+
+std::string seconds(Clock::duration d) {
+    return cat(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0, " s");
 }
 
 } // namespace
@@ -46,6 +54,7 @@ struct ControlServer::Connection {
     enum class Stage { Hello, Auth, Ready };
     Fd fd;
     std::string peer;        // remote address
+    std::string ip;          // remote IP address: the per-peer cap counts by it
     std::string client_name; // the client's segment name, from HELLO
     Stage stage = Stage::Hello;
     Nonce client_nonce{}, server_nonce{};
@@ -53,7 +62,8 @@ struct ControlServer::Connection {
     std::vector<uint8_t> out;
     size_t out_off = 0;
     bool close_after_write = false;
-    Clock::time_point deadline; // handshake or partial-frame deadline; max() when idle
+    bool busy = false;          // Ready with a partial request in or unsent replies out
+    Clock::time_point deadline; // handshake, request, reply or idle deadline
 };
 
 Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions options) {
@@ -67,13 +77,19 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
     // Non-blocking, so accepting until EAGAIN never waits for a peer that already left.
     if (::fcntl(server->listener_.get(), F_SETFL, ::fcntl(server->listener_.get(), F_GETFL) | O_NONBLOCK) != 0)
         return fail(-errno, cat("control server: fcntl: ", std::strerror(errno)));
+    // Kept for the moment the process runs out of descriptors: closing it makes room to accept
+    // one peer and tell it why (a peer left in the backlog learns nothing).
+    server->spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     server->thread_ = std::thread([s = server.get()] { s->serve(); });
     return server;
 }
 
 ControlServer::ControlServer(ControlServerOptions options, Fd listener, std::string address)
     : options_(std::move(options)), listener_(std::move(listener)),
-      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), address_(std::move(address)) {}
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), address_(std::move(address)),
+      bad_log_{log::Limiter(options_.log_interval), "control connections closed for protocol errors or deadlines"},
+      refused_log_{log::Limiter(options_.log_interval), "control connections refused (a connection limit or out of descriptors)"},
+      accept_log_{log::Limiter(options_.log_interval), "failed accepts on the control port"} {}
 
 ControlServer::~ControlServer() {
     uint64_t one = 1;
@@ -95,14 +111,45 @@ std::vector<Notification> ControlServer::take_notifications() {
     return out;
 }
 
+void ControlServer::warn(CountedWarning &w, const std::string &message, Clock::time_point now) {
+    if (w.limiter.admit(now))
+        FERRY_LOG(Warn, "control", message, " (more ", w.what, " in the next ", seconds(w.limiter.every()),
+                  " are counted, not logged one by one)");
+}
+
+void ControlServer::flush_counts(Clock::time_point now) {
+    for (auto *w : {&bad_log_, &refused_log_, &accept_log_})
+        if (uint64_t n = w->limiter.take_due(now))
+            FERRY_LOG(Warn, "control", n, " more ", w->what, " in the last ", seconds(w->limiter.every()));
+}
+
+void ControlServer::close_connection(size_t index) {
+    auto it = per_peer_.find(connections_[index]->ip);
+    if (it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
+    connections_.erase(connections_.begin() + static_cast<ptrdiff_t>(index));
+}
+
+// Before Ready the handshake deadline set at accept stands. Ready: a request being received or
+// replies being sent must finish (or make progress) within kFrameTimeout; an idle connection
+// is closed after idle_timeout (the client reconnects when it needs one).
+void ControlServer::set_deadline(Connection &c, Clock::time_point now, bool progress) {
+    if (c.stage != Connection::Stage::Ready) return;
+    bool busy = !c.in.empty() || !c.out.empty();
+    if (!busy) c.deadline = now + options_.idle_timeout;
+    else if (!c.busy || progress) c.deadline = now + kFrameTimeout;
+    c.busy = busy;
+}
+
 void ControlServer::serve() {
     std::vector<pollfd> fds;
     for (;;) {
+        auto now = Clock::now();
+        const bool listening = now >= listen_paused_until_;
         fds.clear();
         fds.push_back({stop_.get(), POLLIN, 0});
-        fds.push_back({listener_.get(), POLLIN, 0});
-        auto now = Clock::now();
-        auto next_deadline = Clock::time_point::max();
+        fds.push_back({listening ? listener_.get() : -1, POLLIN, 0});
+        auto next_deadline = listening ? Clock::time_point::max() : listen_paused_until_;
+        for (auto *w : {&bad_log_, &refused_log_, &accept_log_}) next_deadline = std::min(next_deadline, w->limiter.due());
         for (auto &c : connections_) {
             // Backpressure: a peer that does not read its replies is not read from either.
             short events = c->out.empty() ? POLLIN : POLLOUT;
@@ -126,37 +173,94 @@ void ControlServer::serve() {
         for (size_t i = 0; i < polled; ++i) {
             auto &c = *connections_[i];
             short re = n > 0 ? fds[i + 2].revents : 0;
-            if (re & (POLLIN | POLLHUP | POLLERR)) keep[i] = on_readable(c);
-            if (keep[i] && (re & POLLOUT)) keep[i] = on_writable(c);
+            if (re & (POLLIN | POLLHUP | POLLERR)) keep[i] = on_readable(c, now);
+            if (keep[i] && (re & POLLOUT)) keep[i] = on_writable(c, now);
             if (keep[i] && c.deadline <= now) {
-                FERRY_LOG(Warn, "control", "connection from ", c.peer,
-                          c.stage == Connection::Stage::Ready ? " stalled in the middle of a request"
-                                                              : " did not authenticate in time",
-                          "; closed");
                 keep[i] = false;
+                if (c.stage != Connection::Stage::Ready)
+                    warn(bad_log_, cat("connection from ", c.peer, " did not authenticate within ",
+                                       options_.handshake_timeout.count(), " ms (handshake_timeout_ms); closed"), now);
+                else if (c.busy)
+                    warn(bad_log_, cat("connection from ", c.peer, " stalled in the middle of a request or stopped reading "
+                                       "replies; closed"), now);
+                else
+                    FERRY_LOG(Debug, "control", "connection from ", c.peer, " idle for ", options_.idle_timeout.count(),
+                              " ms (control_idle_timeout_ms); closed");
             }
         }
         for (size_t i = polled; i-- > 0;)
-            if (!keep[i]) connections_.erase(connections_.begin() + static_cast<ptrdiff_t>(i));
-        if (n > 0 && (fds[1].revents & POLLIN)) accept_all();
+            if (!keep[i]) close_connection(i);
+        if (n > 0 && listening && (fds[1].revents & POLLIN)) accept_all(now);
+        flush_counts(now);
     }
 }
 
-void ControlServer::accept_all() {
-    for (;;) {
+void ControlServer::turn_away(Fd fd, const std::string &peer, uint16_t code, const std::string &why,
+                              Clock::time_point now) {
+    // Read what the peer sent already (its HELLO): closing with unread bytes would reset the
+    // connection instead of ending it after the reason.
+    uint8_t sink[4096];
+    for (int i = 0; i < 4 && ::recv(fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {}
+    auto f = frame(code, why);
+    [[maybe_unused]] auto sent = ::send(fd.get(), f.data(), f.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    warn(refused_log_, cat("refused a control connection from ", peer, ": ", why), now);
+}
+
+bool ControlServer::out_of_descriptors(int err, Clock::time_point now) {
+    warn(accept_log_, cat("cannot accept control connections: ", std::strerror(err), "; peers are refused until "
+                          "descriptors are free again (raise the process's limit, ulimit -n, if this persists)"), now);
+    if (!spare_) spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (spare_) {
+        spare_.reset();
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
+        const bool took_one = static_cast<bool>(fd);
+        if (took_one)
+            turn_away(std::move(fd), peer_address(ss), EMFILE,
+                      cat("control server at ", address_, " refused the connection: that engine is out of file descriptors (",
+                          std::strerror(err), "); retry later, or raise its descriptor limit (ulimit -n)"), now);
+        spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (took_one && spare_) return true;
+    }
+    // Nothing to refuse with: rest instead of polling a listener that stays readable.
+    listen_paused_until_ = now + kListenPause;
+    return false;
+}
+
+void ControlServer::accept_all(Clock::time_point now) {
+    for (size_t accepted = 0; accepted < kAcceptBurst; ++accepted) {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
         Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
         if (!fd) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                FERRY_LOG(Warn, "control", "accept failed: ", std::strerror(errno));
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED) continue;
+            if (err == EAGAIN || err == EWOULDBLOCK) return;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+                if (out_of_descriptors(err, now)) continue;
+                return;
+            }
+            warn(accept_log_, cat("accept failed: ", std::strerror(err)), now);
+            listen_paused_until_ = now + kListenPause;
             return;
         }
+        std::string ip = peer_ip(ss);
         std::string peer = peer_address(ss);
-        if (connections_.size() >= kMaxConnections) {
-            FERRY_LOG(Warn, "control", "refused a connection from ", peer, ": already ", kMaxConnections,
-                      " control connections open");
+        auto mine = per_peer_.find(ip);
+        size_t from_here = mine == per_peer_.end() ? 0 : mine->second;
+        if (connections_.size() >= options_.max_connections) {
+            turn_away(std::move(fd), peer, EUSERS,
+                      cat("control server at ", address_, " refused the connection: ", connections_.size(),
+                          " connections already open in all (control_max_connections); close idle engines or raise "
+                          "control_max_connections on that engine"), now);
+            continue;
+        }
+        if (from_here >= options_.max_connections_per_peer) {
+            turn_away(std::move(fd), peer, EUSERS,
+                      cat("control server at ", address_, " refused the connection: ", from_here,
+                          " connections already open from this address (", ip, "; control_max_connections_per_peer); "
+                          "close idle engines on that host or raise control_max_connections_per_peer on that engine"), now);
             continue;
         }
         int one = 1;
@@ -164,17 +268,19 @@ void ControlServer::accept_all() {
         auto c = std::make_unique<Connection>();
         c->fd = std::move(fd);
         c->peer = std::move(peer);
-        c->deadline = Clock::now() + options_.handshake_timeout;
+        c->ip = ip;
+        c->deadline = now + options_.handshake_timeout;
+        ++per_peer_[ip];
         connections_.push_back(std::move(c));
     }
 }
 
-bool ControlServer::on_readable(Connection &c) {
+bool ControlServer::on_readable(Connection &c, Clock::time_point now) {
     uint8_t buf[64 * 1024];
     ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
     if (n == 0) {
         if (c.stage != Connection::Stage::Ready)
-            FERRY_LOG(Info, "control", "connection from ", c.peer, " closed during the handshake");
+            warn(bad_log_, cat("connection from ", c.peer, " closed during the handshake"), now);
         return false;
     }
     if (n < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
@@ -184,12 +290,12 @@ bool ControlServer::on_readable(Connection &c) {
     while (keep && !c.close_after_write && c.in.size() - used >= kHeaderBytes) {
         Header h = parse_header({c.in.data() + used, kHeaderBytes});
         if (h.magic != kMagic) {
-            FERRY_LOG(Warn, "control", "connection from ", c.peer, " sent bytes that are not a Ferry control frame; closed");
+            warn(bad_log_, cat("connection from ", c.peer, " sent bytes that are not a Ferry control frame; closed"), now);
             return false;
         }
         if (h.version != kVersion) {
             refuse(c, EPROTONOSUPPORT, cat("control protocol version ", h.version, " is not supported: this engine (",
-                                           address_, ") speaks version ", kVersion, "; run the same Ferry release on every engine"));
+                                           address_, ") speaks version ", kVersion, "; run the same Ferry release on every engine"), now);
             break;
         }
         size_t limit = c.stage == Connection::Stage::Hello  ? kHelloMax
@@ -198,33 +304,37 @@ bool ControlServer::on_readable(Connection &c) {
         if (h.length > limit) {
             refuse(c, h.code == kNotify ? EMSGSIZE : EPROTO,
                    cat("request of ", h.length, " bytes exceeds the limit of ", limit,
-                       h.code == kNotify ? cat(" (notifications carry at most ", kMaxNotificationBytes, " bytes)") : ""));
+                       h.code == kNotify ? cat(" (notifications carry at most ", kMaxNotificationBytes, " bytes)") : ""), now);
             break;
         }
         if (c.in.size() - used < kHeaderBytes + h.length) break;
         std::vector<uint8_t> payload(c.in.begin() + static_cast<ptrdiff_t>(used + kHeaderBytes),
                                      c.in.begin() + static_cast<ptrdiff_t>(used + kHeaderBytes + h.length));
         used += kHeaderBytes + h.length;
-        keep = handle_frame(c, h.code, std::move(payload));
+        keep = handle_frame(c, h.code, std::move(payload), now);
     }
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(used));
-    if (c.stage == Connection::Stage::Ready)
-        c.deadline = c.in.empty() ? Clock::time_point::max() : Clock::now() + kFrameTimeout;
-    if (keep && !c.out.empty()) keep = on_writable(c);
+    set_deadline(c, now, used > 0);
+    if (keep && !c.out.empty()) keep = on_writable(c, now);
     return keep;
 }
 
-bool ControlServer::on_writable(Connection &c) {
+bool ControlServer::on_writable(Connection &c, Clock::time_point now) {
+    bool sent = false;
     while (c.out_off < c.out.size()) {
         ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR) continue;
-            return errno == EAGAIN || errno == EWOULDBLOCK;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+            set_deadline(c, now, sent);
+            return true;
         }
+        sent = sent || n > 0;
         c.out_off += static_cast<size_t>(n);
     }
     c.out.clear();
     c.out_off = 0;
+    set_deadline(c, now, sent);
     return !c.close_after_write;
 }
 
@@ -234,14 +344,14 @@ void ControlServer::reply(Connection &c, uint16_t status, std::span<const uint8_
 }
 
 // Answers with the reason and closes once it is sent. Logged here, once, with the peer.
-void ControlServer::refuse(Connection &c, int code, const std::string &why) {
-    FERRY_LOG(Warn, "control", "refused connection from ", c.peer,
-              c.client_name.empty() ? "" : cat(" (segment ", c.client_name, ")"), ": ", why);
+void ControlServer::refuse(Connection &c, int code, const std::string &why, Clock::time_point now) {
+    warn(bad_log_, cat("refused connection from ", c.peer, c.client_name.empty() ? "" : cat(" (segment ", c.client_name, ")"),
+                       ": ", why), now);
     reply(c, static_cast<uint16_t>(code), {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
     c.close_after_write = true;
 }
 
-bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload) {
+bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload, Clock::time_point now) {
     const bool have_secret = !options_.secret.empty();
     switch (c.stage) {
     case Connection::Stage::Hello: {
@@ -249,12 +359,12 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
         uint32_t flags = 0;
         std::vector<uint8_t> nonce;
         if (code != kHello) {
-            refuse(c, EPROTO, cat("request type ", code, " before HELLO"));
+            refuse(c, EPROTO, cat("request type ", code, " before HELLO"), now);
             return true;
         }
         if (!r.bytes(nonce, kNonceBytes) || nonce.size() != kNonceBytes || !r.u32(flags) ||
             !r.str(c.client_name, kMaxNameBytes) || r.remaining() != 0) {
-            refuse(c, EPROTO, "malformed HELLO");
+            refuse(c, EPROTO, "malformed HELLO", now);
             return true;
         }
         std::copy(nonce.begin(), nonce.end(), c.client_nonce.begin());
@@ -262,18 +372,18 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
         if (have_secret && !peer_secret) {
             refuse(c, EACCES, cat("authentication failed: this engine (", address_,
                                   ") requires the cluster secret (auth_secret) and the peer has none; set the same "
-                                  "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"));
+                                  "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"), now);
             return true;
         }
         if (!have_secret && peer_secret) {
             refuse(c, EACCES, cat("authentication failed: this engine (", address_,
                                   ") has no cluster secret but the peer uses one; set the same auth_secret, "
-                                  "auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"));
+                                  "auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"), now);
             return true;
         }
         auto server_nonce = random_nonce();
         if (!server_nonce) {
-            refuse(c, -server_nonce.error().code, server_nonce.error().message);
+            refuse(c, -server_nonce.error().code, server_nonce.error().message, now);
             return true;
         }
         c.server_nonce = *server_nonce;
@@ -288,17 +398,16 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
     }
     case Connection::Stage::Auth: {
         if (code != kAuth || payload.size() != sizeof(Proof)) {
-            refuse(c, EPROTO, "malformed AUTH");
+            refuse(c, EPROTO, "malformed AUTH", now);
             return true;
         }
         Proof expected = make_proof(options_.secret, "client", c.client_nonce, c.server_nonce, c.client_name);
         if (!ferry_crypto::equal_digests(expected.data(), payload.data(), expected.size())) {
             refuse(c, EACCES, cat("authentication failed: the peer does not know this cluster's secret (wrong "
-                                  "auth_secret); this engine (", address_, ") refuses it"));
+                                  "auth_secret); this engine (", address_, ") refuses it"), now);
             return true;
         }
         c.stage = Connection::Stage::Ready;
-        c.deadline = Clock::time_point::max();
         reply(c, 0, {});
         FERRY_LOG(Debug, "control", "connection from ", c.peer, " (segment ", c.client_name, ") ",
                   have_secret ? "authenticated" : "accepted");

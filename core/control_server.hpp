@@ -2,11 +2,16 @@
 // persistent connections from peer engines. It authenticates each connection
 // (control_protocol.hpp) before serving anything, then answers descriptor requests with the
 // last published descriptor and queues notifications until the engine takes them.
+// Against peers that do not follow the protocol: a handshake deadline, an idle deadline, caps
+// on connections per peer address and in all (refused with a reason the client shows), a
+// reserved descriptor to refuse with when the process is out of them (no busy accept loop),
+// and per-connection warnings rate-limited to a line and a count per interval.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +20,8 @@
 
 #include "fd.hpp"
 #include "ferry/engine.hpp"
+#include "log.hpp"
+#include "socket_util.hpp"
 
 namespace ferry {
 
@@ -23,6 +30,10 @@ struct ControlServerOptions {
     uint16_t port = 0;                          // 0: any free port
     std::string secret;                         // empty: no authentication
     std::chrono::milliseconds handshake_timeout{5000}; // a connection must authenticate within it
+    std::chrono::milliseconds idle_timeout{120000};   // an authenticated one that sends nothing is closed
+    size_t max_connections = 1024;              // open at once, in all
+    size_t max_connections_per_peer = 128;      // open at once from one peer IP address
+    std::chrono::milliseconds log_interval{10000}; // repeated warnings: a line, then a count per interval
     size_t queue_max = 65536;                   // notifications waiting to be taken
     size_t queue_max_bytes = 256u << 20;        // their bytes
 };
@@ -45,20 +56,37 @@ public:
     struct Connection;
 
 private:
+    struct CountedWarning {
+        log::Limiter limiter;
+        const char *what; // names the events in the periodic count
+    };
+
     ControlServer(ControlServerOptions options, Fd listener, std::string address);
     void serve();
-    void accept_all();
-    bool on_readable(Connection &c);  // false: close it
-    bool on_writable(Connection &c);
-    bool handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload);
-    void refuse(Connection &c, int code, const std::string &why);
+    void accept_all(Clock::time_point now);
+    bool out_of_descriptors(int err, Clock::time_point now); // true: one peer was refused
+    // Tells a just-accepted peer why it is turned away, then closes it.
+    void turn_away(Fd fd, const std::string &peer, uint16_t code, const std::string &why, Clock::time_point now);
+    void warn(CountedWarning &w, const std::string &message, Clock::time_point now);
+    void flush_counts(Clock::time_point now);
+    void close_connection(size_t index);
+    void set_deadline(Connection &c, Clock::time_point now, bool progress);
+    bool on_readable(Connection &c, Clock::time_point now); // false: close it
+    bool on_writable(Connection &c, Clock::time_point now);
+    bool handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload, Clock::time_point now);
+    void refuse(Connection &c, int code, const std::string &why, Clock::time_point now);
     void reply(Connection &c, uint16_t status, std::span<const uint8_t> payload);
 
     ControlServerOptions options_;
     Fd listener_;
     Fd stop_;
     std::string address_;
-    std::vector<std::unique_ptr<Connection>> connections_; // server thread only
+    // Server thread only:
+    std::vector<std::unique_ptr<Connection>> connections_;
+    std::map<std::string, size_t> per_peer_; // open connections by peer IP address
+    Fd spare_;                               // given up to refuse a peer when out of descriptors
+    Clock::time_point listen_paused_until_{};
+    CountedWarning bad_log_, refused_log_, accept_log_;
 
     std::mutex mutex_; // guards everything below
     std::vector<uint8_t> descriptor_;

@@ -122,6 +122,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     control_options.secret = s.auth.secret;
     control_options.handshake_timeout = s.metadata.timeout;
     control_options.queue_max = s.notification_queue_max;
+    control_options.max_connections = s.control.max_connections;
+    control_options.max_connections_per_peer = s.control.max_connections_per_peer;
+    control_options.idle_timeout = s.control.idle_timeout;
+    control_options.log_interval = s.control.log_interval;
     auto control = ControlServer::start(std::move(control_options));
     if (!control) {
         FERRY_ERROR(control.error().message);
@@ -419,9 +423,9 @@ Result<void> Engine::send_notification(SegmentId id, std::span<const uint8_t> me
     auto label = cat("segment '", seg->name, "'");
     std::lock_guard lock(seg->control_mutex);
     if (seg->control && (seg->control->address() != *address || seg->control->broken())) seg->control.reset();
-    if (!seg->control) {
+    auto connect = [&]() -> Result<void> {
         auto client = ControlClient::connect(*address, label, im.metadata->segment_name(), im.settings.auth.secret, deadline);
-        if (!client && client.error().code != -EACCES) {
+        if (!client && client.error().code != -EACCES && client.error().code != -EUSERS) {
             // The peer may have restarted elsewhere: re-read its descriptor once and retry.
             std::lock_guard seg_lock(seg->mutex);
             if (im.refresh_segment(*seg) && !seg->descriptor.control.empty() && seg->descriptor.control != *address) {
@@ -431,10 +435,21 @@ Result<void> Engine::send_notification(SegmentId id, std::span<const uint8_t> me
         }
         if (!client) return fail(client.error().code, "send_notification: " + client.error().message);
         seg->control.emplace(std::move(*client));
-    }
-    // Not retried after the request left: the peer may have queued it, and a duplicate is
-    // worse than a reported failure.
+        return {};
+    };
+    const bool reused = seg->control.has_value();
+    if (!reused)
+        if (auto c = connect(); !c) return c;
     auto reply = seg->control->call(control::kNotify, message, deadline);
+    // A kept connection the server closed as idle just as we sent (EOF or reset before any
+    // reply) never delivered the request: the server closes only connections with nothing
+    // unread. Otherwise not retried after the request left: the peer may have queued it, and
+    // a duplicate is worse than a reported failure.
+    if (!reply && reused && (reply.error().code == -ECONNRESET || reply.error().code == -EPIPE)) {
+        seg->control.reset();
+        if (auto c = connect(); !c) return c;
+        reply = seg->control->call(control::kNotify, message, deadline);
+    }
     if (!reply) {
         if (reply.error().code != -ENOBUFS) seg->control.reset();
         return fail(reply.error().code, "send_notification: " + reply.error().message);

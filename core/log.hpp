@@ -3,10 +3,12 @@
 // templates compile once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace ferry {
 
@@ -26,6 +28,38 @@ inline std::string hex(uint64_t v) {
 }
 
 namespace log {
+
+// Rate limit for a repeated warning (a bad connection, an exhausted limit): the first event of
+// each interval is logged; later ones are counted and reported once the interval is over, so
+// a flood costs one line plus one count per interval. Not thread-safe: one owner.
+class Limiter {
+public:
+    using Clock = std::chrono::steady_clock;
+    explicit Limiter(Clock::duration every) : every_(every) {}
+    // True: log this event now. False: it was counted.
+    bool admit(Clock::time_point now) {
+        if (now >= window_end_ && suppressed_ == 0) {
+            window_end_ = now + every_;
+            return true;
+        }
+        ++suppressed_;
+        return false;
+    }
+    // Events counted and not yet reported, once their interval is over (else 0).
+    uint64_t take_due(Clock::time_point now) {
+        if (suppressed_ == 0 || now < window_end_) return 0;
+        window_end_ = now + every_;
+        return std::exchange(suppressed_, 0);
+    }
+    // When take_due has something to report; max() when nothing is counted.
+    Clock::time_point due() const { return suppressed_ ? window_end_ : Clock::time_point::max(); }
+    Clock::duration every() const { return every_; }
+
+private:
+    Clock::duration every_;
+    Clock::time_point window_end_{};
+    uint64_t suppressed_ = 0;
+};
 
 enum class Level : int { Error = 0, Warn = 1, Info = 2, Debug = 3, Trace = 4 };
 

@@ -2,6 +2,8 @@
 // these tests are about the engine, not a network), plus the C API and YAML configuration.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -200,6 +202,23 @@ TEST(EngineConfig, UnknownKeysAndBadValuesAreNamed) {
     EXPECT_EQ(e.error().code, -EPROTONOSUPPORT);
 }
 
+TEST(EngineConfig, ControlLimitsAreRangeChecked) {
+    for (auto [key, value, range] : {std::tuple{"control_max_connections", "0", "1..1048576"},
+                                     std::tuple{"control_max_connections_per_peer", "2000000", "1..1048576"},
+                                     std::tuple{"control_idle_timeout_ms", "50", "100..86400000"},
+                                     std::tuple{"control_log_interval_ms", "ten", "100..3600000"}}) {
+        auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {key, value}});
+        ASSERT_FALSE(e) << key << "=" << value;
+        EXPECT_EQ(e.error().code, -EINVAL);
+        EXPECT_NE(e.error().message.find(std::string("'") + key + "' = '" + value + "'; use " + range), std::string::npos)
+            << e.error().message;
+    }
+    auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR},
+                             {"control_max_connections", "16"}, {"control_max_connections_per_peer", "4"},
+                             {"control_idle_timeout_ms", "1000"}, {"control_log_interval_ms", "100"}});
+    EXPECT_TRUE(e) << e.error().message;
+}
+
 TEST(EngineConfig, YamlFile) {
     test::TempDir dir;
     {
@@ -240,7 +259,7 @@ TEST(CApi, EndToEndAndLastError) {
     ferry_request_t req{FERRY_READ, 0, dst.data(), seg, reinterpret_cast<uintptr_t>(src.data()), src.size(), nullptr};
     ferry_batch_id_t batch;
     ASSERT_EQ(ferry_submit(a, &req, 1, &batch), 0) << ferry_last_error();
-    ASSERT_EQ(ferry_wait(a, batch, 5000), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_wait_batch(a, batch, 5000), 0) << ferry_last_error();
     ferry_op_status_t st;
     ASSERT_EQ(ferry_get_status(a, batch, 0, &st), 0);
     EXPECT_EQ(st.state, static_cast<uint32_t>(FERRY_OP_DONE));

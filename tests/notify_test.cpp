@@ -197,3 +197,27 @@ TEST(Notify, CApiSendsAndDrainsIntoOneAllocation) {
     ferry_engine_destroy(a);
     ferry_engine_destroy(b);
 }
+
+// The receiver closes a kept control connection once it has been idle for
+// control_idle_timeout_ms; the next notification reconnects, and nothing is lost or doubled,
+// including when the close and the send cross (many sends right at the idle deadline).
+TEST(Notify, AfterTheReceiverClosedAnIdleConnection) {
+    auto receiver = make_engine({{"control_idle_timeout_ms", "200"}});
+    auto sender = make_engine();
+    ASSERT_TRUE(receiver && sender);
+    auto seg = sender->open_segment(receiver->segment_name());
+    ASSERT_TRUE(seg) << seg.error().message;
+    size_t sent = 0;
+    for (int round = 0; round < 12; ++round) {
+        auto r = sender->send_notification(*seg, bytes("n" + std::to_string(round)));
+        ASSERT_TRUE(r) << "round " << round << ": " << r.error().message;
+        ++sent;
+        // Idle across the receiver's deadline, give or take: some rounds find the connection
+        // closed, some race its close.
+        std::this_thread::sleep_for(std::chrono::milliseconds(150 + 10 * round)); // the idle time under test
+    }
+    auto got = take_at_least(*receiver, sent);
+    ASSERT_EQ(got.size(), sent);
+    for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_EQ(std::string(got[i].message.begin(), got[i].message.end()), "n" + std::to_string(i));
+}

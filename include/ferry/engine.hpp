@@ -1,6 +1,7 @@
 // Ferry C++ API. Results are std::expected: no exceptions cross this API.
 #pragma once
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <expected>
@@ -22,6 +23,11 @@ struct Error {
 
 template <class T>
 using Result = std::expected<T, Error>;
+
+// Engine::wait's error code when its timeout passed with ops still in flight (the batch stays
+// valid: wait again, poll status, or free it once done). No op ever fails with this code, so
+// it cannot be confused with an op's own failure, e.g. -ETIMEDOUT from a transport timeout.
+inline constexpr int kWaitPending = -EINPROGRESS;
 
 inline std::unexpected<Error> fail(int code, std::string message) {
     return std::unexpected(Error{code, std::move(message)});
@@ -109,7 +115,9 @@ public:
 
     Result<BatchId> submit(std::span<const Request> requests);
     Result<OpStatus> status(BatchId batch, size_t index);
-    // Ok when every op succeeded; the first failure's error otherwise; -ETIMEDOUT on timeout.
+    // Ok when every op succeeded; the first failed op's error otherwise (its own code, e.g.
+    // -ETIMEDOUT when that op timed out); kWaitPending (-EINPROGRESS) when `timeout` (< 0:
+    // forever) passed first, with the batch still valid.
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
     Result<void> free_batch(BatchId batch);
 

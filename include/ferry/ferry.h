@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Version of this C API: 2 added ferry_wait_batch. Functions are only ever added. */
+#define FERRY_C_API_VERSION 2
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,8 +97,15 @@ FERRY_C_API int ferry_submit(ferry_engine_t *engine, const ferry_request_t *requ
 /* Status of op `index` of a batch; drives progress without blocking. */
 FERRY_C_API int ferry_get_status(ferry_engine_t *engine, ferry_batch_id_t batch, size_t index,
                                  ferry_op_status_t *status);
-/* Wait until every op of the batch is done or failed: 0 when all succeeded, the first op's
- * error when one failed, -ETIMEDOUT when timeout_ms (< 0: forever) passed first. */
+/* Wait until every op of the batch is done or failed, or timeout_ms (< 0: forever) passes.
+ * Returns 0 when every op succeeded; the first failed op's own error when one failed (e.g.
+ * -ETIMEDOUT: that op timed out in its transport; the batch is finished); -EINPROGRESS when
+ * timeout_ms passed first with ops still in flight (the batch stays valid: wait again). No op
+ * ever fails with -EINPROGRESS, so the two cases cannot be confused. (C API version 2.) */
+FERRY_C_API int ferry_wait_batch(ferry_engine_t *engine, ferry_batch_id_t batch, int64_t timeout_ms);
+/* Deprecated: as ferry_wait_batch, but reports a wait that timed out as -ETIMEDOUT, which an
+ * op that failed with -ETIMEDOUT also returns; use ferry_wait_batch (or ferry_get_status to
+ * tell the two apart). Kept unchanged for callers built against version 1. */
 FERRY_C_API int ferry_wait(ferry_engine_t *engine, ferry_batch_id_t batch, int64_t timeout_ms);
 /* Release a finished batch; -EBUSY while ops are in flight. */
 FERRY_C_API int ferry_free_batch(ferry_engine_t *engine, ferry_batch_id_t batch);

@@ -4,6 +4,8 @@
 // and reports each op once all its pieces came back.
 #include "transport.hpp"
 
+#include "conn_cut.hpp"
+
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
@@ -175,7 +177,7 @@ bool Transport::post_ops() {
         SubOp *s = ready_.front();
         Op &op = *s->op;
         Remote &r = *op.remote;
-        if (op.reported || r.state == Remote::State::Dead) { // canceled, timed out, or nowhere to go
+        if (op.doomed || r.state == Remote::State::Dead) { // canceled, timed out, or nowhere to go
             ready_.pop_front();
             --op.unposted;
             fail_op(op, -ECONNRESET, strprintf("efa: peer %s is unreachable: %s", r.name_str.c_str(), r.why.c_str()));
@@ -276,39 +278,91 @@ void Transport::sub_done(SubOp &s, const fi_cq_err_entry *e) {
         check_revokes();
 }
 
+// The op fails with `status`: none of its pieces is posted from now on, and its completion is
+// delivered by maybe_finish once the provider holds none of them (the caller's buffer is then
+// ours again). The first failure names the op's fate.
 void Transport::fail_op(Op &op, int status, const std::string &message) {
-    if (op.reported)
+    if (op.doomed)
         return;
-    op.reported = true;
-    cq_.push(op.user_data, status, message);
+    op.doomed = true;
+    op.doomed_at = Clock::now();
+    op.status = status;
+    op.message = message;
 }
 
 void Transport::maybe_finish(Op &op) {
     if (op.unposted != 0 || op.outstanding != 0)
         return;
-    if (!op.reported)
-        cq_.push(op.user_data, op.status, op.message);
+    cq_.push(op.user_data, op.status, op.message);
     op.pin->unpin();
     ops_.erase(&op);
 }
 
-// Ops past op_timeout_ms fail; their peer's connection is reset, which makes the provider hand
-// back what it held (a peer that is stopped would otherwise keep our buffers forever).
+// Drops the held (never posted) pieces of r's doomed ops and reports those the provider no
+// longer holds.
+void Transport::settle(Remote &r) {
+    for (auto it = r.held.begin(); it != r.held.end();)
+        if ((*it)->op->doomed) {
+            --(*it)->op->unposted;
+            it = r.held.erase(it);
+        } else {
+            ++it;
+        }
+    std::vector<Op *> done;
+    for (auto &[p, op] : ops_)
+        if (op->remote == &r && op->doomed && op->unposted == 0 && op->outstanding == 0)
+            done.push_back(op.get());
+    for (Op *op : done)
+        maybe_finish(*op);
+}
+
+// Makes the provider hand back what it holds for r. Removing the address is not enough: the tcp
+// provider keeps RMA queued on the connection to a stopped peer and completes it into our
+// buffers whenever the peer resumes. Shutting that connection down makes it fail all of it at
+// once (as flushed errors). Providers without sockets give ops back on their own errors.
+void Transport::reclaim(Remote &r) {
+    if (r.outstanding == 0 && r.sending == 0)
+        return;
+    remove_addr(r);
+    size_t n = cut_connections_to(r.name);
+    log_.log(FERRY_LOG_DEBUG,
+             "reclaiming %" PRIu64 " RMA piece(s) and %u control message(s) from %s: %zu connection(s) shut down",
+             r.outstanding, r.sending, r.name_str.c_str(), n);
+}
+
+// Ops past op_timeout_ms fail; their peer's connection is cut, which makes the provider hand
+// back what it held (a peer that is stopped would otherwise keep our buffers forever). They are
+// reported once it did. A provider that still holds a piece connect_timeout_ms later is named
+// in the log (once per op): its op stays pending until the provider lets go of the buffer.
 void Transport::check_timeouts() {
     const auto now = Clock::now();
     const auto limit = std::chrono::milliseconds(cfg_.op_timeout_ms);
     std::vector<Remote *> stuck;
-    for (auto &[p, op] : ops_)
-        if (!op->reported && now - op->start > limit) {
+    size_t still_held = 0;
+    for (auto &[p, op] : ops_) {
+        if (!op->doomed && now - op->start > limit) {
             fail_op(*op, -ETIMEDOUT,
                     strprintf("efa: %s on peer %s not done within %u ms (peer stopped, overloaded or gone)",
                               op_name(op->opcode), op->remote->name_str.c_str(), cfg_.op_timeout_ms));
             if (std::find(stuck.begin(), stuck.end(), op->remote) == stuck.end())
                 stuck.push_back(op->remote);
+        } else if (op->doomed && op->outstanding > 0 && !op->warned &&
+                   now - op->doomed_at > std::chrono::milliseconds(cfg_.connect_timeout_ms)) {
+            op->warned = true;
+            ++still_held;
         }
-    for (Remote *r : stuck)
+    }
+    if (still_held)
+        log_.log(FERRY_LOG_WARN,
+                 "%zu failed op(s) still held by the provider %u ms after they failed; each is reported once "
+                 "the provider hands its buffer back",
+                 still_held, cfg_.connect_timeout_ms);
+    for (Remote *r : stuck) {
         if (r->state == Remote::State::Up || r->state == Remote::State::Checking)
             remote_failed(*r, strprintf("ops not done within %u ms", cfg_.op_timeout_ms), false);
+        reclaim(*r);
+        settle(*r);
+    }
 }
 
 } // namespace ferry_efa

@@ -1,5 +1,5 @@
-// Remotes, control messages and the connection state machine of efa.so (see transport.hpp),
-// plus connect / disconnect / import_mem / release_mem.
+// Remotes and the connection state machine of efa.so (see transport.hpp), plus connect /
+// disconnect / import_mem / release_mem (queries). Control messages: ctrl.cpp.
 #include "transport.hpp"
 
 #include <rdma/fi_errno.h>
@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <set>
+#include <utility>
 
 namespace ferry_efa {
 
@@ -58,79 +60,6 @@ void Transport::remove_addr(Remote &r) {
     r.addr = FI_ADDR_NOTAVAIL;
 }
 
-void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len) {
-    CtrlHeader h{kCtrlMagic, kWireVersion, static_cast<uint16_t>(type), req_id, token_, r.token, status,
-                 static_cast<uint32_t>(len)};
-    OutMsg m{&r, type, req_id, std::vector<uint8_t>(sizeof h + len)};
-    memcpy(m.bytes.data(), &h, sizeof h);
-    if (len)
-        memcpy(m.bytes.data() + sizeof h, body, len);
-    ctrl_out_.push_back(std::move(m));
-}
-
-bool Transport::post_ctrl_sends() {
-    bool did = false;
-    while (!ctrl_out_.empty() && !free_sends_.empty()) {
-        OutMsg &m = ctrl_out_.front();
-        Remote &r = *m.to;
-        if (r.addr == FI_ADDR_NOTAVAIL) {
-            OutMsg gone = std::move(m);
-            ctrl_out_.pop_front();
-            ctrl_send_failed(r, gone.type, gone.req_id, FI_ENOTCONN);
-            did = true;
-            continue;
-        }
-        CtrlBuf *b = free_sends_.back();
-        memcpy(b->data, m.bytes.data(), m.bytes.size());
-        b->len = m.bytes.size();
-        b->to = &r;
-        b->req_id = m.req_id;
-        b->type = m.type;
-        int rc;
-        {
-            auto lk = fab_.lock();
-            rc = fi_send(fab_.ep, b->data, b->len, ctrl_desc_, r.addr, &b->fi);
-        }
-        if (rc == -FI_EAGAIN)
-            break;
-        free_sends_.pop_back();
-        OutMsg sent = std::move(m);
-        ctrl_out_.pop_front();
-        did = true;
-        if (rc != 0) {
-            free_sends_.push_back(b);
-            ctrl_send_failed(r, sent.type, sent.req_id, -rc);
-        }
-    }
-    return did;
-}
-
-void Transport::on_ctrl_send_done(CtrlBuf &b, int fi_err) {
-    free_sends_.push_back(&b);
-    if (fi_err != 0)
-        ctrl_send_failed(*b.to, b.type, b.req_id, fi_err);
-}
-
-void Transport::ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err) {
-    if (type == CtrlType::Hello) {
-        if (r.state == Remote::State::Checking && req_id == r.ping_req)
-            remote_failed(r, strprintf("cannot reach it: %s", fi_error_string(fi_err).c_str()),
-                          fi_err == FI_ECONNREFUSED || fi_err == FI_EHOSTUNREACH || fi_err == FI_ENETUNREACH);
-        return;
-    }
-    if (type == CtrlType::Query || type == CtrlType::Revoke) {
-        if (auto it = waiters_.find(req_id); it != waiters_.end()) {
-            it->second->done = true;
-            it->second->status = -ECONNRESET;
-            cv_.notify_all();
-        }
-        return;
-    }
-    // One of our answers did not get through: is the connection still there?
-    if (r.state == Remote::State::Up)
-        ping(r);
-}
-
 void Transport::ping(Remote &r) {
     if (!insert_addr(r)) {
         kill_remote(r, r.why);
@@ -144,6 +73,7 @@ void Transport::ping(Remote &r) {
 
 void Transport::remote_up(Remote &r) {
     r.state = Remote::State::Up;
+    r.verified = true;
     r.attempts = 0;
     r.why.clear();
     ready_.insert(ready_.begin(), r.held.begin(), r.held.end());
@@ -190,6 +120,7 @@ void Transport::kill_remote(Remote &r, const std::string &why) {
 bool Transport::run_remotes() {
     bool did = false;
     const auto now = Clock::now();
+    log_ignored(false);
     for (auto &[token, rp] : remotes_) {
         Remote &r = *rp;
         if (r.state == Remote::State::Resetting && now >= r.next_try) {
@@ -206,200 +137,6 @@ bool Transport::run_remotes() {
     return did;
 }
 
-void Transport::on_ctrl(const uint8_t *data, size_t len) {
-    CtrlHeader h;
-    if (len < sizeof h)
-        return;
-    memcpy(&h, data, sizeof h);
-    if (h.magic != kCtrlMagic || h.version != kWireVersion || h.body_len > len - sizeof h)
-        return;
-    const uint8_t *body = data + sizeof h;
-    switch (static_cast<CtrlType>(h.type)) {
-    case CtrlType::Hello: {
-        Remote *r = remote_for(h.from_token, body, h.body_len);
-        r->initiates = true;
-        if (!insert_addr(*r)) {
-            log_.log(FERRY_LOG_WARN, "cannot answer %s: %s", r->name_str.c_str(), r->why.c_str());
-            return;
-        }
-        send_ctrl(*r, CtrlType::HelloAck, h.req_id, h.to_token == token_ ? 0 : -ESTALE, nullptr, 0);
-        if (r->state == Remote::State::Dead && r->users > 0)
-            ping(*r); // it is back
-        break;
-    }
-    case CtrlType::HelloAck: {
-        auto it = remotes_.find(h.from_token);
-        if (it == remotes_.end() || it->second->state != Remote::State::Checking || it->second->ping_req != h.req_id)
-            return;
-        if (h.status == 0)
-            remote_up(*it->second);
-        else
-            kill_remote(*it->second, "the endpoint belongs to an instance that no longer exists there");
-        break;
-    }
-    case CtrlType::Query: {
-        auto it = remotes_.find(h.from_token);
-        QueryBody q;
-        if (it == remotes_.end() || it->second->addr == FI_ADDR_NOTAVAIL || h.body_len < sizeof q)
-            return;
-        memcpy(&q, body, sizeof q);
-        std::vector<RemoteChunk> found;
-        for (auto &[handle, region] : regions_)
-            for (auto &c : region->chunks)
-                if (c.addr < q.addr + q.len && c.addr + c.len > q.addr)
-                    found.push_back(to_remote(*region, c));
-        std::sort(found.begin(), found.end(), [](const RemoteChunk &a, const RemoteChunk &b) { return a.addr < b.addr; });
-        QueryReplyHead head{0, static_cast<uint32_t>(std::min(found.size(), kChunksPerReply)), 0};
-        if (found.size() > kChunksPerReply)
-            head.next = found[kChunksPerReply].addr;
-        std::vector<uint8_t> reply(sizeof head + head.count * sizeof(RemoteChunk));
-        memcpy(reply.data(), &head, sizeof head);
-        if (head.count)
-            memcpy(reply.data() + sizeof head, found.data(), head.count * sizeof(RemoteChunk));
-        send_ctrl(*it->second, CtrlType::QueryReply, h.req_id, h.to_token == token_ ? 0 : -ESTALE, reply.data(),
-                  reply.size());
-        break;
-    }
-    case CtrlType::Revoke: {
-        auto it = remotes_.find(h.from_token);
-        if (it == remotes_.end() || !insert_addr(*it->second))
-            return; // we never talked to it: nothing of ours uses its keys
-        std::vector<uint64_t> keys(h.body_len / sizeof(uint64_t));
-        memcpy(keys.data(), body, keys.size() * sizeof(uint64_t));
-        on_revoke(*it->second, h.req_id, std::move(keys));
-        break;
-    }
-    case CtrlType::RevokeAck:
-    case CtrlType::QueryReply: {
-        auto it = waiters_.find(h.req_id);
-        if (it == waiters_.end())
-            return;
-        if (static_cast<CtrlType>(h.type) == CtrlType::RevokeAck && h.status == -EINPROGRESS) {
-            it->second->busy = true;
-            cv_.notify_all();
-            break;
-        }
-        it->second->done = true;
-        it->second->status = h.status;
-        it->second->body.assign(body, body + h.body_len);
-        cv_.notify_all();
-        break;
-    }
-    }
-}
-
-// The peer is about to close these registrations: no new op may use them, and it gets its answer
-// once the RMA we already handed to the provider on them has completed.
-void Transport::on_revoke(Remote &from, uint64_t req_id, std::vector<uint64_t> keys) {
-    std::sort(keys.begin(), keys.end());
-    auto revoked = [&](uint64_t key) { return std::binary_search(keys.begin(), keys.end(), key); };
-    for (auto &[id, imp] : imports_) {
-        auto p = peers_.find(imp.peer);
-        if (p == peers_.end() || p->second.token != from.token)
-            continue;
-        for (auto &c : imp.chunks)
-            if (revoked(c.key))
-                c.revoked = 1;
-    }
-    const std::string msg = strprintf("efa: peer %s deregistered the region before the op reached it", from.name_str.c_str());
-    for (auto &[p, op] : ops_)
-        if (op->remote == &from)
-            for (auto &s : op->subs)
-                if (!s.posted && revoked(s.key))
-                    fail_op(*op, -EFAULT, msg); // its unposted pieces are dropped, never posted
-    revokes_.push_back(PendingRevoke{&from, req_id, std::move(keys)});
-    check_revokes();
-}
-
-void Transport::check_revokes() {
-    for (size_t i = 0; i < revokes_.size();) {
-        PendingRevoke &rv = revokes_[i];
-        bool busy = false;
-        for (auto &[p, op] : ops_) {
-            if (op->remote != rv.from)
-                continue;
-            for (auto &s : op->subs)
-                if (s.posted && !s.done && std::binary_search(rv.keys.begin(), rv.keys.end(), s.key))
-                    busy = true;
-        }
-        if (busy) {
-            if (!rv.told_busy) {
-                send_ctrl(*rv.from, CtrlType::RevokeAck, rv.req_id, -EINPROGRESS, nullptr, 0);
-                rv.told_busy = true;
-            }
-            ++i;
-            continue;
-        }
-        send_ctrl(*rv.from, CtrlType::RevokeAck, rv.req_id, 0, nullptr, 0);
-        revokes_[i] = std::move(revokes_.back());
-        revokes_.pop_back();
-    }
-}
-
-// Serving side of deregister_mem: tells every instance that may hold the region's keys, and
-// waits (bounded by connect_timeout_ms) until each has no RMA on them in flight.
-void Transport::revoke(const LocalRegion &region, std::unique_lock<std::mutex> &lock) {
-    std::vector<uint64_t> keys;
-    for (auto &c : region.chunks)
-        keys.push_back(c.key);
-    struct Wait {
-        uint64_t req;
-        Remote *remote;
-        std::unique_ptr<Waiter> w;
-    };
-    std::vector<Wait> waits;
-    for (auto &[token, r] : remotes_) {
-        if (!r->initiates || r->state == Remote::State::Dead || r->addr == FI_ADDR_NOTAVAIL)
-            continue;
-        uint64_t req = next_req_++;
-        auto w = std::make_unique<Waiter>();
-        waiters_[req] = w.get();
-        send_ctrl(*r, CtrlType::Revoke, req, 0, keys.data(), keys.size() * sizeof(uint64_t));
-        waits.push_back(Wait{req, r.get(), std::move(w)});
-    }
-    if (waits.empty())
-        return;
-    wake();
-    // A live peer answers at once, with "busy" while its RMA on the region is in flight; but that
-    // answer travels behind the peer's own queued RMA on the same connection, so a peer is given
-    // connect_timeout_ms to say anything (the tcp provider neither delivers nor fails messages to
-    // a vanished peer: silence is all a dead one gives). A busy peer is waited for until its ops
-    // would have timed out: the provider goes on placing an RMA whose header it already accepted
-    // even after the registration is closed, so returning early would let those bytes land in
-    // memory the caller got back.
-    const auto start = Clock::now();
-    const auto silent_limit = start + std::chrono::milliseconds(cfg_.connect_timeout_ms);
-    const auto busy_limit = start + std::chrono::milliseconds(cfg_.op_timeout_ms ? cfg_.op_timeout_ms : 30000u);
-    auto deadline_of = [&](const Wait &w) { return w.w->busy ? busy_limit : silent_limit; };
-    while (!stop_.load()) {
-        auto next = Clock::time_point::max();
-        for (auto &w : waits)
-            if (!w.w->done && deadline_of(w) > Clock::now())
-                next = std::min(next, deadline_of(w));
-        if (next == Clock::time_point::max())
-            break; // every peer answered or ran out of time
-        cv_.wait_until(lock, next);
-    }
-    size_t silent = 0, busy = 0;
-    for (auto &w : waits) {
-        waiters_.erase(w.req);
-        if (!w.w->done) {
-            ++(w.w->busy ? busy : silent);
-            w.remote->initiates = false; // not asked again until it says Hello again
-        }
-    }
-    if (silent)
-        log_.log(FERRY_LOG_INFO,
-                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) did not answer within %u ms (gone?); "
-                 "closing it anyway, the provider refuses RMA that reaches it from now on",
-                 region.addr, region.length, silent, cfg_.connect_timeout_ms);
-    if (busy)
-        log_.log(FERRY_LOG_WARN,
-                 "deregister of [0x%" PRIx64 ", +%" PRIu64 "): %zu peer(s) still had RMA on it in flight after "
-                 "%u ms; closing it anyway: bytes of those transfers may still land in it",
-                 region.addr, region.length, busy, cfg_.op_timeout_ms ? cfg_.op_timeout_ms : 30000u);
-}
-
 int Transport::wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mutex> &lock) {
     waiters_[req_id] = &w;
     wake();
@@ -411,8 +148,18 @@ int Transport::wait_reply(uint64_t req_id, Waiter &w, std::unique_lock<std::mute
 
 int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std::vector<RemoteChunk> *out,
                      std::unique_lock<std::mutex> &lock, std::string *why) {
+    // The peer's answers steer this loop (where to ask next): bounded rounds, so a peer that
+    // answers one fake chunk at a time cannot keep import_mem busy forever.
+    constexpr unsigned kMaxRounds = 1024;
     const uint64_t end = addr + len;
-    while (addr < end) {
+    std::set<std::pair<uint64_t, uint64_t>> seen; // (addr, key)
+    for (const auto &o : *out)
+        seen.emplace(o.addr, o.key);
+    for (unsigned round = 0; addr < end; ++round) {
+        if (round == kMaxRounds) {
+            *why = strprintf("its registrations of the range took more than %u answers", kMaxRounds);
+            return -EPROTO;
+        }
         if (!peers_.count(peer) || r.state == Remote::State::Dead) {
             *why = "the peer went away";
             return -ECONNRESET;
@@ -437,10 +184,10 @@ int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std:
             RemoteChunk c;
             memcpy(&c, w.body.data() + sizeof head + i * sizeof c, sizeof c);
             c.revoked = 0;
-            if (std::none_of(out->begin(), out->end(), [&](const RemoteChunk &o) { return o.addr == c.addr && o.key == c.key; }))
+            if (seen.emplace(c.addr, c.key).second)
                 out->push_back(c);
         }
-        if (head.next == 0 || head.next <= addr)
+        if (head.next == 0 || head.next <= addr || head.count == 0)
             break;
         addr = head.next;
     }
@@ -457,6 +204,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         return set_error(err, -EPROTO, "efa: not an efa.so version %u endpoint", kWireVersion);
     std::unique_lock lock(mu_);
     Remote &r = *remote_for(h.token, static_cast<const uint8_t *>(endpoint) + sizeof h, h.name_len);
+    r.verified = true; // the host gave us this address
     if (r.state == Remote::State::Idle || r.state == Remote::State::Dead) {
         r.attempts = 0;
         r.state = Remote::State::Resetting;
@@ -464,9 +212,11 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         wake();
     }
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
+    ++r.connecting; // not evicted while we wait on it
     cv_.wait_until(lock, deadline, [&] {
         return stop_.load() || r.state == Remote::State::Up || r.state == Remote::State::Dead;
     });
+    --r.connecting;
     if (r.state != Remote::State::Up) {
         std::string why = r.state == Remote::State::Dead ? r.why : strprintf("no answer within %u ms", cfg_.connect_timeout_ms);
         int code = r.state == Remote::State::Dead ? -ECONNREFUSED : -ETIMEDOUT;
@@ -496,14 +246,17 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         if (op->peer == peer)
             fail_op(*op, -ECANCELED, msg);
     if (--r.users == 0) {
-        // The provider keeps what it was given until the connection goes: drop it, so those
-        // buffers come back (as flushed errors) instead of staying with a peer that may never answer.
-        if (r.outstanding > 0 || !r.held.empty())
+        // The provider keeps what it was given until the connection goes: cut it, so those
+        // buffers come back (as flushed errors) instead of staying with a peer that may never
+        // answer. The canceled ops are reported once they are back.
+        reclaim(r);
+        if (!r.held.empty())
             remove_addr(r);
         drop_held(r, -ECANCELED, msg);
         if (r.state != Remote::State::Dead)
             r.state = Remote::State::Idle;
     }
+    settle(r);
     wake();
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
@@ -113,6 +114,11 @@ Transport::~Transport() {
         wake();
         progress_.join();
     }
+    quiesce();
+    {
+        std::lock_guard lock(mu_);
+        log_ignored(true);
+    }
     // Closing the endpoint first: after it the provider touches none of our buffers.
     if (fab_.ep) {
         fi_close(&fab_.ep->fid);
@@ -128,6 +134,60 @@ Transport::~Transport() {
     for (int fd : {wake_fd_, epoll_fd_})
         if (fd >= 0)
             close(fd);
+}
+
+// Before the endpoint is closed, the provider hands back everything it holds: the tcp provider
+// (rxm) crashed in fi_close(ep) when connections still had RMA queued while a peer that had been
+// stopped resumed and answered (8 of 11 teardowns). Connections holding our RMA are cut, and
+// the CQ is read (the progress thread is gone: this is the only caller) until every piece and
+// control send came back, for at most connect_timeout_ms (capped at 5 s).
+void Transport::quiesce() {
+    if (fab_.ep == nullptr || fab_.cq == nullptr)
+        return;
+    std::lock_guard lock(mu_);
+    for (auto &[p, op] : ops_)
+        fail_op(*op, -ECANCELED, "efa: op canceled: the transport is being destroyed");
+    for (auto &[t, r] : remotes_)
+        reclaim(*r);
+    auto held = [&] {
+        return !ops_.empty() || free_sends_.size() < send_bufs_.size();
+    };
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 5000u));
+    fi_cq_msg_entry entries[64];
+    while (held() && Clock::now() < deadline) {
+        ready_.clear(); // unposted pieces: never posted now
+        for (auto &[p, op] : ops_)
+            op->unposted = 0;
+        for (auto &[t, r] : remotes_)
+            r->held.clear();
+        std::vector<Op *> idle;
+        for (auto &[p, op] : ops_)
+            if (op->outstanding == 0)
+                idle.push_back(op.get());
+        for (Op *op : idle)
+            maybe_finish(*op);
+        ssize_t n;
+        {
+            auto lk = fab_.lock();
+            n = fi_cq_read(fab_.cq, entries, 64);
+        }
+        if (n > 0) {
+            for (ssize_t i = 0; i < n; ++i)
+                on_completion(entries[i]);
+        } else if (n == -FI_EAVAIL) {
+            fi_cq_err_entry e{};
+            auto lk = fab_.lock();
+            if (fi_cq_readerr(fab_.cq, &e, 0) == 1) {
+                lk = {};
+                on_error(e);
+            }
+        } else {
+            sched_yield();
+        }
+    }
+    if (held())
+        log_.log(FERRY_LOG_WARN, "destroy: the provider still holds %zu op(s) and %zu control message(s) after %u ms",
+                 ops_.size(), send_bufs_.size() - free_sends_.size(), std::min(cfg_.connect_timeout_ms, 5000u));
 }
 
 int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
@@ -242,6 +302,10 @@ void Transport::on_completion(const fi_cq_msg_entry &e) {
         break;
     case CtxKind::CtrlRecv: {
         auto *b = static_cast<CtrlBuf *>(c);
+        if (stop_) { // being destroyed: nothing to answer
+            unposted_recvs_.push_back(b);
+            break;
+        }
         on_ctrl(b->data, e.len);
         unposted_recvs_.push_back(b);
         post_recvs();

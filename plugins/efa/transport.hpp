@@ -10,6 +10,7 @@
 // Idle (nobody uses it). Ops to a remote that is not Up wait in `held`.
 #pragma once
 
+#include "ctrl_decode.hpp"
 #include "fabric.hpp"
 #include "memory.hpp"
 #include "options.hpp"
@@ -65,7 +66,12 @@ struct Op {
     uint32_t outstanding = 0; // subs the provider holds
     int status = 0;
     std::string message;
-    bool reported = false; // its completion was delivered (possibly early: cancel, timeout)
+    // It fails (timeout, cancel, revocation): nothing more of it is posted, and it is reported
+    // only once the provider has handed back every piece it holds, so no byte lands in (READ)
+    // or is taken from (WRITE) the caller's buffer after the failure was reported.
+    bool doomed = false;
+    Clock::time_point doomed_at;
+    bool warned = false; // logged that the provider still holds it long after it failed
 };
 
 struct CtrlBuf : Ctx {
@@ -73,6 +79,7 @@ struct CtrlBuf : Ctx {
     uint8_t *data = nullptr;
     size_t len = 0;
     Remote *to = nullptr; // sends: destination
+    bool unverified = false; // counted in unverified_sending_
     uint64_t req_id = 0;
     CtrlType type = CtrlType::Hello;
 };
@@ -92,6 +99,33 @@ struct Remote {
     unsigned users = 0;       // live peer ids
     bool initiates = false;   // it said Hello to us: it may hold our keys
     std::string why;          // last failure, for messages
+    unsigned answers = 0;     // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned sending = 0;     // our messages to it the provider holds
+    bool verified = false;    // a message to it was delivered, or we connected to it
+    unsigned connecting = 0;  // connect() calls waiting on it (they hold a reference)
+    unsigned revokes = 0;     // its Revokes in revokes_ (bounded)
+};
+
+// What unauthenticated peers may make an instance hold, and the ignored control messages,
+// counted and logged once per interval instead of a line each.
+inline constexpr size_t kMaxRemotes = 4096;
+inline constexpr size_t kMaxRemotesPerAddress = 4;
+inline constexpr unsigned kMaxAnswersPerRemote = 64;
+inline constexpr unsigned kMaxRevokesPerRemote = 64;
+inline constexpr size_t kMaxQueuedAnswers = 4096;   // all peers together (answers are up to 4 KiB)
+inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
+inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
+inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
+
+struct IgnoredCtrl {
+    uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
+    uint64_t impostor = 0; // a Hello naming a known instance from another address
+    uint64_t unreachable = 0; // a Hello whose address the provider does not take
+    uint64_t unknown = 0;  // from an instance that never said Hello
+    uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go, or its address is busy
+    uint64_t flooded = 0;  // answers dropped: the peer let kMaxAnswersPerRemote pile up
+    uint64_t total = 0;
+    Clock::time_point next_log{};
 };
 
 struct PendingRevoke {
@@ -150,13 +184,18 @@ private:
     void on_error(const fi_cq_err_entry &e);
     void post_recvs();
 
-    // peers.cpp: remotes and control messages (all with mu_ held)
+    // peers.cpp (remotes, connect, queries) and ctrl.cpp (control messages, revocation); all with mu_ held
     Remote *remote_for(uint64_t token, const uint8_t *name, size_t name_len);
     bool insert_addr(Remote &r);
     void remove_addr(Remote &r);
     void send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len);
     bool post_ctrl_sends();
     void on_ctrl(const uint8_t *data, size_t len);
+    Remote *remote_for_hello(uint64_t token, const uint8_t *name, size_t len);
+    bool forgettable(const Remote &r) const;
+    void forget(Remote &r);
+    bool evict_one();
+    void log_ignored(bool force);
     void on_ctrl_send_done(CtrlBuf &b, int fi_err);
     void ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err);
     void drop_held(Remote &r, int status, const std::string &message);
@@ -179,7 +218,10 @@ private:
     void sub_done(SubOp &s, const fi_cq_err_entry *e);
     void fail_op(Op &op, int status, const std::string &message);
     void maybe_finish(Op &op);
+    void settle(Remote &r);
+    void reclaim(Remote &r);
     void check_timeouts();
+    void quiesce();
     std::string describe_error(const fi_cq_err_entry &e, const Remote &r, int *status) const;
 
     const Config cfg_;
@@ -219,6 +261,10 @@ private:
     std::vector<PendingRevoke> revokes_; // keys a peer revoked, acknowledged once our RMA on them is done
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     std::deque<SubOp *> ready_; // to post
+    IgnoredCtrl ignored_;
+    size_t queued_answers_ = 0;
+    unsigned unverified_sending_ = 0;
+    unsigned revoking_ = 0; // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
     Clock::time_point last_work_; // progress thread only: when it last found something to do
 };

@@ -18,6 +18,7 @@
 //              all answered or their time ran out.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ferry_efa {

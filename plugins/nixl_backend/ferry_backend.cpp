@@ -478,7 +478,7 @@ nixl_status_t nixlFerryEngine::releaseReqH(nixlBackendReqH *handle) const {
         // Ferry cannot take back bytes on the wire: wait for the ops so that no transfer
         // touches the caller's memory after it was told the request is gone.
         // (A failed op's own error is no reason to keep the batch; -EBUSY from free says it is busy.)
-        (void)ferry_wait(engine_.get(), xfer->batch, params_.release_timeout_ms);
+        (void)ferry_wait_batch(engine_.get(), xfer->batch, params_.release_timeout_ms);
         if (int f = ferry_free_batch(engine_.get(), xfer->batch); f == -EBUSY) {
             NIXL_ERROR << "FERRY backend: releaseReqH: the transfer to agent '" << xfer->remote_agent
                        << "' is still in flight after " << params_.release_timeout_ms

@@ -77,20 +77,28 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
                                              cred.pid));
     Hello h{kHelloMagic, kWireVersion, 0, ep.token, reinterpret_cast<uint64_t>(probe_), probe_[0],
             static_cast<uint32_t>(pid_), static_cast<uint32_t>(uid_)};
-    if (::send(fd, &h, sizeof h, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h))
-        return fail(-ECONNRESET, strprintf("handshake: %s", errno_string(errno).c_str()));
+    // A serving side at its connection cap answers before our Hello and closes, so a failed send
+    // still reads what it said.
+    const bool sent = ::send(fd, &h, sizeof h, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
+    const int send_errno = errno;
     HelloAck ack{};
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
-    if (int rc = read_full(fd, &ack, sizeof ack, deadline))
+    if (int rc = read_full(fd, &ack, sizeof ack, deadline)) {
+        if (!sent)
+            return fail(-ECONNRESET, strprintf("handshake: %s", errno_string(send_errno).c_str()));
         return fail(rc, rc == -ETIMEDOUT ? strprintf("no handshake answer within %u ms (the process is stopped or "
                                                      "overloaded)", cfg_.connect_timeout_ms)
                                          : strprintf("handshake: %s", errno_string(-rc).c_str()));
+    }
     ack.message[sizeof ack.message - 1] = '\0';
     if (ack.magic != kAckMagic)
         return fail(-EPROTO, "handshake answer is not from shm.so");
     if (ack.status != 0)
         return fail(ack.status < 0 ? ack.status : -EIO, strprintf("refused the connection: %s", ack.message));
     auto c = std::make_shared<ClientConn>();
+    c->gate = Gate::make();
+    if (!c->gate)
+        return fail(-ENOMEM, strprintf("cannot map a gate page: %s", errno_string(errno).c_str()));
     c->fd = fd;
     c->pid = static_cast<pid_t>(ep.pid);
     c->who = who;
@@ -117,16 +125,13 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         for (auto i = imports_.begin(); i != imports_.end();)
             i = i->second.peer == peer ? imports_.erase(i) : std::next(i);
     }
-    std::vector<ferry_completion_t> done;
     {
         std::lock_guard lock(c->mu);
         c->closing = true;
-        for (auto &[id, p] : c->pending)
-            if (!p.reported) {
-                p.reported = true;
-                done.push_back(make_completion(p.user_data, -ECANCELED,
-                                               strprintf("shm: op canceled: disconnected from %s", c->who.c_str())));
-            }
+        // Reported -ECANCELED by the I/O thread once the serving side can no longer copy for them
+        // (check_timeouts): its EOF, or kRevokeGrace after the gate closed.
+        revoke_locked(*c, -ECANCELED, strprintf("shm: op canceled: disconnected from %s", c->who.c_str()),
+                      Clock::now() - kRevokeGrace / 2);
         // Requests not handed to the socket yet are simply dropped; the serving side drops the
         // rest when it sees our shutdown, and closes once its running copies are done.
         std::lock_guard out(c->out_mu);
@@ -134,7 +139,7 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         if (c->fd >= 0)
             ::shutdown(c->fd, SHUT_WR);
     }
-    cq_.push(done);
+    wake();
     return 0;
 }
 
@@ -214,7 +219,7 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     }
     std::string wire(n * sizeof(Request), '\0');
     std::lock_guard lock(c->mu);
-    if (c->dead || c->closing) {
+    if (c->dead || c->closing || !c->gate) {
         unpin_all();
         return set_error(err, -ECONNRESET, "shm: %s: %s", c->who.c_str(),
                          c->dead_reason.empty() ? "connection closed" : c->dead_reason.c_str());
@@ -225,9 +230,14 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
         for (size_t i = 0; i < n; ++i) {
             const Region &l = *locals[i]; // pinned above, moved into the pending entry below
             Request r{first + i,         ops[i].opcode, l.memfd.fd, ops[i].remote_addr, ops[i].length,
-                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length};
+                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length,          c->gate->addr()};
             memcpy(wire.data() + i * sizeof r, &r, sizeof r);
-            c->pending.emplace(first + i, Pending{ops[i].user_data, std::move(locals[i]), now, false});
+            Pending p;
+            p.user_data = ops[i].user_data;
+            p.local = std::move(locals[i]);
+            p.start = now;
+            p.gate = c->gate;
+            c->pending.emplace(first + i, std::move(p));
         }
     } catch (...) {
         for (size_t i = 0; i < n; ++i) {
@@ -241,7 +251,10 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
         throw;
     }
     c->next_id += n;
-    in_flight_.fetch_add(n, std::memory_order_relaxed);
+    // The I/O thread sleeps without a timeout while nothing is in flight: wake it, so that this
+    // op's op_timeout_ms is watched even if the peer never answers.
+    if (in_flight_.fetch_add(n, std::memory_order_relaxed) == 0)
+        wake();
     if (!send(*c, wire.data(), wire.size())) {
         // Closed under us: the I/O thread already failed what it saw; fail ours the same way.
         for (size_t i = 0; i < n; ++i) {
@@ -267,7 +280,12 @@ void Transport::on_done(ClientConn &c, const Done &d, std::string_view message) 
     }
     p.local->unpin();
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    if (!p.reported)
+    if (p.reported)
+        return;
+    // A revoked op whose copy had finished before the gate closed did complete: say so.
+    if (p.revoked_status != 0 && d.status != 0)
+        cq_.push(p.user_data, p.revoked_status, p.revoked_message);
+    else
         cq_.push(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message));
 }
 
@@ -279,8 +297,10 @@ void Transport::client_dead(ClientConn &c, const std::string &reason) {
         c.dead_reason = reason;
         for (auto &[id, p] : c.pending) {
             if (!p.reported)
-                done.push_back(make_completion(p.user_data, -ECONNRESET,
-                                               strprintf("shm: %s: %s", c.who.c_str(), reason.c_str())));
+                done.push_back(p.revoked_status != 0
+                                   ? make_completion(p.user_data, p.revoked_status, p.revoked_message)
+                                   : make_completion(p.user_data, -ECONNRESET,
+                                                     strprintf("shm: %s: %s", c.who.c_str(), reason.c_str())));
             p.local->unpin();
         }
         in_flight_.fetch_sub(c.pending.size(), std::memory_order_relaxed);
@@ -319,6 +339,27 @@ void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t e
     }
 }
 
+// With cross-memory attach the SERVING side writes an initiator's READ into its buffer, so
+// failing the op here does not stop it. Therefore an overdue op is first revoked: the gate its
+// request names is closed (wire.hpp), with every other op naming it, and a fresh gate serves new
+// ops. A revoked op is reported once the serving side cannot copy for it any more: it answered
+// (a copy that had finished reports its success), its socket closed, or kRevokeGrace passed
+// since the gate closed: by then every copy syscall that began before has returned, unless the
+// serving side is stopped in the middle of one (docs/DESIGN.md states this exactly).
+void Transport::revoke_locked(ClientConn &c, int status, const std::string &message, Clock::time_point now) {
+    if (!c.gate)
+        return;
+    auto old = c.gate;
+    old->revoke();
+    c.gate = Gate::make(); // nullptr: submit fails with ECONNRESET, "connection closed"
+    for (auto &[id, p] : c.pending)
+        if (p.gate == old && !p.reported && p.revoked_status == 0) {
+            p.revoked_status = status;
+            p.revoked_message = message;
+            p.revoke_at = now;
+        }
+}
+
 void Transport::check_timeouts() {
     std::vector<std::shared_ptr<ClientConn>> clients;
     {
@@ -332,12 +373,19 @@ void Transport::check_timeouts() {
     std::vector<ferry_completion_t> done;
     for (auto &c : clients) {
         std::lock_guard lock(c->mu);
+        if (cfg_.op_timeout_ms)
+            for (auto &[id, p] : c->pending)
+                if (!p.reported && p.revoked_status == 0 && now - p.start > limit) {
+                    revoke_locked(*c, -ETIMEDOUT,
+                                  strprintf("shm: %s did not answer within %u ms (stopped or overloaded)",
+                                            c->who.c_str(), cfg_.op_timeout_ms),
+                                  now);
+                    break;
+                }
         for (auto &[id, p] : c->pending)
-            if (!p.reported && now - p.start > limit) {
+            if (!p.reported && p.revoked_status != 0 && now - p.revoke_at >= kRevokeGrace) {
                 p.reported = true; // stays pinned until the serving side answers or goes away
-                done.push_back(make_completion(p.user_data, -ETIMEDOUT,
-                                               strprintf("shm: %s did not answer within %u ms (stopped or overloaded)",
-                                                         c->who.c_str(), cfg_.op_timeout_ms)));
+                done.push_back(make_completion(p.user_data, p.revoked_status, p.revoked_message));
             }
     }
     cq_.push(done);

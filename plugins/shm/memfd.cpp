@@ -3,8 +3,11 @@
 #include "util.hpp"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -65,7 +68,7 @@ bool adopt_into_memfd(uint64_t addr, uint64_t len, MemfdBacking *out, std::strin
     }
     if (!private_anonymous(addr, len, why))
         return false;
-    int fd = memfd_create("ferry-shm-region", MFD_CLOEXEC);
+    int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         *why = "memfd_create: " + errno_string(errno);
         return false;
@@ -77,6 +80,9 @@ bool adopt_into_memfd(uint64_t addr, uint64_t len, MemfdBacking *out, std::strin
     };
     if (ftruncate(fd, static_cast<off_t>(len)) != 0)
         return fail("ftruncate");
+    // Sealed before any peer can see it: a serving side maps it and must never meet a shorter file.
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        return fail("fcntl(F_ADD_SEALS)");
     void *staging = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (staging == MAP_FAILED)
         return fail("mmap");
@@ -100,25 +106,52 @@ PeerMapping::~PeerMapping() {
         munmap(ptr, len);
 }
 
-std::shared_ptr<PeerMapping> map_peer_memfd(pid_t pid, int fd, uint64_t ino, uint64_t len, std::string *why) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
-    int mine = open(path, O_RDWR | O_CLOEXEC);
-    if (mine < 0) {
-        *why = strprintf("open %s: %s", path, errno_string(errno).c_str());
+std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uint64_t len, std::string *why) {
+#ifndef SYS_pidfd_getfd
+    (void)pidfd, (void)fd, (void)ino, (void)len;
+    *why = "this C library has no pidfd_getfd";
+    return nullptr;
+#else
+    if (pidfd < 0 || fd < 0) {
+        *why = "no pidfd of the initiator";
         return nullptr;
     }
-    struct stat st{};
-    if (fstat(mine, &st) != 0 || st.st_ino != ino || static_cast<uint64_t>(st.st_size) < len) {
-        *why = strprintf("%s is not the announced memfd (inode or size differ)", path);
+    // The initiator's own open file description: its access, not ours.
+    int mine = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+    if (mine < 0) {
+        *why = strprintf("pidfd_getfd of its descriptor %d: %s", fd, errno_string(errno).c_str());
+        return nullptr;
+    }
+    auto refuse = [&](const std::string &m) {
+        *why = strprintf("its descriptor %d %s", fd, m.c_str());
         close(mine);
         return nullptr;
-    }
+    };
+    struct statfs fs{};
+    if (fstatfs(mine, &fs) != 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC))
+        return refuse("is not on tmpfs/hugetlbfs (not a memfd)");
+    char link[64], target[256];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", mine);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    const std::string want = std::string("/memfd:") + kMemfdName;
+    if (n <= 0 || std::string(target).compare(0, want.size(), want) != 0 ||
+        (target[want.size()] != '\0' && target[want.size()] != ' '))
+        return refuse(strprintf("is '%s', not a memfd named %s", target, kMemfdName));
+    int fl = fcntl(mine, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR || (fl & O_PATH))
+        return refuse("is not open read-write");
+    int seals = fcntl(mine, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return refuse("is not sealed against shrinking (F_SEAL_SHRINK)");
+    struct stat st{};
+    if (fstat(mine, &st) != 0 || st.st_ino != ino || static_cast<uint64_t>(st.st_size) < len)
+        return refuse("is not the announced memfd (inode or size differ)");
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
     int e = errno;
     close(mine); // the mapping keeps the file
     if (p == MAP_FAILED) {
-        *why = strprintf("mmap of %s: %s", path, errno_string(e).c_str());
+        *why = strprintf("mmap of its descriptor %d: %s", fd, errno_string(e).c_str());
         return nullptr;
     }
     auto m = std::make_shared<PeerMapping>();
@@ -126,6 +159,7 @@ std::shared_ptr<PeerMapping> map_peer_memfd(pid_t pid, int fd, uint64_t ino, uin
     m->len = len;
     m->ino = ino;
     return m;
+#endif
 }
 
 } // namespace ferry_shm

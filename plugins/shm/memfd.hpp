@@ -3,8 +3,13 @@
 // An initiator's registered region that is page-aligned private anonymous memory can be moved
 // into a memfd in place: its contents are copied once into the memfd, which is then mapped
 // MAP_SHARED|MAP_FIXED over the same addresses, so the application's pointers stay valid. The
-// serving side then opens the memfd through /proc/<pid>/fd/<n> (the same ptrace permission
-// cross-memory attach needs), maps it, and copies with memcpy instead of process_vm_readv/writev.
+// memfd is named kMemfdName and sealed against shrinking and growing (and further sealing).
+//
+// The serving side, when its own adopt_memfd is on too, takes the initiator's descriptor with
+// pidfd_getfd(2) on its pidfd of the initiator (the same ptrace permission cross-memory attach
+// needs): it gets the initiator's own open file description, so never more access than the
+// initiator itself had. It maps it only when it is a sealed Ferry memfd opened read-write (see
+// map_peer_memfd), and copies with memcpy instead of process_vm_readv/writev.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +19,8 @@
 #include <string>
 
 namespace ferry_shm {
+
+inline constexpr const char *kMemfdName = "ferry-shm-region";
 
 struct MemfdBacking {
     int fd = -1;      // our descriptor of the memfd, -1: none
@@ -34,8 +41,10 @@ struct PeerMapping {
     ~PeerMapping();
 };
 
-// Maps descriptor `fd` of process `pid` when it is the file with inode `ino` holding at least
-// `len` bytes; nullptr (and *why) otherwise.
-std::shared_ptr<PeerMapping> map_peer_memfd(pid_t pid, int fd, uint64_t ino, uint64_t len, std::string *why);
+// Maps descriptor `fd` of the process `pidfd` refers to, when it is a memfd that shm.so created:
+// on tmpfs/hugetlbfs, named kMemfdName, opened O_RDWR, sealed with F_SEAL_SHRINK (so it cannot
+// be truncated under our mapping: SIGBUS), with inode `ino` and at least `len` bytes. nullptr
+// (and *why) otherwise. Never opens anything by path.
+std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uint64_t len, std::string *why);
 
 } // namespace ferry_shm

@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char *kKnownKeys =
     "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any, adopt_memfd, "
-    "auth_key";
+    "max_connections, max_connections_per_user, auth_key";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
     return set_error(err, -EINVAL, "shm: invalid value '%s' for option '%s': expected %s",
@@ -54,6 +54,14 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             if (!in_range(value, false, 0, 86400000, &v))
                 return bad(err, key, value, "milliseconds from 0 (never) to 86400000");
             cfg.op_timeout_ms = static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_connections") == 0) {
+            if (!in_range(value, false, 1, 1u << 20, &v))
+                return bad(err, key, value, "an integer from 1 to 1048576");
+            cfg.max_connections = static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_connections_per_user") == 0) {
+            if (!in_range(value, false, 1, 1u << 20, &v))
+                return bad(err, key, value, "an integer from 1 to 1048576");
+            cfg.max_connections_per_user = static_cast<unsigned>(v);
         } else if (strcmp(key, "adopt_memfd") == 0) {
             if (!parse_bool(value, &cfg.adopt_memfd))
                 return bad(err, key, value, "true or false");

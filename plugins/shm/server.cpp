@@ -37,6 +37,7 @@ std::string copy_failure(int e) {
     case EFAULT: return "part of the range is not mapped in one of the processes";
     case ENOSYS: return "process_vm_readv/writev are blocked (seccomp)";
     case ENOMEM: return "the kernel could not pin the pages";
+    case ECANCELED: return "the initiator revoked the op (it timed out or was canceled there)";
     default: return errno_string(e);
     }
 }
@@ -49,7 +50,7 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
     auto refuse = [&](int code, const std::string &why) {
         ack.status = code;
         snprintf(ack.message, sizeof ack.message, "%s", why.c_str());
-        log_.log(FERRY_LOG_INFO, "refused a connection from pid %d: %s", c.pid, why.c_str());
+        refused_log_.event(strprintf("refused a connection from pid %d: %s", c.pid, why.c_str()));
     };
     if (h.magic != kHelloMagic || h.version != kWireVersion) {
         refuse(-EPROTO, strprintf("not a shm.so version %u handshake", kWireVersion));
@@ -63,6 +64,9 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
         refuse(-EHOSTUNREACH, strprintf("pid %d cannot see the initiator's pid: it runs in another PID namespace "
                                         "(container); shm needs both processes in one",
                                         pid_));
+    } else if (c.pidfd < 0) {
+        refuse(-ENOSYS, strprintf("pid %d cannot pin pid %d with a pidfd (SO_PEERPIDFD, pidfd_open: Linux >= 5.3)",
+                                  pid_, c.pid));
     } else {
         uint64_t got[2] = {0, 0};
         iovec local{got, sizeof got}, remote{reinterpret_cast<void *>(h.probe_addr), sizeof got};
@@ -72,6 +76,8 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
             std::string why = e == EPERM ? access_hint(c.uid) : copy_failure(e);
             refuse(-(n < 0 ? e : EFAULT), strprintf("it cannot access pid %d with process_vm_readv (%s): %s", c.pid,
                                                     errno_string(n < 0 ? e : EFAULT).c_str(), why.c_str()));
+        } else if (!process_alive(c.pidfd)) {
+            refuse(-ECONNRESET, strprintf("pid %d exited during the handshake", c.pid));
         } else if (got[0] != h.probe_token || got[1] != h.probe_token) {
             refuse(-EHOSTUNREACH, strprintf("pid %d read pid %d's probe but found other bytes: the socket's peer is not "
                                             "the initiator (PID namespaces differ?)",
@@ -85,10 +91,21 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
 
 // Copies bytes [off, off+len) of a job. The initiator's WRITE lands in our region: read it out of
 // the initiator. Its READ: write our region into the initiator. With the initiator's memfd mapped
-// here that is a memcpy; otherwise cross-memory attach.
+// here that is a memcpy; otherwise cross-memory attach. The copy passes the initiator's gate
+// first (wire.hpp) and is made only while the pidfd says the initiator still lives, so a pid
+// reused since is never copied to or from.
 int Transport::copy(const Job &job, uint64_t off, uint64_t len) {
+    const pid_t pid = job.conn->pid;
+    if (!process_alive(job.conn->pidfd))
+        return -ESRCH;
     auto *mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
+    uint8_t gate_byte = 0;
+    iovec gate_local{&gate_byte, 1}, gate_remote{reinterpret_cast<void *>(job.req.gate_addr), 1};
+    auto gate_open = [&] { return process_vm_readv(pid, &gate_local, 1, &gate_remote, 1, 0) == 1; };
     if (job.map) {
+        // memcpy is not one syscall with the gate: a check just before it is the best there is.
+        if (job.req.gate_addr != 0 && !gate_open())
+            return -ECANCELED;
         uint8_t *theirs = job.map->ptr + (job.req.local_addr - job.req.local_base) + off;
         if (job.req.opcode == FERRY_OP_WRITE)
             memcpy(mine, theirs, len);
@@ -96,28 +113,39 @@ int Transport::copy(const Job &job, uint64_t off, uint64_t len) {
             memcpy(theirs, mine, len);
         return 0;
     }
-    iovec local{mine, len}, remote{reinterpret_cast<void *>(job.req.local_addr + off), len};
-    ssize_t n = job.req.opcode == FERRY_OP_WRITE ? process_vm_readv(job.conn->pid, &local, 1, &remote, 1, 0)
-                                                 : process_vm_writev(job.conn->pid, &local, 1, &remote, 1, 0);
-    if (n == static_cast<ssize_t>(len))
+    // The gate byte first, in the same syscall: once the initiator revoked it, the kernel stops
+    // at that iovec and not a byte of the buffer moves.
+    const int g = job.req.gate_addr != 0 ? 1 : 0;
+    iovec local[2] = {gate_local, {mine, len}};
+    iovec remote[2] = {gate_remote, {reinterpret_cast<void *>(job.req.local_addr + off), len}};
+    ssize_t n = job.req.opcode == FERRY_OP_WRITE ? process_vm_readv(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0)
+                                                 : process_vm_writev(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0);
+    int e = n < 0 ? errno : EFAULT;
+    if (!process_alive(job.conn->pidfd))
+        return -ESRCH;
+    if (n == static_cast<ssize_t>(len) + g)
         return 0;
-    return n < 0 ? -errno : -EFAULT;
+    if (g && n <= 0 && !gate_open())
+        return -ECANCELED;
+    return -e;
 }
 
 // The initiator's memfd for this request (mapped once per connection), or nullptr: then the copy
 // uses cross-memory attach.
 std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Request &r) {
-    if (r.local_fd < 0 || c.no_memfd || r.local_addr < r.local_base || r.local_addr - r.local_base > r.local_len ||
-        r.length > r.local_len - (r.local_addr - r.local_base))
+    // Only when this engine opted in too: otherwise the request's descriptor fields are ignored
+    // and the op is copied with cross-memory attach, like any other.
+    if (!cfg_.adopt_memfd || r.local_fd < 0 || c.no_memfd || r.local_addr < r.local_base ||
+        r.local_addr - r.local_base > r.local_len || r.length > r.local_len - (r.local_addr - r.local_base))
         return nullptr;
     auto it = c.maps.find(r.local_fd);
     if (it != c.maps.end() && it->second->ino == r.local_ino && it->second->len == r.local_len)
         return it->second;
     std::string why;
-    auto m = map_peer_memfd(c.pid, r.local_fd, r.local_ino, r.local_len, &why);
+    auto m = map_peer_memfd(c.pidfd, r.local_fd, r.local_ino, r.local_len, &why);
     if (!m) {
         c.no_memfd = true;
-        log_.log(FERRY_LOG_INFO, "pid %d's memfd regions are copied with cross-memory attach: %s", c.pid, why.c_str());
+        refused_log_.event(strprintf("pid %d's memfd regions are copied with cross-memory attach: %s", c.pid, why.c_str()));
         return nullptr;
     }
     if (c.maps.size() >= 256) // regions the initiator deregistered since: drop those no job uses
@@ -154,8 +182,9 @@ void Transport::finish(Job &job) {
     send_done(*job.conn, job.req.id, status, message);
     job.region->unpin();
     job.region.reset();
-    if (job.conn->active.fetch_sub(1) == 1 && job.conn->gone.load())
-        wake();
+    uint64_t was = job.conn->active.fetch_sub(1);
+    if ((was == 1 && job.conn->gone.load()) || was == kMaxActivePerConn / 2)
+        wake(); // the I/O thread closes it, or reads its requests again (resume_paused)
 }
 
 void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r) {
@@ -184,7 +213,7 @@ void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &
     if (r.length <= cfg_.inline_size) {
         int e = copy(*job, 0, r.length);
         if (e != 0) {
-            job->status = e == -EFAULT || e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
+            job->status = e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
             job->sys_errno = -e;
         }
         finish(*job);
@@ -268,6 +297,15 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
         return;
     uint8_t buf[64 * 1024];
     for (;;) {
+        bool full;
+        {
+            std::lock_guard lock(c->out_mu);
+            full = throttled(*c);
+        }
+        if (full) {
+            pause_reading(c);
+            return;
+        }
         ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;

@@ -29,6 +29,11 @@ uint64_t random_token() {
 
 } // namespace
 
+Conn::~Conn() {
+    if (pidfd >= 0)
+        close(pidfd);
+}
+
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
 
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
@@ -99,9 +104,23 @@ Transport::~Transport() {
     work_cv_.notify_all();
     for (auto &w : workers_)
         w.join();
-    for (auto &[p, c] : conns_)
+    for (auto &[p, c] : conns_) {
         if (c->fd >= 0)
             close(c->fd);
+        // A serving side that never closed (stopped) may still hold requests naming these gates:
+        // they stay PROT_NONE rather than become addresses a later mapping could reopen.
+        if (c->kind == Conn::Kind::Client) {
+            auto &cc = static_cast<ClientConn &>(*c);
+            std::lock_guard lock(cc.mu);
+            for (auto &[id, p] : cc.pending)
+                if (p.gate)
+                    p.gate->keep_mapped();
+            if (cc.gate && !cc.pending.empty())
+                cc.gate->keep_mapped();
+        }
+    }
+    refused_log_.flush(true);
+    accept_log_.flush(true);
     for (int fd : {listen_fd_, epoll_fd_, wake_fd_})
         if (fd >= 0)
             close(fd);
@@ -121,6 +140,7 @@ void Transport::shutdown_all() {
     for (auto &c : clients) {
         std::lock_guard lock(c->mu);
         c->closing = true;
+        revoke_locked(*c, -ECANCELED, strprintf("shm: op canceled: the transport is being destroyed"), Clock::now());
         std::lock_guard out(c->out_mu);
         if (c->fd >= 0)
             ::shutdown(c->fd, SHUT_WR);
@@ -191,6 +211,8 @@ void Transport::add_conn(const std::shared_ptr<Conn> &c, uint32_t events) {
 }
 
 void Transport::close_conn(Conn &c) {
+    if (c.kind == Conn::Kind::Server)
+        forget(static_cast<ServerConn &>(c));
     {
         std::lock_guard lock(c.out_mu);
         if (c.fd >= 0) {
@@ -233,11 +255,8 @@ bool Transport::send(Conn &c, const void *data, size_t len) {
     if (len > 0) {
         c.out.append(p, len);
         if (!c.out_armed) {
-            epoll_event ev{};
-            ev.events = EPOLLIN | EPOLLRDHUP | EPOLLOUT;
-            ev.data.ptr = &c;
-            epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
             c.out_armed = true;
+            rearm_locked(c);
         }
     }
     return true;
@@ -257,12 +276,9 @@ void Transport::flush_locked(Conn &c) {
             break;
         }
     }
-    if (c.out_armed && c.fd >= 0) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        ev.data.ptr = &c;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    if (c.out_armed && c.out.empty() && c.fd >= 0) {
         c.out_armed = false;
+        rearm_locked(c);
     }
 }
 
@@ -272,27 +288,37 @@ void Transport::accept_all() {
         if (fd < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno != EAGAIN)
-                log_.log(FERRY_LOG_WARN, "accept: %s", errno_string(errno).c_str());
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                accept_failed(errno);
+            else if (errno != EAGAIN && errno != ECONNABORTED)
+                accept_log_.event(strprintf("accept: %s", errno_string(errno).c_str()));
             return;
         }
+        accept_backoff_ = std::chrono::milliseconds(0);
         auto c = std::make_shared<ServerConn>();
         c->fd = fd;
+        c->accepted = Clock::now();
         ucred cred{};
         socklen_t cl = sizeof cred;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
             c->pid = cred.pid;
             c->uid = cred.uid;
         }
+        if (!admit(*c)) {
+            close(fd);
+            c->fd = -1;
+            continue;
+        }
+        c->pidfd = peer_pidfd(fd, c->pid); // checked by the handshake (on_hello)
         add_conn(c, EPOLLIN | EPOLLRDHUP);
+        handshaking_.push_back(c);
     }
 }
 
 void Transport::io_loop() {
     epoll_event events[64];
     while (!stop_.load(std::memory_order_acquire)) {
-        int timeout = cfg_.op_timeout_ms && in_flight_.load(std::memory_order_relaxed) ? 100 : -1;
-        int n = epoll_wait(epoll_fd_, events, 64, timeout);
+        int n = epoll_wait(epoll_fd_, events, 64, loop_timeout_ms());
         if (n < 0 && errno != EINTR) {
             log_.log(FERRY_LOG_ERROR, "epoll_wait: %s", errno_string(errno).c_str());
             break;
@@ -325,9 +351,15 @@ void Transport::io_loop() {
             else
                 on_client_event(std::static_pointer_cast<ClientConn>(c), events[i].events);
         }
+        const auto now = Clock::now();
+        check_handshakes(now);
         reap_idle_servers();
-        if (cfg_.op_timeout_ms && in_flight_.load(std::memory_order_relaxed))
+        resume_paused();
+        maybe_resume_accept(now);
+        if (in_flight_.load(std::memory_order_relaxed))
             check_timeouts();
+        refused_log_.flush();
+        accept_log_.flush();
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include "memfd.hpp"
 #include "options.hpp"
+#include "peer.hpp"
 #include "regions.hpp"
 #include "util.hpp"
 #include "wire.hpp"
@@ -28,17 +29,25 @@
 
 namespace ferry_shm {
 
+// Limits against initiators that do not follow the protocol (docs/DESIGN.md, "shm.so").
+inline constexpr size_t kMaxReplyBacklog = 256 << 10; // unsent answers before we stop reading requests
+inline constexpr uint64_t kMaxActivePerConn = 256;    // requests being copied before we stop reading
+inline constexpr auto kRevokeGrace = std::chrono::milliseconds(200); // see check_timeouts
+inline constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+
 // A socket shared by the I/O thread and writers. Only the I/O thread closes it, under out_mu.
 struct Conn {
     enum class Kind { Server, Client };
     explicit Conn(Kind k) : kind(k) {}
-    virtual ~Conn() = default;
+    virtual ~Conn();
     const Kind kind;
     int fd = -1;
     pid_t pid = 0;              // the process at the other end
+    int pidfd = -1;             // serving side: pins that process (peer.hpp)
     std::mutex out_mu;
     std::string out;            // bytes the socket did not take yet
     bool out_armed = false;     // EPOLLOUT requested
+    bool reading = true;        // EPOLLIN requested (off while a serving side applies backpressure)
     std::vector<uint8_t> rx;    // I/O thread only
 };
 
@@ -49,6 +58,9 @@ struct ServerConn : Conn {
     bool hello_done = false;          // I/O thread only
     bool in_epoll = true;             // I/O thread only
     bool no_memfd = false;            // I/O thread only: mapping its memfds failed once, use CMA
+    bool counted = false;             // I/O thread only: in the connection caps' counts
+    bool paused = false;              // I/O thread only: not reading its requests (backpressure)
+    Clock::time_point accepted;
     std::unordered_map<int, std::shared_ptr<PeerMapping>> maps; // I/O thread only: its memfds, by fd
     std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
     std::atomic<uint64_t> active{0};  // requests accepted and not answered yet
@@ -58,7 +70,13 @@ struct Pending {
     uint64_t user_data = 0;
     std::shared_ptr<Region> local; // pinned until the serving side answers or is gone
     Clock::time_point start;
-    bool reported = false;         // a completion was already delivered (cancel, timeout)
+    std::shared_ptr<Gate> gate;    // the gate its request names (wire.hpp)
+    bool reported = false;         // a completion was already delivered
+    // Revoked (timeout, disconnect): reported with this status once the serving side answered,
+    // its socket closed, or revoke_at + kRevokeGrace passed, whichever comes first.
+    int revoked_status = 0;
+    std::string revoked_message;
+    Clock::time_point revoke_at;
 };
 
 // The initiating side of a connection to one peer.
@@ -69,6 +87,7 @@ struct ClientConn : Conn {
     std::mutex mu;   // guards what follows
     std::unordered_map<uint64_t, Pending> pending;
     uint64_t next_id = 1;
+    std::shared_ptr<Gate> gate; // the one new requests name
     bool closing = false; // disconnected: shut down, waiting for the serving side to finish
     bool dead = false;    // EOF: nothing from that peer can touch our memory any more
     std::string dead_reason;
@@ -151,6 +170,20 @@ private:
     void on_done(ClientConn &c, const Done &d, std::string_view message);
     void client_dead(ClientConn &c, const std::string &reason);
     void check_timeouts();
+    // Revokes c's gate and every op that names it (c.mu held); they are reported later.
+    void revoke_locked(ClientConn &c, int status, const std::string &message, Clock::time_point now);
+
+    // limits.cpp: connection caps, handshake deadlines, backpressure, accept back-off
+    bool admit(ServerConn &c);          // false: refused (answered and to be closed)
+    void forget(ServerConn &c);         // leaves the caps' counts
+    void check_handshakes(Clock::time_point now);
+    bool throttled(const ServerConn &c); // out_mu held
+    void pause_reading(const std::shared_ptr<ServerConn> &c);
+    void resume_paused();
+    void rearm_locked(Conn &c);         // out_mu held: epoll interest from reading/out_armed
+    void accept_failed(int e);
+    void maybe_resume_accept(Clock::time_point now);
+    int loop_timeout_ms() const;
 
     const Config cfg_;
     const Logger log_;
@@ -170,6 +203,16 @@ private:
     std::mutex conns_mu_; // every open socket, keyed by the pointer epoll carries
     std::unordered_map<Conn *, std::shared_ptr<Conn>> conns_;
     std::vector<std::shared_ptr<ServerConn>> gone_servers_; // I/O thread only
+    // I/O thread only: the serving side's limits (limits.cpp)
+    std::deque<std::weak_ptr<ServerConn>> handshaking_; // in accept order, so deadlines are too
+    std::vector<std::shared_ptr<ServerConn>> paused_;
+    std::unordered_map<uid_t, unsigned> per_uid_;
+    unsigned n_served_ = 0;
+    bool accept_paused_ = false;
+    Clock::time_point accept_resume_{};
+    std::chrono::milliseconds accept_backoff_{0};
+    LogLimiter refused_log_{log_, FERRY_LOG_INFO, kRefusalLogInterval};
+    LogLimiter accept_log_{log_, FERRY_LOG_WARN, kRefusalLogInterval};
     std::condition_variable dead_cv_;                       // a client connection saw EOF
 
     std::shared_mutex peers_mu_;

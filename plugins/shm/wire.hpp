@@ -8,8 +8,13 @@
 //   initiator: Hello                  serving side: HelloAck (after probing the initiator)
 //   initiator: Request, Request, ...  serving side: Done + message bytes, ...
 // The SERVING side does every copy, with process_vm_readv/writev against the initiator's pid as
-// the kernel reports it for the socket (SO_PEERCRED), after checking the request against its
-// own registered regions.
+// the kernel reports it for the socket (SO_PEERCRED, pinned by a pidfd: peer.hpp), after checking
+// the request against its own registered regions.
+//
+// Revocation gate: every Request names a byte in a page of the initiator (gate_addr). The
+// serving side's copy syscall lists that byte first, so once the initiator has made the page
+// PROT_NONE (an op timed out, client.cpp) every later copy for the op fails at the gate before a
+// byte of the buffer moves: the initiator can stop the serving side's copies by itself.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +26,7 @@ namespace ferry_shm {
 inline constexpr uint32_t kEndpointMagic = 0x4d485346; // "FSHM"
 inline constexpr uint32_t kHelloMagic = 0x48485346;    // "FSHH"
 inline constexpr uint32_t kAckMagic = 0x41485346;      // "FSHA"
-inline constexpr uint16_t kWireVersion = 2;
+inline constexpr uint16_t kWireVersion = 3;
 
 struct EndpointBytes {
     uint32_t magic;
@@ -53,15 +58,17 @@ struct HelloAck {
 struct Request {
     uint64_t id;
     uint32_t opcode;
-    int32_t local_fd;     // the initiator's memfd of the local region, -1: none (memfd.hpp)
+    int32_t local_fd;     // the initiator's memfd of the local region, -1: none (memfd.hpp); read
+                          // only when both ends set adopt_memfd
     uint64_t remote_addr; // in the serving process
     uint64_t length;
     uint64_t local_addr;  // in the initiator
     uint64_t local_ino;   // memfd only: its inode,
     uint64_t local_base;  // the address it is mapped at in the initiator,
     uint64_t local_len;   // and its size
+    uint64_t gate_addr;   // a byte in the initiator the copy passes first; 0: no gate
 };
-static_assert(sizeof(Request) == 64);
+static_assert(sizeof(Request) == 72);
 
 struct Done {
     uint64_t id;

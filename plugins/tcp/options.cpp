@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +19,8 @@ namespace {
 
 constexpr const char *kKnownKeys =
     "bind_ip, advertise_ip, port, lanes, slice_size, io_threads, connect_timeout_ms, "
-    "op_timeout_ms, sndbuf, rcvbuf, zerocopy, auth_key";
+    "op_timeout_ms, sndbuf, rcvbuf, zerocopy, auth_key, handshake_timeout_ms, max_handshakes, "
+    "max_handshakes_per_ip, max_connections, max_connections_per_ip";
 
 bool is_ip_literal(const char *s) {
     unsigned char buf[16];
@@ -110,6 +112,23 @@ int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry
             if (!ranged(0, 86400000, false, "milliseconds 0..86400000 (0 = no timeout)"))
                 return -EINVAL;
             c.op_timeout_ms = static_cast<unsigned>(v);
+        } else if (strcmp(key, "handshake_timeout_ms") == 0) {
+            if (!ranged(10, 3600000, false, "milliseconds 10..3600000"))
+                return -EINVAL;
+            c.handshake_timeout_ms = static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_handshakes") == 0 ||
+                   strcmp(key, "max_handshakes_per_ip") == 0 ||
+                   strcmp(key, "max_connections_per_ip") == 0) {
+            if (!ranged(1, 65535, false, "an integer 1..65535 (connections)"))
+                return -EINVAL;
+            (strcmp(key, "max_handshakes") == 0          ? c.max_handshakes
+             : strcmp(key, "max_handshakes_per_ip") == 0 ? c.max_handshakes_per_ip
+                                                         : c.max_connections_per_ip) =
+                static_cast<unsigned>(v);
+        } else if (strcmp(key, "max_connections") == 0) {
+            if (!ranged(0, 65535, false, "an integer 0..65535 (0 = half of RLIMIT_NOFILE)"))
+                return -EINVAL;
+            c.max_connections = static_cast<unsigned>(v);
         } else if (strcmp(key, "sndbuf") == 0 || strcmp(key, "rcvbuf") == 0) {
             if (!ranged(0, 1ull << 30, true, "a size 0..1G bytes (0 = kernel autotuning)"))
                 return -EINVAL;
@@ -144,6 +163,13 @@ int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry
         // bottleneck of a stream, so two lanes on one reactor are no faster than one (loopback
         // on 2 CPUs of a Xeon, 1 MiB writes: 2 lanes 2.9-3.7 GB/s on one reactor, 4.9-5.2 on two).
         c.io_threads = std::clamp(std::min(c.lanes, cpus), 1u, 64u);
+    }
+    if (c.max_connections == 0) {
+        // Authenticated connections may use half the descriptors this process may open; the
+        // rest stay for the host, the handshakes and this instance's own lanes.
+        rlimit rl{};
+        uint64_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+        c.max_connections = static_cast<unsigned>(std::clamp<uint64_t>(soft / 2, 64, 65535));
     }
     *cfg = std::move(c);
     return 0;

@@ -42,6 +42,16 @@ struct Config {
     // Cluster key (option auth_key, hex): peers must prove they know it (handshake.hpp).
     // Empty: no authentication, and peers with a key are refused.
     std::string auth_key;
+    // Limits against peers that do not follow the protocol (server.cpp, conn_limits.hpp). A
+    // connection that has not completed HELLO/AUTH within handshake_timeout_ms is closed.
+    // "Handshakes" are connections not yet authenticated, "connections" authenticated ones;
+    // both are capped per peer address and in total, and a peer over a cap is refused with an
+    // ERROR that names the option.
+    unsigned handshake_timeout_ms = 10000;
+    unsigned max_handshakes = 128;
+    unsigned max_handshakes_per_ip = 64; // >= lanes (64 at most) of one honest peer
+    unsigned max_connections = 0;        // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
+    unsigned max_connections_per_ip = 256;
 };
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with

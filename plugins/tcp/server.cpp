@@ -24,13 +24,21 @@ constexpr size_t kMaxQueued = 1024;    // unsent responses before reading stops
 constexpr size_t kMaxAwaiting = 4096;  // by-reference READ_RESPs without READ_DONE: a client
                                        // this far behind is broken (in flight is a few MiB)
 constexpr size_t kScratch = 64 * 1024;
+constexpr unsigned kRefusalMs = 2000;  // how long a refused connection is kept to answer it
+constexpr unsigned kLingerMs = 1000;   // how long a refusal may take to be sent
 constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 } // namespace
 
-ServerConn::ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name)
-    : ctx_(ctx), reactor_(reactor), fd_(fd), name_(std::move(peer_name)) {}
+ServerConn::ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name,
+                       Admission admission)
+    : ctx_(ctx), reactor_(reactor), fd_(fd), name_(std::move(peer_name)),
+      adm_(std::move(admission)) {}
 
 ServerConn::~ServerConn() {
+    if (adm_.refused)
+        ctx_.limits.release_refusal();
+    else
+        ctx_.limits.release(adm_.ip, established_);
     if (cur_ref_ != nullptr)
         ctx_.regions.release(cur_ref_);
     for (Resp &r : out_)
@@ -46,14 +54,21 @@ ServerConn::~ServerConn() {
 
 int ServerConn::start() {
     last_progress_ = Clock::now();
-    return reactor_.add_fd(fd_, kEvents, this);
+    // A refused peer gets a short while to send its HELLO and read the refusal.
+    handshake_deadline_ = last_progress_ + std::chrono::milliseconds(
+                                               adm_.refused ? std::min(ctx_.cfg.handshake_timeout_ms, kRefusalMs)
+                                                            : ctx_.cfg.handshake_timeout_ms);
+    int rc = reactor_.add_fd(fd_, kEvents, this);
+    if (rc == 0)
+        reactor_.want_timer(this); // the handshake deadline
+    return rc;
 }
 
 void ServerConn::close_conn(int level, const std::string &why) {
     if (closed_)
         return;
     closed_ = true;
-    ctx_.log.log(level, "connection from %s closed: %s", name_.c_str(), why.c_str());
+    ctx_.peer_log.log(level, "connection from %s closed: %s", name_.c_str(), why.c_str());
     reactor_.dispose(this); // deleted at the end of this loop iteration
 }
 
@@ -85,7 +100,7 @@ void ServerConn::progress() {
                 return;
         }
         if (closing_ && out_.empty() && pipe_.pending() == 0) {
-            close_conn(FERRY_LOG_INFO, "handshake refused");
+            close_conn(FERRY_LOG_DEBUG, "refused");
             return;
         }
         if (can_read()) {
@@ -101,7 +116,7 @@ void ServerConn::progress() {
             break;
         }
     }
-    if (!closed_ && ctx_.cfg.op_timeout_ms != 0 && busy())
+    if (!closed_ && ((ctx_.cfg.op_timeout_ms != 0 && busy()) || !hello_done_))
         reactor_.want_timer(this);
 }
 
@@ -236,7 +251,7 @@ ssize_t ServerConn::do_recv() {
     }
     rx_ = Rx::Header;
     hdr_got_ = static_cast<size_t>(n) - body; // start of the next header, read along
-    if (hdr_got_ == kHeaderSize) {
+    if (hdr_got_ == kHeaderSize && !closing_) { // refused: the ERROR goes out, nothing more is read
         hdr_got_ = 0;
         if (!on_header())
             return -1;
@@ -328,7 +343,7 @@ bool ServerConn::on_header() {
             rx_ = Rx::Payload;
         } else {
             // Keep the stream in sync: read the payload into a scratch sink, then refuse.
-            ctx_.log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
+            ctx_.peer_log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
             drain_status_ = code;
             drain_why_ = std::move(why);
             rx_ = Rx::Drain;
@@ -338,7 +353,7 @@ bool ServerConn::on_header() {
     Region *r =
         ctx_.regions.acquire_remote(h.addr, h.length, FERRY_ACCESS_REMOTE_READ, &code, &why);
     if (r == nullptr) {
-        ctx_.log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
+        ctx_.peer_log.log(FERRY_LOG_INFO, "request from %s: %s", name_.c_str(), why.c_str());
         queue_error(h.id, code, why);
         return true;
     }
@@ -385,7 +400,7 @@ bool ServerConn::on_handshake_header() {
 }
 
 void ServerConn::refuse(int status, const std::string &why) {
-    ctx_.log.log(FERRY_LOG_WARN, "refusing connection from %s: %s", name_.c_str(), why.c_str());
+    ctx_.peer_log.log(FERRY_LOG_WARN, "refusing connection from %s: %s", name_.c_str(), why.c_str());
     queue_error(0, status, why);
     closing_ = true;
 }
@@ -398,9 +413,19 @@ void ServerConn::on_handshake_data() {
                             "auth_secret); set the same auth_secret on every engine of the cluster");
             return;
         }
+        std::string why;
+        if (!ctx_.limits.promote(adm_.ip, &why)) {
+            refuse(-EBUSY, why);
+            return;
+        }
+        established_ = true;
         awaiting_auth_ = false;
         hello_done_ = true;
         queue(kAuthAck, 0, 0, 0);
+        return;
+    }
+    if (adm_.refused) { // over a cap at accept: the HELLO was read, so closing sends a FIN
+        refuse(-EBUSY, adm_.refusal);
         return;
     }
     memcpy(client_nonce_, hs_, kNonceSize);
@@ -463,7 +488,26 @@ bool ServerConn::on_read_done(const Header &h) {
 // A client that stops reading responses, or stops in the middle of a request, holds region
 // references (and so blocks deregister_mem): after op_timeout_ms without progress it is cut.
 bool ServerConn::on_timer(Clock::time_point now) {
-    if (closed_ || !busy())
+    if (closed_)
+        return false;
+    if (!hello_done_ && now >= handshake_deadline_) {
+        if (closing_) { // the refusal could not be sent in time
+            close_conn(FERRY_LOG_INFO, "refusal not taken");
+            return false;
+        }
+        if (adm_.refused)
+            refuse(-EBUSY, adm_.refusal);
+        else
+            refuse(-ETIMEDOUT, strprintf("the handshake did not finish within %u ms "
+                                         "(handshake_timeout_ms of this engine)",
+                                         ctx_.cfg.handshake_timeout_ms));
+        handshake_deadline_ = now + std::chrono::milliseconds(kLingerMs);
+        progress();
+        return !closed_;
+    }
+    if (!hello_done_)
+        return true;
+    if (!busy())
         return false;
     if (ctx_.cfg.op_timeout_ms != 0 &&
         ms_between(last_progress_, now) >= ctx_.cfg.op_timeout_ms) {
@@ -472,126 +516,6 @@ bool ServerConn::on_timer(Clock::time_point now) {
         return false;
     }
     return ctx_.cfg.op_timeout_ms != 0;
-}
-
-Listener::Listener(ServerContext &ctx, std::vector<Reactor *> reactors)
-    : ctx_(ctx), reactors_(std::move(reactors)) {}
-
-Listener::~Listener() {
-    if (fd_ >= 0)
-        close(fd_);
-}
-
-int Listener::open(sockaddr_storage *bound, std::string *why) {
-    sockaddr_storage addr{};
-    socklen_t len;
-    const char *ip = ctx_.cfg.bind_ip.c_str();
-    auto *a4 = reinterpret_cast<sockaddr_in *>(&addr);
-    auto *a6 = reinterpret_cast<sockaddr_in6 *>(&addr);
-    if (inet_pton(AF_INET, ip, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons(ctx_.cfg.port);
-        len = sizeof *a4;
-    } else if (inet_pton(AF_INET6, ip, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons(ctx_.cfg.port);
-        len = sizeof *a6;
-    } else {
-        *why = strprintf("bind_ip '%s' is not an IP address", ip);
-        return -EINVAL;
-    }
-    fd_ = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd_ < 0) {
-        int e = errno;
-        *why = "socket(): " + errno_string(e);
-        return -e;
-    }
-    int one = 1;
-    // Lets a restarted instance take its port back while old connections sit in TIME_WAIT.
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (addr.ss_family == AF_INET6)
-        setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd_, reinterpret_cast<sockaddr *>(&addr), len) != 0) {
-        int e = errno;
-        *why = strprintf("bind to %s port %u failed: %s", ip, ctx_.cfg.port,
-                         errno_string(e).c_str());
-        return -e;
-    }
-    if (listen(fd_, SOMAXCONN) != 0) {
-        int e = errno;
-        *why = "listen(): " + errno_string(e);
-        return -e;
-    }
-    len = sizeof addr;
-    if (getsockname(fd_, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
-        int e = errno;
-        *why = "getsockname(): " + errno_string(e);
-        return -e;
-    }
-    *bound = addr;
-    return 0;
-}
-
-int Listener::start() { return reactors_[0]->add_fd(fd_, EPOLLIN, this); }
-
-void Listener::stop() {
-    if (fd_ < 0)
-        return;
-    reactors_[0]->forget(this);
-    reactors_[0]->del_fd(fd_);
-    close(fd_);
-    fd_ = -1;
-}
-
-void Listener::on_events(uint32_t) {
-    for (;;) {
-        sockaddr_storage peer{};
-        socklen_t len = sizeof peer;
-        int fd = accept4(fd_, reinterpret_cast<sockaddr *>(&peer), &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            if (e == EAGAIN || e == EWOULDBLOCK)
-                return;
-            if (e == EINTR || e == ECONNABORTED)
-                continue;
-            ctx_.log.log(FERRY_LOG_ERROR, "accept failed: %s; pausing accepts for a moment",
-                         errno_string(e).c_str());
-            paused_ = true;
-            reactors_[0]->mod_fd(fd_, 0, this);
-            reactors_[0]->want_timer(this);
-            return;
-        }
-        std::string name = sockaddr_name(peer);
-        std::string why;
-        if (tune_socket(fd, ctx_.cfg, &why) != 0) {
-            ctx_.log.log(FERRY_LOG_WARN, "connection from %s dropped: %s", name.c_str(),
-                         why.c_str());
-            close(fd);
-            continue;
-        }
-        ctx_.log.log(FERRY_LOG_DEBUG, "connection from %s", name.c_str());
-        Reactor *r = reactors_[next_++ % reactors_.size()];
-        ServerContext *ctx = &ctx_;
-        // The task owns fd until it runs; the transport runs every reactor's queue before
-        // stopping, so it always runs.
-        r->post([ctx, r, fd, name = std::move(name)]() mutable {
-            auto conn = std::make_unique<ServerConn>(*ctx, *r, fd, std::move(name));
-            if (conn->start() != 0) {
-                ctx->log.log(FERRY_LOG_ERROR, "cannot watch an accepted connection");
-                return; // the destructor closes fd
-            }
-            r->adopt(std::move(conn));
-        });
-    }
-}
-
-bool Listener::on_timer(Clock::time_point) {
-    if (paused_ && fd_ >= 0) {
-        paused_ = false;
-        reactors_[0]->mod_fd(fd_, EPOLLIN, this);
-    }
-    return false;
 }
 
 } // namespace ferry_tcp

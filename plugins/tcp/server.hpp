@@ -2,7 +2,9 @@
 // Every request is checked against the region table before a byte of memory is touched.
 #pragma once
 
+#include "conn_limits.hpp"
 #include "handshake.hpp"
+#include "log_limiter.hpp"
 #include "options.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
@@ -25,12 +27,22 @@ struct ServerContext {
     const Config &cfg;
     const Logger &log;
     RegionTable &regions;
+    ConnLimits &limits;
+    LogLimiter &peer_log; // what peers cause: bad connections, refused requests
+};
+
+// How the listener admitted a connection (conn_limits.hpp).
+struct Admission {
+    std::string ip;          // the peer's address, the key of the per-address caps
+    bool refused = false;    // over a cap: answer the HELLO with an ERROR, then close
+    std::string refusal;     // the ERROR message
 };
 
 class ServerConn final : public Handler, private TxSource {
 public:
-    ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name);
-    ~ServerConn() override; // releases region references, closes the socket
+    ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string peer_name,
+               Admission admission);
+    ~ServerConn() override; // releases region references and its admission slot, closes the socket
 
     int start(); // registers with the reactor; 0 or -errno
 
@@ -78,6 +90,9 @@ private:
     Reactor &reactor_;
     int fd_;
     const std::string name_;
+    const Admission adm_;
+    bool established_ = false; // holds an established slot instead of a handshake slot
+    Clock::time_point handshake_deadline_{};
     bool hello_done_ = false; // authenticated: requests are served
     bool awaiting_auth_ = false; // HELLO_ACK sent, AUTH next
     bool client_has_key_ = false;
@@ -109,27 +124,6 @@ private:
     SplicePipe pipe_;               // zero-copy READ_RESP payloads
     std::deque<Awaiting> awaiting_; // by-reference READ_RESPs not yet reported consumed
     Clock::time_point last_progress_{};
-};
-
-class Listener final : public Handler {
-public:
-    Listener(ServerContext &ctx, std::vector<Reactor *> reactors);
-    ~Listener() override;
-
-    // Binds cfg.bind_ip:cfg.port and listens. On success *bound is the address bound.
-    int open(sockaddr_storage *bound, std::string *why);
-    int start(); // on reactors[0]'s loop thread
-    void stop(); // on reactors[0]'s loop thread
-
-    void on_events(uint32_t events) override;
-    bool on_timer(Clock::time_point now) override;
-
-private:
-    ServerContext &ctx_;
-    std::vector<Reactor *> reactors_;
-    int fd_ = -1;
-    bool paused_ = false; // accept paused after EMFILE/ENFILE until the next tick
-    unsigned next_ = 0;
 };
 
 } // namespace ferry_tcp

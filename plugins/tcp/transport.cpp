@@ -12,17 +12,23 @@ namespace ferry_tcp {
 namespace {
 // Deadline checks run once per tick: fine enough for the smallest timeout configured.
 unsigned tick_for(const Config &cfg) {
-    unsigned t = cfg.connect_timeout_ms;
+    unsigned t = std::min(cfg.connect_timeout_ms, cfg.handshake_timeout_ms);
     if (cfg.op_timeout_ms != 0)
         t = std::min(t, cfg.op_timeout_ms);
     return std::clamp(t / 4, 5u, 100u);
 }
 
 bool is_wildcard(const std::string &ip) { return ip == "0.0.0.0" || ip == "::"; }
+
+// Lines about bad connections and refused requests: at most this many per window, then a count.
+constexpr unsigned kPeerLogBurst = 10;
+constexpr unsigned kPeerLogWindowMs = 10000;
 } // namespace
 
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
-    : cfg_(cfg), log_(host), server_ctx_{cfg_, log_, regions_} {}
+    : cfg_(cfg), log_(host), limits_(cfg_),
+      peer_log_(log_, "peer connections and requests", kPeerLogBurst, kPeerLogWindowMs),
+      server_ctx_{cfg_, log_, regions_, limits_, peer_log_} {}
 
 int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
                       Transport **out, ferry_error_t *err) {
@@ -50,6 +56,11 @@ int Transport::start(ferry_error_t *err) {
         rs.push_back(reactors_.back().get());
     }
     listener_ = std::make_unique<Listener>(server_ctx_, rs);
+    // Lines held back are counted and reported by the listener's timer once their window is
+    // over. The listener outlives the reactors, so the task may run until they stop.
+    Reactor *r0 = rs[0];
+    Listener *l = listener_.get();
+    peer_log_.set_on_hold([r0, l] { r0->post([r0, l] { r0->want_timer(l); }); });
     sockaddr_storage bound{};
     std::string why;
     int rc = listener_->open(&bound, &why);

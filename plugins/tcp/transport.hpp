@@ -8,7 +8,7 @@
 #include "peer.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
-#include "server.hpp"
+#include "listener.hpp"
 #include "util.hpp"
 
 #include <ferry/plugin.h>
@@ -49,6 +49,8 @@ private:
     const Logger log_;
     CompletionQueue cq_;
     RegionTable regions_;
+    ConnLimits limits_;
+    LogLimiter peer_log_;
     ServerContext server_ctx_;
     std::vector<std::unique_ptr<Reactor>> reactors_;
     std::unique_ptr<Listener> listener_;

@@ -25,7 +25,7 @@ OP_FAILED = 2
 _STATE_NAMES = {OP_PENDING: "pending", OP_DONE: "done", OP_FAILED: "failed"}
 _KIND_NAMES = {MEMORY_HOST: "host", MEMORY_CUDA: "cuda", MEMORY_ROCM: "rocm"}
 
-# How long one ferry_wait call may block, so that Ctrl-C reaches Python between calls.
+# How long one ferry_wait_batch call may block, so that Ctrl-C reaches Python between calls.
 _WAIT_SLICE_MS = 200
 
 
@@ -289,8 +289,10 @@ class Batch:
         return all(s.state != "pending" for s in self.statuses)
 
     def wait(self, timeout=None):
-        """Blocks until every op finished; raises the first op's error (a FerryError with the C
-        message), or ferry.Timeout when `timeout` seconds pass first."""
+        """Blocks until every op finished, or `timeout` seconds (None: no limit) pass. Raises
+        the first failed op's error (a FerryError with the C message; ferry.Timeout when that
+        op timed out), or ferry.WaitTimeout when `timeout` passes first with ops still in flight
+        (the batch stays valid)."""
         if self._freed:
             raise InvalidArgument(-errno.EINVAL, "batch %d was freed" % self.id, "wait")
         ffi, lib = _capi.load()
@@ -301,10 +303,12 @@ class Batch:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 slice_ms = max(0, min(slice_ms, int(left * 1000)))
-            rc = lib.ferry_wait(_handle(self._state), self.id, slice_ms)
-            if rc == -errno.ETIMEDOUT and (deadline is None or time.monotonic() < deadline):
+            # -EINPROGRESS is only "this slice passed"; an op's own failure (-ETIMEDOUT too)
+            # is a different code and ends the wait.
+            rc = lib.ferry_wait_batch(_handle(self._state), self.id, slice_ms)
+            if rc == -errno.EINPROGRESS and (deadline is None or time.monotonic() < deadline):
                 continue
-            _check(rc, "ferry_wait")
+            _check(rc, "ferry_wait_batch")
             return
 
     def free(self):

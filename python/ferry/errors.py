@@ -5,8 +5,9 @@ import errno
 import os
 
 __all__ = [
-    "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
-    "Timeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError", "Canceled",
+    "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied",
+    "Busy", "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory",
+    "ProtocolError", "Canceled",
     "error_for_code",
 ]
 
@@ -55,7 +56,14 @@ class Busy(FerryError):
 
 
 class Timeout(FerryError, TimeoutError):
-    """ETIMEDOUT."""
+    """ETIMEDOUT: an op (or a connection, a metadata request) timed out. Raised by
+    Batch.wait() when an op itself failed with ETIMEDOUT: the batch is finished."""
+
+
+class WaitTimeout(Timeout):
+    """EINPROGRESS from ferry_wait_batch: the wait's own `timeout` passed while ops were still
+    in flight. The batch stays valid (wait again, or poll it). A Timeout, so `except
+    ferry.Timeout` catches both; `isinstance(e, ferry.WaitTimeout)` tells them apart."""
 
 
 class ConnectionFailed(FerryError, ConnectionError):
@@ -93,6 +101,7 @@ for _cls, _names in (
     (OutOfMemory, ("ENOMEM",)),
     (ProtocolError, ("EPROTO",)),
     (Canceled, ("ECANCELED",)),
+    (WaitTimeout, ("EINPROGRESS",)),
 ):
     for _name in _names:
         if hasattr(errno, _name):

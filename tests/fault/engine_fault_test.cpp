@@ -1,8 +1,9 @@
 // Faults at the engine level, with real sockets and child processes: garbage, truncated frames
 // and resets on the handshake port and on tcp.so's port (including requests that skip the
-// handshake), a handshake peer that never answers, and a peer process that stalls mid-transfer
-// (SIGSTOP) and comes back. Each must end in a clear error or a closed connection, never a
-// crash or a hang, never a byte outside registered memory; the engine keeps serving.
+// handshake), a handshake peer that never answers, a peer process that stalls mid-transfer
+// (SIGSTOP) and comes back, and wait() telling an op that timed out from a wait that did. Each
+// must end in a clear error or a closed connection, never a crash or a hang, never a byte
+// outside registered memory; the engine keeps serving.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -10,9 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "ferry/engine.hpp"
+#include "ferry/ferry.h"
 #include "peer_pattern.hpp"
 #include "peer_process.hpp"
 #include "raw_socket.hpp"
@@ -272,4 +276,127 @@ TEST(EngineFaults, StalledPeerProcessTimesOutThenRecovers) {
     ASSERT_TRUE(engine->wait(*b3, std::chrono::seconds(30)));
     (void)engine->free_batch(*b3);
     EXPECT_EQ(back, local) << "the peer holds exactly what the recovered writes put there";
+}
+
+// SIGSTOP, then wait until every thread of the process has stopped: kill() returns before they
+// do, and an op submitted in between may still be served.
+namespace {
+bool stop_process(pid_t pid) {
+    if (kill(pid, SIGSTOP) != 0) return false;
+    auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+        bool all = true;
+        std::error_code ec;
+        for (auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+            std::ifstream in(task.path() / "stat");
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            auto close = text.rfind(')');
+            char state = close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+            all = all && (state == 'T' || state == 't');
+        }
+        if (all && !ec) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5)); // polling /proc, nothing to wait on
+    }
+    return false;
+}
+} // namespace
+
+// An op that fails because its transport timed out is the op's failure (-ETIMEDOUT), never
+// "the wait timed out" (kWaitPending): a caller that waits again on the latter must not spin
+// forever on the former. Both through C++ and through the C API.
+class WaitResults : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_TRUE(peer.ok) << peer.error;
+        auto e = Engine::create({{"plugins", "tcp"}, {"tcp.op_timeout_ms", "1500"}});
+        ASSERT_TRUE(e) << e.error().message;
+        engine = std::move(*e);
+        ASSERT_TRUE(engine->register_memory(local.data(), local.size()));
+        auto s = engine->open_segment(peer.segment);
+        ASSERT_TRUE(s) << s.error().message;
+        seg = *s;
+        Request warm{Opcode::Read, local.data(), seg, peer.base, 4096, ""};
+        auto wb = engine->submit(std::span(&warm, 1));
+        ASSERT_TRUE(wb) << wb.error().message;
+        ASSERT_TRUE(engine->wait(*wb, std::chrono::seconds(30)));
+        ASSERT_TRUE(engine->free_batch(*wb));
+        ASSERT_TRUE(stop_process(peer.pid()));
+        stopped = true;
+    }
+    void TearDown() override {
+        if (stopped) kill(peer.pid(), SIGCONT);
+    }
+    PeerProcess peer{{"--size", "4194304"}};
+    std::unique_ptr<Engine> engine;
+    std::vector<uint8_t> local = std::vector<uint8_t>(4 << 20, 1);
+    SegmentId seg = 0;
+    bool stopped = false;
+};
+
+TEST_F(WaitResults, OpTimeoutIsTheOpsFailureAndAWaitTimeoutKeepsTheBatch) {
+    Request w{Opcode::Write, local.data(), seg, peer.base, 1 << 20, ""};
+    auto b = engine->submit(std::span(&w, 1));
+    ASSERT_TRUE(b) << b.error().message;
+    // Well inside op_timeout_ms: the wait times out, the op is still in flight.
+    auto early = engine->wait(*b, std::chrono::milliseconds(50));
+    ASSERT_FALSE(early);
+    EXPECT_EQ(early.error().code, kWaitPending) << early.error().message;
+    EXPECT_EQ(early.error().code, -EINPROGRESS);
+    auto st = engine->status(*b, 0);
+    ASSERT_TRUE(st) << "the batch stays valid after a wait timed out";
+    EXPECT_EQ(st->state, OpState::Pending);
+    EXPECT_EQ(engine->free_batch(*b).error().code, -EBUSY);
+    // Now the transport times the op out: wait reports that op's -ETIMEDOUT.
+    auto start = Clock::now();
+    auto r = engine->wait(*b, std::chrono::seconds(60));
+    auto took = Clock::now() - start;
+    ASSERT_FALSE(r) << "a write to a stopped process cannot succeed";
+    EXPECT_EQ(r.error().code, -ETIMEDOUT) << r.error().message;
+    EXPECT_NE(r.error().message.find("op 0 failed"), std::string::npos) << r.error().message;
+    EXPECT_LT(took, std::chrono::seconds(30)) << "ended by tcp.op_timeout_ms, not by the wait's limit";
+    st = engine->status(*b, 0);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->state, OpState::Failed);
+    // Waiting again on the finished batch gives the same failure at once, never kWaitPending.
+    auto again = engine->wait(*b, std::chrono::milliseconds(0));
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, -ETIMEDOUT);
+    EXPECT_TRUE(engine->free_batch(*b));
+}
+
+TEST(WaitResultsCApi, WaitBatchTellsAnOpTimeoutFromAWaitTimeout) {
+    PeerProcess peer({"--size", "4194304"});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    const char *keys[] = {"plugins", "tcp.op_timeout_ms"};
+    const char *values[] = {"tcp", "1500"};
+    ferry_engine_t *e = nullptr;
+    ASSERT_EQ(ferry_engine_create(keys, values, 2, &e), 0) << ferry_last_error();
+    std::unique_ptr<ferry_engine_t, void (*)(ferry_engine_t *)> guard(e, ferry_engine_destroy);
+    std::vector<uint8_t> local(1 << 20, 2);
+    ASSERT_EQ(ferry_register(e, local.data(), local.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0);
+    ferry_segment_id_t seg = 0;
+    ASSERT_EQ(ferry_open_segment(e, peer.segment.c_str(), &seg), 0) << ferry_last_error();
+    ferry_request_t rq{FERRY_WRITE, 0, local.data(), seg, peer.base, local.size(), nullptr};
+    ferry_batch_id_t b = 0;
+    ASSERT_EQ(ferry_submit(e, &rq, 1, &b), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_wait_batch(e, b, 30000), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_free_batch(e, b), 0);
+
+    ASSERT_TRUE(stop_process(peer.pid()));
+    ASSERT_EQ(ferry_submit(e, &rq, 1, &b), 0) << ferry_last_error();
+    EXPECT_EQ(ferry_wait_batch(e, b, 50), -EINPROGRESS) << ferry_last_error();
+    EXPECT_EQ(ferry_wait(e, b, 50), -ETIMEDOUT) << "version 1 behaviour is kept for old callers";
+    // Waiting in slices, as Python does, ends with the op's failure instead of looping forever.
+    int rc = -EINPROGRESS;
+    auto start = Clock::now();
+    while (rc == -EINPROGRESS && Clock::now() - start < std::chrono::seconds(60)) rc = ferry_wait_batch(e, b, 200);
+    EXPECT_EQ(rc, -ETIMEDOUT) << ferry_last_error();
+    EXPECT_NE(std::string(ferry_last_error()).find("op 0 failed"), std::string::npos) << ferry_last_error();
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+    ferry_op_status_t st{};
+    ASSERT_EQ(ferry_get_status(e, b, 0, &st), 0);
+    EXPECT_EQ(st.state, static_cast<uint32_t>(FERRY_OP_FAILED));
+    EXPECT_EQ(st.error, -ETIMEDOUT);
+    EXPECT_EQ(ferry_free_batch(e, b), 0);
+    kill(peer.pid(), SIGCONT);
 }

@@ -3,7 +3,7 @@
 // naming the problem where the handshake got that far) or the connection is closed; the
 // instance keeps serving, and no byte lands outside its registered region.
 #include "../transport/harness.hpp"
-#include "wire.hpp" // plugins/shm/wire.hpp
+#include "shm_raw.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,73 +18,14 @@
 #ifdef FERRY_TEST_SHM_PLUGIN
 
 using namespace ferry_test;
+using ferry_fault::RawShm;
+using ferry_fault::hello_for;
 
 namespace {
 
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr size_t kCanary = 4096;
 constexpr uint8_t kCanaryByte = 0xA7;
-
-class RawShm {
-public:
-    explicit RawShm(const std::vector<uint8_t> &endpoint) {
-        ferry_shm::EndpointBytes ep;
-        memcpy(&ep, endpoint.data(), sizeof ep);
-        std::string name = ferry_shm::socket_name(ep.pid, ep.token);
-        fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un sa{};
-        sa.sun_family = AF_UNIX;
-        memcpy(sa.sun_path, name.data(), name.size());
-        connected_ = connect(fd_, reinterpret_cast<sockaddr *>(&sa),
-                             static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())) == 0;
-        token_ = ep.token;
-    }
-    ~RawShm() { close(fd_); }
-    bool connected() const { return connected_; }
-    uint64_t token() const { return token_; }
-    bool send_bytes(const void *p, size_t n) { return send(fd_, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n); }
-    // False when the serving side closed first (10 s hang guard).
-    bool recv_exact(void *out, size_t len) {
-        size_t got = 0;
-        auto *p = static_cast<uint8_t *>(out);
-        while (got < len) {
-            pollfd pf{fd_, POLLIN, 0};
-            if (poll(&pf, 1, 10000) <= 0) return false;
-            ssize_t n = recv(fd_, p + got, len - got, 0);
-            if (n <= 0) return false;
-            got += static_cast<size_t>(n);
-        }
-        return true;
-    }
-    bool ack(ferry_shm::HelloAck *out) { return recv_exact(out, sizeof *out); }
-    // True once the serving side closed the connection (10 s hang guard).
-    bool closed_by_peer() {
-        char b[256];
-        for (;;) {
-            pollfd pf{fd_, POLLIN, 0};
-            if (poll(&pf, 1, 10000) <= 0) return false;
-            ssize_t n = recv(fd_, b, sizeof b, 0);
-            if (n <= 0) return true;
-        }
-    }
-
-private:
-    int fd_ = -1;
-    bool connected_ = false;
-    uint64_t token_ = 0;
-};
-
-ferry_shm::Hello hello_for(uint64_t token, uint64_t probe_addr, uint64_t probe_token) {
-    ferry_shm::Hello h{};
-    h.magic = ferry_shm::kHelloMagic;
-    h.version = ferry_shm::kWireVersion;
-    h.target_token = token;
-    h.probe_addr = probe_addr;
-    h.probe_token = probe_token;
-    h.pid = static_cast<uint32_t>(getpid());
-    h.uid = getuid();
-    return h;
-}
 
 TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
     Plugin plugin(FERRY_TEST_SHM_PLUGIN);

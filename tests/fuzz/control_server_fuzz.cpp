@@ -1,92 +1,25 @@
 // The engine's control server (core/control_server.cpp) fed over a real socket: each input is
 // sent on a fresh connection to a server that has a cluster secret, then the connection is
-// half-closed and the reply read until the server closes. The HELLO/AUTH/request decoders live
-// inside the server's connection state machine, so this reaches them as a peer would.
+// half-closed and the reply read until the server closes (control_server_harness.hpp). The
+// HELLO/AUTH/request decoders live inside the server's connection state machine, so this
+// reaches them as a peer would; control_server_open does the same without a secret, so that
+// the requests after the handshake are fuzzed too.
 // Invariants: the server never crashes or hangs on a connection (5 s guard), and a peer that
 // cannot know the secret never receives the published descriptor (its marker never appears in
 // a reply).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <memory>
-#include <string>
-
-#include "control_server.hpp"
-#include "fuzz_check.hpp"
-#include "log.hpp"
-
-using namespace ferry;
+#include "control_server_harness.hpp"
 
 namespace {
-std::unique_ptr<ControlServer> g_server;
-uint16_t g_port = 0;
-const std::string kMarker = "FUZZ-DESCRIPTOR-MARKER-7f3a9c";
+control_fuzz::Server g;
 } // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-    log::set_level(log::Level::Error);
-    ControlServerOptions o;
-    o.secret = "fuzz-cluster-secret-0123456789abcdef";
-    o.handshake_timeout = std::chrono::milliseconds(2000);
-    auto s = ControlServer::start(o);
-    FUZZ_CHECK(s.has_value(), "control server start");
-    g_server = std::move(*s);
-    g_server->publish(std::vector<uint8_t>(kMarker.begin(), kMarker.end()));
-    g_port = static_cast<uint16_t>(std::stoul(g_server->address().substr(g_server->address().rfind(':') + 1)));
+    g = control_fuzz::start("fuzz-cluster-secret-0123456789abcdef");
     return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    FUZZ_CHECK(fd >= 0, "socket");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(g_port);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    // libFuzzer's timeout alarm (SIGALRM) interrupts blocking calls: EINTR is retried below.
-    if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
-        int e = errno;
-        if (e == EINTR) { // the connection goes on in the background: wait for it
-            pollfd p{fd, POLLOUT, 0};
-            while (poll(&p, 1, 5000) < 0 && errno == EINTR) {}
-            socklen_t len = sizeof e;
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
-        }
-        if (e != 0) {
-            fprintf(stderr, "connect to the control server: %s\n", strerror(e));
-            FUZZ_CHECK(false, "connect to the control server");
-        }
-    }
-    for (size_t done = 0; done < size;) {
-        ssize_t n = send(fd, data + done, size - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break; // the server may close before reading everything
-        done += static_cast<size_t>(n);
-    }
-    shutdown(fd, SHUT_WR);
-    std::string reply;
-    char buf[4096];
-    for (;;) {
-        pollfd p{fd, POLLIN, 0};
-        int r = poll(&p, 1, 5000);
-        if (r < 0 && errno == EINTR) continue;
-        FUZZ_CHECK(r > 0, "the server kept a half-closed connection open for 5 s");
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        reply.append(buf, static_cast<size_t>(n));
-    }
-    // Abortive close: the server closed first, so an orderly one would leave a TIME_WAIT per
-    // input, and after some 55,000 inputs connect() ran out of ports (EADDRNOTAVAIL).
-    linger no_wait{1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &no_wait, sizeof no_wait);
-    close(fd);
-    FUZZ_CHECK(reply.find(kMarker) == std::string::npos, "descriptor served without authentication");
+    std::string reply = control_fuzz::exchange(g.port, data, size);
+    FUZZ_CHECK(reply.find(control_fuzz::kMarker) == std::string::npos, "descriptor served without authentication");
     return 0;
 }

@@ -4,10 +4,12 @@
 # the executions, the time and the coverage of the merged corpus. This is the "once, to >= 10 M
 # executions" run of docs/RELIABILITY.md; CI runs tests/fuzz/run.sh's short runs instead.
 #   tests/fuzz/long_run.sh [build dir] [runs per target] [jobs]   (defaults: build-fuzz, 10000000, nproc)
-# Environment: FUZZ_TARGETS="tcp_wire shm_wire" to run a subset. Fails on the first crash, leak,
+# Environment: FUZZ_TARGETS="tcp_wire shm_wire" to run a subset; FUZZ_MAX_SECONDS=N stops each
+# target after N seconds even short of its runs (the table then shows how far it got). Fails on the first crash, leak,
 # sanitizer report or violated invariant and keeps the input in the scratch directory.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 build="$(cd "${1:-$root/build-fuzz}" && pwd)"
 runs="${2:-10000000}"
 jobs="${3:-$(nproc)}"
@@ -25,7 +27,7 @@ for t in $targets; do
   # new inputs land in the shared corpus directory, which each worker re-reads as it goes.
   result=ok
   (cd "$scratch/$t/logs" && "$bin" -runs=$(( (runs + jobs - 1) / jobs )) -jobs="$jobs" -workers="$jobs" \
-      -timeout=10 -print_final_stats=1 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" >/dev/null 2>&1) || result=FAILED
+      -timeout=10 -max_total_time="${FUZZ_MAX_SECONDS:-0}" -print_final_stats=1 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" >/dev/null 2>&1) || result=FAILED
   end=$(date +%s.%N)
   execs=$(cat "$scratch/$t/logs"/fuzz-*.log | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{s+=$1} END {print s+0}')
   if grep -lE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer)|runtime error|invariant' \
@@ -33,7 +35,7 @@ for t in $targets; do
     result=FAILED
   fi
   # Coverage of everything found, measured in one pass over the merged corpus.
-  cov=$("$bin" -runs=0 "$scratch/$t/corpus" 2>&1 | sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' | tail -1)
+  cov=$(cd "$scratch/$t" && "$bin" -runs=0 -artifact_prefix="$scratch/$t/" "$scratch/$t/corpus" 2>&1 | sed -nE 's/.*INITED cov: ([0-9]+).*/\1/p' | tail -1)
   files=$(ls "$scratch/$t/corpus" | wc -l)
   secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", b - a}')
   rate=$(awk -v e="$execs" -v s="$secs" 'BEGIN {printf "%.0f", (s > 0 ? e / s : 0)}')

@@ -17,6 +17,7 @@
 #include "descriptor.hpp"
 #include "memory.hpp"
 #include "wire.hpp"
+#include "../../plugins/shm/wire.hpp"
 
 namespace fs = std::filesystem;
 
@@ -158,6 +159,100 @@ void control_server() {
     put("control_server", "notify-without-hello", frame(kNotify, std::string_view("hello there")));
 }
 
+// Without a secret: HELLO with no flag, the all-zero proof, then requests after Ready.
+void control_server_open() {
+    using namespace ferry::control;
+    ferry::ByteWriter hello;
+    hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x42));
+    hello.u32(0);
+    hello.str("127.0.0.1:7000");
+    auto ready = frame(kHello, hello.data());
+    auto a = frame(kAuth, std::vector<uint8_t>(sizeof(Proof), 0));
+    ready.insert(ready.end(), a.begin(), a.end());
+    auto with = [&](std::vector<std::vector<uint8_t>> frames) {
+        auto out = ready;
+        for (auto &f : frames) out.insert(out.end(), f.begin(), f.end());
+        return out;
+    };
+    put("control_server_open", "hello-auth", ready);
+    put("control_server_open", "get", with({frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
+    put("control_server_open", "notify-get", with({frame(kNotify, std::string_view("after the write")),
+                                                   frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
+    put("control_server_open", "unknown-type", with({frame(99, std::string_view("x"))}));
+    auto cut = frame(kNotify, std::vector<uint8_t>(64, 0x61));
+    cut.resize(40);
+    put("control_server_open", "truncated-notify", with({cut}));
+}
+
+// What a server sends a client: byte 0 is the client's configuration (bit 0: a secret).
+void control_client() {
+    using namespace ferry::control;
+    ferry::ByteWriter hello;
+    hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x24));
+    hello.u32(0);
+    hello.bytes(std::vector<uint8_t>(sizeof(Proof), 0));
+    auto stream = [](uint8_t config, std::vector<std::vector<uint8_t>> frames) {
+        std::vector<uint8_t> out{config};
+        for (auto &f : frames) out.insert(out.end(), f.begin(), f.end());
+        return out;
+    };
+    ferry::SegmentDescriptor d;
+    d.name = "127.0.0.1:7000";
+    d.control = "127.0.0.1:7000";
+    auto desc = ferry::encode_descriptor(d);
+    put("control_client", "open-handshake-get-notify",
+        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(0, desc), frame(0, std::vector<uint8_t>{})}));
+    put("control_client", "open-refused-at-limit",
+        stream(0, {frame(EUSERS, std::string_view("control server at 127.0.0.1:7000 refused the connection: 128 "
+                                                  "connections already open from this address"))}));
+    put("control_client", "open-queue-full",
+        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(ENOBUFS, std::string_view("full"))}));
+    ferry::ByteWriter secret_hello;
+    secret_hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x24));
+    secret_hello.u32(kFlagSecret);
+    secret_hello.bytes(std::vector<uint8_t>(sizeof(Proof), 0x99));
+    put("control_client", "secret-wrong-proof",
+        stream(1, {frame(0, secret_hello.data()), frame(EACCES, std::string_view("authentication failed"))}));
+}
+
+// shm_wire: byte 0 picks the instance and the Hello, then (selector, Request) records; the
+// selector bits are explained in shm_wire_fuzz.cpp's steer().
+void shm_wire() {
+    auto record = [](std::vector<uint8_t> &v, uint8_t selector, uint32_t opcode, uint64_t remote, uint64_t len,
+                     uint64_t local, uint64_t id) {
+        ferry_shm::Request r{};
+        r.id = id;
+        r.opcode = opcode;
+        r.local_fd = -1;
+        r.remote_addr = remote;
+        r.length = len;
+        r.local_addr = local;
+        v.push_back(selector);
+        const auto *b = reinterpret_cast<const uint8_t *>(&r);
+        v.insert(v.end(), b, b + sizeof r);
+    };
+    constexpr uint8_t kInRegion = 3, kBoundedLen = 4, kOpcode = 0x40, kMemfd = 2 << 3, kGateClosed = 0x20;
+    std::vector<uint8_t> rw = {0};
+    record(rw, kInRegion | kBoundedLen | kOpcode, 0, 100, 5000, 7, 1);       // WRITE
+    record(rw, kInRegion | kBoundedLen | kOpcode, 1, 100, 5000, 7, 2);       // READ
+    record(rw, 1 | kBoundedLen | kOpcode, 0, 65536 + 120, 200, 0, 3);        // straddles the end
+    record(rw, 2 | kBoundedLen | kOpcode, 0, 10, 64, 0, 4);                  // WRITE to the read-only region
+    put("shm_wire", "write-read-edges", rw);
+    std::vector<uint8_t> memfd = {1};
+    record(memfd, kInRegion | kBoundedLen | kOpcode | kMemfd, 1, 4096, 40000, 3, 1);
+    record(memfd, kInRegion | kBoundedLen | kOpcode | kMemfd, 0, 0, 65536, 0, 2);
+    record(memfd, kInRegion | kBoundedLen | kOpcode | kGateClosed, 1, 0, 4096, 0, 3);
+    put("shm_wire", "adopt-memfd-pieces-gate", memfd);
+    std::vector<uint8_t> raw = {0};
+    record(raw, 0, 1, 16, 8, 16, 1); // raw address and opcode
+    record(raw, 0, 7, 0, 0, 0, 2);   // malformed
+    put("shm_wire", "raw-requests", raw);
+    std::vector<uint8_t> stale = {1 << 1};
+    record(stale, kInRegion | kBoundedLen | kOpcode, 1, 0, 64, 0, 1);
+    put("shm_wire", "stale-token", stale);
+    put("shm_wire", "raw-hello", std::vector<uint8_t>{3 << 1, 'F', 'S', 'H', 'H', 3, 0, 0, 0});
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -172,6 +267,9 @@ int main(int argc, char **argv) {
     config_yaml();
     efa_mem();
     control_server();
+    control_server_open();
+    control_client();
+    shm_wire();
     std::printf("wrote %d seed files under %s\n", g_written, g_root.c_str());
     return 0;
 }

@@ -7,6 +7,7 @@
 # Environment: FUZZ_TARGETS="tcp_wire descriptor" to run a subset; CXX/CC (default clang++/clang).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 build="${1:-$root/build-fuzz}"
 seconds="${2:-40}"
 if [ ! -f "$build/build.ninja" ]; then

@@ -420,9 +420,12 @@ TEST_P(TransportConformance, CrossProcessWriteAndRead) {
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, child.endpoint(), child.addr(), sz, kRW, &peer, &rmem));
     const uint64_t S = GetParam().slice ? GetParam().slice : 64 * 1024;
     struct R { uint64_t off, len; };
-    // Disjoint: ops of one batch are not ordered against each other (with 1 MiB slices the third
-    // range ends at 4 MiB + 6).
-    std::vector<R> ranges = {{0, 1}, {13, 4097}, {kMiB + 1, 3 * S + 5}, {5 * kMiB, 16 * kMiB + 3}};
+    // Disjoint for every slice size: ops of one batch are not ordered against each other, so
+    // two of them writing the same bytes would race (with 4 MiB slices a fixed fourth range at
+    // 5 MiB overlapped the third, [1 MiB + 1, 13 MiB + 6): a real race TSan reported once).
+    const uint64_t third_end = kMiB + 1 + 3 * S + 5;
+    ASSERT_LT(third_end + 2 * kMiB, sz) << "slice too large for this test";
+    std::vector<R> ranges = {{0, 1}, {13, 4097}, {kMiB + 1, 3 * S + 5}, {third_end + 7, sz - third_end - 10}};
     fill_pattern(loc.data(), sz, 31);
     std::vector<ferry_xfer_op_t> ops;
     for (size_t i = 0; i < ranges.size(); ++i)

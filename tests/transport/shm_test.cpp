@@ -355,7 +355,7 @@ TEST_F(ShmTest, AdoptedRegionsKeepTheirBytesAndMoveThroughTheMemfd) {
         if (line.rfind(start, 0) == 0)
             mapping = line;
     EXPECT_NE(mapping.find("memfd:ferry-shm-region"), std::string::npos) << mapping;
-    ChildPeer child(shm_path(), sz, kRW, {});
+    ChildPeer child(shm_path(), sz, kRW, {{"adopt_memfd", "true"}}); // both ends opt in
     ASSERT_TRUE(child.ok()) << child.error();
     uint64_t peer, rmem;
     ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
@@ -385,6 +385,97 @@ TEST_F(ShmTest, AdoptedRegionsKeepTheirBytesAndMoveThroughTheMemfd) {
     ASSERT_TRUE(child.hash(0, 5000, &h));
     EXPECT_EQ(h, fnv1a(odd.data() + 100, 5000));
     EXPECT_TRUE(child.exit_cleanly());
+}
+
+// Issue 22, finding 2a: the initiator is idle (its I/O thread asleep without a timeout) when
+// one op goes to a peer that is stopped. The op must still fail by op_timeout_ms.
+TEST_F(ShmTest, AnOpToAStoppedPeerFailsByItsTimeoutEvenWhenIdle) {
+    auto a = make({{"op_timeout_ms", "1000"}});
+    ASSERT_TRUE(a);
+    ChildPeer child(shm_path(), kMiB, kRW, {});
+    ASSERT_TRUE(child.ok()) << child.error();
+    Buffer loc(kMiB);
+    uint64_t hl, peer, rmem;
+    ASSERT_EQ(a->register_mem(loc.data(), kMiB, 0, &hl), 0);
+    ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, child.addr(), kMiB, kRW, &rmem), 0);
+    child.stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // idle: nothing in flight
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, child.addr(), rmem, 4096, 1)}), 0);
+    auto c = a->wait(1, std::chrono::seconds(15));
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    ASSERT_EQ(c.size(), 1u) << "still pending after 15 s with op_timeout_ms=1000";
+    EXPECT_EQ(c[0].status, -ETIMEDOUT) << c[0].message;
+    EXPECT_LT(took.count(), 4000) << "op_timeout_ms=1000";
+    std::cout << "failed after " << took.count() << " ms: " << c[0].message << "\n";
+    child.resume();
+}
+
+// Issue 22, finding 4: with cross-memory attach the serving side writes a READ into our buffer.
+// Once an op was reported failed, no byte may land in its buffer, even when the stopped serving
+// side resumes with the requests still queued. Two rounds: stopped before the batch, and
+// stopped in the middle of one.
+TEST_F(ShmTest, NoByteLandsInABufferAfterItsReadFailed) {
+    auto a = make({{"op_timeout_ms", "1000"}});
+    ASSERT_TRUE(a);
+    const size_t op = kMiB, n = 48;
+    // One copy thread: pieces are copied in the order requests arrived, so the probe op below
+    // (larger than inline_size, queued after the others) completes only after every earlier
+    // piece was taken and its copy attempted.
+    ChildPeer child(shm_path(), n * op, kRW, {{"copy_threads", "1"}, {"chunk_size", "64k"}});
+    ASSERT_TRUE(child.ok()) << child.error();
+    ASSERT_TRUE(child.fill(0, n * op, 41));
+    Buffer loc(n * op), probe(op);
+    uint64_t hl, hp, peer, rmem;
+    ASSERT_EQ(a->register_mem(loc.data(), loc.size(), 0, &hl), 0);
+    ASSERT_EQ(a->register_mem(probe.data(), probe.size(), 0, &hp), 0);
+    ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, child.addr(), n * op, kRW, &rmem), 0);
+    for (int round = 0; round < 2; ++round) {
+        memset(loc.data(), 0xEE, loc.size());
+        std::vector<ferry_xfer_op_t> ops;
+        for (size_t i = 0; i < n; ++i)
+            ops.push_back(make_op(FERRY_OP_READ, loc.addr() + i * op, hl, child.addr() + i * op, rmem, op, i));
+        if (round == 0)
+            child.stop();
+        ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
+        std::vector<ferry_completion_t> c;
+        if (round == 1) {
+            c = a->wait(1); // under way
+            child.stop();
+        }
+        std::vector<uint64_t> at_failure(n, 0);
+        size_t failed = 0;
+        while (c.size() < n) {
+            auto more = a->wait(1, std::chrono::seconds(15));
+            ASSERT_FALSE(more.empty()) << "ops still pending 15 s after op_timeout_ms=1000";
+            c.insert(c.end(), more.begin(), more.end());
+        }
+        for (const auto &x : c)
+            if (x.status != 0) {
+                EXPECT_EQ(x.status, -ETIMEDOUT) << x.message;
+                at_failure[x.user_data] = fnv1a(loc.data() + x.user_data * op, op) | 1;
+                ++failed;
+            }
+        child.resume();
+        // The serving side resumes with every old request queued; a new op behind them shows it
+        // got through all of them.
+        ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, probe.addr(), hp, child.addr(), rmem, op, 1000)}), 0);
+        auto p = a->wait(1, std::chrono::seconds(30));
+        ASSERT_EQ(p.size(), 1u);
+        EXPECT_EQ(p[0].status, 0) << p[0].message;
+        size_t changed = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (at_failure[i] != 0 && (fnv1a(loc.data() + i * op, op) | 1) != at_failure[i])
+                ++changed;
+        std::cout << "round " << round << ": " << failed << " of " << n << " READs failed, " << changed
+                  << " of those buffers written after the failure\n";
+        EXPECT_EQ(changed, 0u);
+        if (round == 0) {
+            EXPECT_EQ(failed, n);
+        }
+    }
 }
 
 TEST_F(ShmTest, BadOptionValuesNameTheKey) {

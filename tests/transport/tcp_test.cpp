@@ -260,6 +260,34 @@ TEST_F(TcpTest, WireVersionMismatchIsRefusedWithAMessage) {
     EXPECT_TRUE(raw.closed_by_server());
 }
 
+// A client that sends a request right behind a wrong AUTH still reads why it was refused: the
+// request read along with the proof is not taken for a second, foreign handshake frame.
+TEST_F(TcpTest, WrongProofFollowedByARequestIsRefusedWithAMessage) {
+    auto s = make({{"auth_key", std::string(64, 'a')}});
+    ASSERT_TRUE(s);
+    Raw raw(endpoint_port(s->endpoint()));
+    Hdr h = header(kHello);
+    h[7] = 2;           // kFlagAuth: this client claims a key
+    put(&h[12], 32, 4); // the client nonce follows
+    std::array<uint8_t, 32> nonce{};
+    ASSERT_TRUE(raw.send_hdr(h) && raw.send_all(nonce.data(), nonce.size()));
+    Reply r;
+    ASSERT_TRUE(raw.reply(&r));
+    ASSERT_EQ(r.type, kHelloAck);
+    std::vector<uint8_t> burst(40 + 32 + 40, 0x17);
+    Hdr a = header(kAuth);
+    put(&a[12], 32, 4);
+    memcpy(burst.data(), a.data(), 40);
+    Hdr req = header(kReadReq, 1, 4096, 8);
+    memcpy(burst.data() + 72, req.data(), 40);
+    ASSERT_TRUE(raw.send_all(burst.data(), burst.size()));
+    ASSERT_TRUE(raw.reply(&r)) << "closed without saying why";
+    EXPECT_EQ(r.type, kError);
+    EXPECT_EQ(r.status, -EACCES);
+    EXPECT_NE(r.message.find("auth_secret"), std::string::npos) << r.message;
+    EXPECT_TRUE(raw.closed_by_server());
+}
+
 TEST_F(TcpTest, RefusedWriteIsDrainedAndTheStreamStaysInSync) {
     auto s = make();
     ASSERT_TRUE(s);
