@@ -2,6 +2,7 @@
 
 #include "config.hpp"
 #include "ferry/engine.hpp"
+#include "log.hpp"
 #include "plugin_loader.hpp"
 
 namespace ferry {
@@ -19,6 +20,15 @@ PluginReportOutput describe_plugins(const Config &config) {
         if (auto dot = key.find('.'); dot != std::string::npos && dot > 0)
             options.plugin_options[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
     auto report = load_plugins(options);
+    // Nothing to load is an error for ferry-info (exit 1) too: say where it looked and what to set.
+    if (report.plugins.empty()) {
+        std::string dirs;
+        for (auto &d : options.search_path) dirs += (dirs.empty() ? "" : ":") + d;
+        report.errors.push_back(cat("no plugin files (<name>.so) in any directory of the search path (", dirs,
+                                    "); build them (ninja -C build: they appear in build/core/ferry/plugins/), "
+                                    "or set FERRY_PLUGIN_PATH (a colon list) or plugin_path to the directories "
+                                    "that hold them"));
+    }
     return {report.to_text(), report.to_json(), report.errors.empty()};
 }
 

@@ -1,5 +1,7 @@
 // ferry-info as a user runs it: a child process with FERRY_PLUGIN_PATH, FERRY_PLUGINS and, for
-// the variant directories, a fake NVIDIA driver library on LD_LIBRARY_PATH.
+// the variant directories, a fake NVIDIA driver library on LD_LIBRARY_PATH. Most tests run it over
+// a copy of libferry in a directory of its own (first on LD_LIBRARY_PATH), so the build tree's
+// <dir of libferry>/ferry/plugins (build/core/ferry/plugins) stays out of their search path.
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
@@ -24,8 +26,11 @@ protected:
         ferry::test::copy_file(fake("fake_good"), dir / "fake_good.so");
         ferry::test::copy_file(fake("fake_unavailable"), dir / "fake_unavailable.so");
         path = "FERRY_PLUGIN_PATH=" + dir.path().string();
+        ferry::test::copy_file(FERRY_LIBFERRY_SO, lib / "libferry.so.0");
+        path += " LD_LIBRARY_PATH=" + lib.path().string();
     }
     TempDir dir;
+    TempDir lib; // a libferry with no ferry/plugins next to it
     std::string path;
 };
 
@@ -33,7 +38,7 @@ protected:
 
 TEST_F(FerryInfoTest, WithoutADriverThePlainCopyLoadsAndVariantsSaySo) {
     int status = 0;
-    std::string out = ferry_info(path + " LD_LIBRARY_PATH=/nonexistent", "", &status);
+    std::string out = ferry_info(path + ":/nonexistent", "", &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("fake_gpu  [loaded]  " + (dir / "fake_gpu.so").string()), std::string::npos) << out;
     EXPECT_NE(out.find("[variant-skipped]  " + (dir / "cuda13/fake_gpu.so").string()), std::string::npos) << out;
@@ -43,7 +48,7 @@ TEST_F(FerryInfoTest, WithoutADriverThePlainCopyLoadsAndVariantsSaySo) {
 
 TEST_F(FerryInfoTest, WithADriverTheNewestMatchingVariantWins) {
     int status = 0;
-    std::string out = ferry_info(path + " LD_LIBRARY_PATH=" + FERRY_FAKE_RUNTIME_DIR, "--json", &status);
+    std::string out = ferry_info(path + ":" + FERRY_FAKE_RUNTIME_DIR, "--json", &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("\"cuda_major\":13"), std::string::npos) << out;
     EXPECT_NE(out.find("\"path\":\"" + (dir / "cuda13/fake_gpu.so").string() + "\",\"variant\":\"cuda13\",\"state\":\"loaded\""),
@@ -68,4 +73,31 @@ TEST_F(FerryInfoTest, RejectsUnknownArguments) {
     std::string out = ferry_info(path, "--frobnicate", &status);
     EXPECT_EQ(status, 2);
     EXPECT_NE(out.find("unknown argument '--frobnicate'"), std::string::npos) << out;
+}
+
+TEST_F(FerryInfoTest, ExitsNonZeroAndSaysWhereItLookedWhenNoPluginFileExists) {
+    TempDir empty;
+    int status = 0;
+    std::string env = "FERRY_PLUGIN_PATH=" + empty.path().string() + " LD_LIBRARY_PATH=" + lib.path().string();
+    std::string out = ferry_info(env, "", &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("(no plugin files found)"), std::string::npos) << out;
+    EXPECT_NE(out.find("no plugin files (<name>.so) in any directory of the search path (" + empty.path().string()),
+              std::string::npos) << out;
+    EXPECT_NE(out.find((lib / "ferry/plugins").string()), std::string::npos) << out; // where it looked
+    EXPECT_NE(out.find("set FERRY_PLUGIN_PATH"), std::string::npos) << out;          // what to set
+    out = ferry_info(env, "--json", &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("\"errors\":[\"no plugin files"), std::string::npos) << out;
+}
+
+// The build tree runs as built: build/core/ferry-info finds the plugins of this build in
+// build/core/ferry/plugins (the loader's <dir of libferry>/ferry/plugins) with no environment.
+TEST(FerryInfoBuildTree, FindsThisBuildsPluginsWithNoEnvironment) {
+    int status = 0;
+    std::string out = ferry::test::run_command(
+        std::string("env -u FERRY_PLUGIN_PATH -u FERRY_PLUGINS -u LD_LIBRARY_PATH ") + FERRY_INFO_BIN + " 2>&1", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find(std::string("tcp  [loaded]  ") + FERRY_BUILD_PLUGIN_DIR + "/tcp.so"), std::string::npos) << out;
+    EXPECT_EQ(out.find("(no plugin files found)"), std::string::npos) << out;
 }

@@ -14,7 +14,7 @@ The bindings load libferry's C API (ferry.h) through cffi in ABI mode."""
 
 from .engine import (Batch, Engine, Notification, OpStatus, Region, RemoteRegion, Request,
                      Segment, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)
-from .errors import (AlreadyExists, Busy, Canceled, ConnectionFailed, FerryError,
+from .errors import (AlreadyExists, BadAddress, Busy, Canceled, ConnectionFailed, FerryError,
                      InvalidArgument, NotFound, OutOfMemory, PermissionDenied, ProtocolError,
                      Timeout, Unsupported, WaitTimeout)
 from ._memory import MEMORY_CUDA, MEMORY_HOST, MEMORY_ROCM
@@ -40,7 +40,7 @@ def package_root():
 __all__ = [
     "Engine", "Region", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion", "Notification",
     "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "MEMORY_HOST", "MEMORY_CUDA", "MEMORY_ROCM",
-    "FerryError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
-    "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError",
-    "Canceled", "version", "plugin_report", "library_path", "package_root",
+    "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied",
+    "Busy", "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory",
+    "ProtocolError", "Canceled", "version", "plugin_report", "library_path", "package_root",
 ]

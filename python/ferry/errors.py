@@ -5,8 +5,9 @@ import errno
 import os
 
 __all__ = [
-    "FerryError", "InvalidArgument", "NotFound", "AlreadyExists", "PermissionDenied", "Busy",
-    "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory", "ProtocolError", "Canceled",
+    "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied",
+    "Busy", "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory",
+    "ProtocolError", "Canceled",
     "error_for_code",
 ]
 
@@ -31,8 +32,11 @@ class FerryError(Exception):
 
 
 class InvalidArgument(FerryError, ValueError):
-    """EINVAL: a bad argument or configuration value; EFAULT: an address outside every region
-    the peer (or this engine) registered."""
+    """EINVAL: a bad argument or configuration value."""
+
+
+class BadAddress(FerryError):
+    """EFAULT: an address range outside every region the peer (or this engine) registered."""
 
 
 class NotFound(FerryError, LookupError):
@@ -84,7 +88,8 @@ class Canceled(FerryError):
 
 _BY_ERRNO = {}
 for _cls, _names in (
-    (InvalidArgument, ("EINVAL", "EFAULT")),
+    (InvalidArgument, ("EINVAL",)),
+    (BadAddress, ("EFAULT",)),
     (NotFound, ("ENOENT", "ENODEV", "ENXIO")),
     (AlreadyExists, ("EEXIST",)),
     (PermissionDenied, ("EACCES", "EPERM")),

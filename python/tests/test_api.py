@@ -93,9 +93,10 @@ def test_transfer_errors(ferry_mod):
         with pytest.raises(ferry.FerryError) as e:
             engine.read(local, seg, 4096)  # not an address the peer registered
         assert e.value.code < 0 and "not inside" in e.value.message, e.value.message
-        with pytest.raises(ferry.InvalidArgument) as e:  # EFAULT, found at submit
+        with pytest.raises(ferry.BadAddress) as e:  # EFAULT, found at submit
             engine.submit([(ferry.READ, local, seg, 4096)])
         assert e.value.code == -14 and e.value.errno_name == "EFAULT"
+        assert not isinstance(e.value, ferry.InvalidArgument)
         with pytest.raises(ferry.PermissionDenied) as e:  # the peer allows reads only
             engine.submit([(ferry.WRITE, local, seg, remote.ctypes.data)])
         assert "remote write" in e.value.message

@@ -98,6 +98,13 @@ if ! err=$(ip netns add "$p-br" 2>&1); then
   status=0
   exit 77
 fi
+# Some containers let `ip netns add` through but not `ip netns exec` (it mounts /sys and makes /
+# a slave mount: "mount --make-rslave / failed"): that too is "cannot run here", not a failure.
+if ! err=$(ip netns exec "$p-br" true 2>&1); then
+  echo "SKIPPED: cannot enter a network namespace here (ip netns exec: $err): the multi-host tests need to run commands inside namespaces (root with mount rights, e.g. not a restricted container); they did not run"
+  status=0
+  exit 77
+fi
 work=$(mktemp -d "$build/tests/netns-run.XXXXXX")
 in_ns br ip link set lo up
 in_ns br ip link add br0 type bridge
