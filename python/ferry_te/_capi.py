@@ -8,7 +8,7 @@ import threading
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# Installed package first (the wheel's own copy), then the source tree (python/ferry next to
+# Installed package first (the wheel's own copy), then the source tree (python/ferry_te next to
 # include/ferry). FERRY_HEADER names another copy.
 _HEADER_CANDIDATES = (
     os.path.join(_PKG_DIR, "include", "ferry", "ferry.h"),

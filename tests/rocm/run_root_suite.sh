@@ -111,7 +111,18 @@ if [ -n "$wheels" ]; then
       failed=$((failed + 1)); echo "FAILED: import ferry_te / Engine on sid's CPython"
     fi
   done
-  in_root rm -rf /tmp/venv /tmp/wheels
+  # The Python test suite (python/tests) on sid's CPython against the installed core wheel and
+  # the rocm7 plugin wheel beside it (bookworm's 3.11 runs it in python_wheels). The tests that
+  # build or inspect wheels need the host's tools and stay there (FERRY_TEST_WHEEL_DIR unset).
+  echo "== python/tests on $(in_root python3 --version), core + $(basename "$whl") installed =="
+  rm -rf "$root/tmp/pytests" && cp -r "$here/../../python/tests" "$root/tmp/pytests"
+  if in_root env HOME=/tmp /tmp/venv/bin/python -m pytest -q -rs -p no:cacheprovider /tmp/pytests \
+      >"$root/tmp/pytests.log" 2>&1; then
+    passed=$((passed + 1)); echo "ok: $(tail -1 "$root/tmp/pytests.log")"
+  else
+    failed=$((failed + 1)); echo "FAILED: python/tests on sid's CPython:"; tail -40 "$root/tmp/pytests.log"
+  fi
+  in_root rm -rf /tmp/venv /tmp/wheels /tmp/pytests /tmp/pytests.log
   restore
   echo "wheel suite: $(( $(date +%s) - start )) s"
   echo "$passed passed, $failed failed"
