@@ -54,8 +54,17 @@ rm -rf "${wheelbuild}-2"
 $PY "$src/python/tools/wheels.py" core --out "$work/dist-2" --builddir "${wheelbuild}-2" \
   --jobs 1 >"$work/core-wheel-2.log" 2>&1 &
 second=$!
-if ! $PY "$src/python/tools/wheels.py" core --out "$dist" --builddir "$wheelbuild" \
-    --jobs "${FERRY_WHEEL_JOBS:-2}" >"$work/core-wheel.log" 2>&1; then
+$PY "$src/python/tools/wheels.py" core --out "$dist" --builddir "$wheelbuild" \
+  --jobs "${FERRY_WHEEL_JOBS:-2}" >"$work/core-wheel.log" 2>&1 &
+first=$!
+# A cold build (no ccache) takes minutes: say where each build is every 30 s.
+while kill -0 $first 2>/dev/null; do
+  for _ in $(seq 30); do kill -0 $first 2>/dev/null && sleep 1; done
+  kill -0 $first 2>/dev/null || break
+  echo "   ... $(($(date +%s) - t0)) s: first $(grep -aoE '^\[[0-9]+/[0-9]+\]' "$work/core-wheel.log" | tail -1 || true)," \
+       "second $(grep -aoE '^\[[0-9]+/[0-9]+\]' "$work/core-wheel-2.log" | tail -1 || true)"
+done
+if ! wait $first; then
   tail -60 "$work/core-wheel.log"
   echo "core wheel build failed; full log: $work/core-wheel.log" >&2
   wait $second || true; [ -n "$stale" ] && rm -f "$stale"
