@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="session")
 def ferry_mod():
-    import ferry
+    import ferry_te as ferry
     return ferry
 
 

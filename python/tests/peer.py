@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-import ferry
+import ferry_te as ferry
 
 
 def pattern(size, seed):

@@ -18,13 +18,13 @@ def test_installed_package_not_source_tree(ferry_mod):
     assert root.startswith(os.path.realpath(sys.prefix)) or root.startswith(sys.prefix), root
     assert os.path.dirname(ferry.library_path()) == os.path.join(root, "lib")
     assert ferry.version() == ferry.__version__
-    from ferry import _capi
+    from ferry_te import _capi
     assert _capi.header_path() == os.path.join(root, "include", "ferry", "ferry.h")
 
 
 def test_cdef_is_the_header(ferry_mod):
     """The declarations cffi uses come from the shipped ferry.h, which is the source tree's."""
-    from ferry import _capi
+    from ferry_te import _capi
     header = open(_capi.header_path()).read()
     src = os.environ.get("FERRY_SOURCE_ROOT")
     if src:
@@ -39,7 +39,7 @@ def test_cdef_is_the_header(ferry_mod):
 
 
 def test_cdef_from_header_strips_cplusplus_blocks():
-    from ferry._capi import cdef_from_header
+    from ferry_te._capi import cdef_from_header
     text = """#ifndef G
 #define G
 #ifdef __cplusplus
@@ -218,7 +218,7 @@ def test_register_forms(ferry_mod, tmp_path):
             __cuda_array_interface__ = {"data": (0x7F0000000000, False), "shape": (256,),
                                         "typestr": "<f4", "version": 3, "strides": None}
             device = type("dev", (), {"id": 1})()
-        from ferry import _memory
+        from ferry_te import _memory
         span = _memory.resolve(None, CudaArray())
         assert (span.kind, span.device, span.length) == (ferry.MEMORY_CUDA, 1, 1024)
         assert _memory.parse_device("rocm:2") == (ferry.MEMORY_ROCM, 2)
@@ -278,7 +278,7 @@ def test_engine_lifetime(ferry_mod):
 def test_interpreter_exit_cleans_up(ferry_mod, tmp_path):
     """Engines, registrations and batches left open are released at exit, without hanging."""
     script = textwrap.dedent("""
-        import numpy as np, ferry
+        import numpy as np, ferry_te as ferry
         t = ferry.Engine(local_ip="127.0.0.1", plugins="tcp")
         remote = np.ones(1 << 20, dtype=np.uint8); t.register(remote)
         e = ferry.Engine(plugins="tcp")
@@ -295,7 +295,7 @@ def test_interpreter_exit_cleans_up(ferry_mod, tmp_path):
 
 def test_config_forms(ferry_mod, tmp_path):
     ferry = ferry_mod
-    from ferry._config import flatten_config
+    from ferry_te._config import flatten_config
     assert flatten_config({"tcp": {"lanes": 2}, "plugins": ["tcp", "shm"]}, {"tcp__io_threads": 1,
                           "log_level": None}) == \
         {"tcp.lanes": "2", "plugins": "tcp,shm", "tcp.io_threads": "1"}

@@ -1,29 +1,43 @@
 #!/usr/bin/python3
 """Builds Ferry's wheels. Needs Debian's python3-mesonpy, python3-wheel and patchelf.
 
+Names (python/README.md says why): the distribution is ferry-transfer-engine, its plugin wheels
+ferry-transfer-engine-<variant> (-cuda13, -rocm7 ...), the import package ferry_te.
+
   wheels.py core   --out DIR [--builddir DIR] [--platform TAG] [--jobs N] [--setup-arg=ARG ...]
-      The core wheel `ferry`: meson-python builds the meson project (pyproject.toml says how),
-      then `finalize` lays it out and retags it py3-none-TAG.
+      The core wheel: meson-python builds the meson project (pyproject.toml says how) in
+      --builddir, writing nothing into the source tree, then `finalize` lays it out and
+      retags it py3-none-TAG.
   wheels.py finalize WHEEL --out DIR [--platform TAG]
       What `core` does after meson-python: keep ferry/ (drop the copies meson-python makes of
       the system install: .ferry.mesonpy.libs/ and *.data/), drop meson-python's RPATH entries,
-      vendor the libraries a host cannot be assumed to have (Boost, yaml-cpp), check every ELF
-      needs nothing else but HOST_LIBS, and retag.
-  wheels.py plugin --out DIR --name ferry-cuda13 --variant cuda13 [--requires SPEC] PLUGIN.so...
-      A plugin wheel: only ferry/lib/ferry/plugins/<variant>/<name>.so files, found by the
+      vendor the libraries a host cannot be assumed to have (Boost, yaml-cpp) under unique
+      sonames (libboost_log-<hash>.so.1.74.0, as auditwheel repair names them), check every
+      ELF needs nothing else but HOST_LIBS and no symbol version past the baseline, and retag.
+  wheels.py plugin --out DIR --name ferry-transfer-engine-cuda13 --variant cuda13
+                   [--requires SPEC] PLUGIN.so...
+      A plugin wheel: only ferry_te/lib/ferry/plugins/<variant>/<name>.so files, found by the
       core's loader as a variant directory, so wheels for different runtime majors never
       overwrite each other or the core's files.
   wheels.py check WHEEL...
-      Prints each wheel's files and what every ELF in it needs from the host.
+      Prints each wheel's files, what every ELF in it needs from the host, and the newest
+      GLIBC, GLIBCXX and CXXABI symbol versions; exits 1 past the baseline (BASELINE) or
+      when the wheel's manylinux tag promises an older glibc than it needs.
   wheels.py verify WHEEL...
       Before an upload: each plugin wheel's name, its variant directory and the runtime soname
-      its plugins need agree (ferry-rocm7 holds rocm7/, whose hip_ipc.so needs libamdhip64.so.7);
+      its plugins need agree (ferry-transfer-engine-rocm7 holds rocm7/, whose hip_ipc.so needs libamdhip64.so.7);
       exits 1 naming every disagreement. `plugin` refuses to build a wheel that would fail it.
+  wheels.py audit WHEEL...
+      auditwheel's verdict (its analyze_wheel_abi, as `auditwheel show` runs it; auditwheel 6.7
+      on PYTHONPATH: sid's Debian package in CI, PyPI's in release.yml) with the host's NIC and
+      GPU runtime libraries excluded (AUDIT_EXCLUDE: what `auditwheel repair --exclude` would be
+      given; the plugins drive the host's own). Exits 1 unless it matches each wheel's tag.
   wheels.py manifest --out plugin-wheels.json WHEEL...
       Describes plugin wheels (name, variant, plugins) for python/tests/test_wheels.py.
 
-Platform tag: linux_<arch> by default. PyPI accepts only manylinux/musllinux tags; check
-prints the newest glibc symbol version used, which is what manylinux_2_<N> must not exceed.
+Platform tag: manylinux_2_34_<arch> by default: glibc 2.34 and GCC 11's libstdc++
+(GLIBCXX_3.4.29, CXXABI_1.3.13) are the baseline, i.e. RHEL 9 / Rocky 9 / Amazon Linux 2023,
+Ubuntu 22.04+, Debian 12+ (plugins/common/glibcxx_baseline.h keeps GCC 12 builds there).
 """
 
 import argparse
@@ -33,13 +47,15 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PKG = "ferry"
+PKG = "ferry_te"  # the import package
+DIST = "ferry-transfer-engine"  # the distribution; plugin wheels are DIST-<variant>
+# The oldest host a wheel must load on: glibc 2.34 (manylinux_2_34) with GCC 11's libstdc++.
+BASELINE = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 29), "CXXABI": (1, 3, 13)}
 
 # Libraries a wheel never carries: the C runtime every host has, and the system libraries of
 # the runtimes and NICs the plugins drive (loaded from the host, never vendored).
@@ -52,127 +68,26 @@ HOST_LIBS = [
     # GPU runtimes
     r"libcuda\.so\.\d+", r"libnvidia-ml\.so\.\d+", r"libamdhip64\.so\.\d+",
     r"libhsa-runtime64\.so\.\d+", r"librocm-core\.so\.\d+", r"libamd_comgr\.so\.\d+",
-    # Linked by the core for the etcd metadata backend; too deep a tree (TLS, Kerberos, LDAP)
-    # to vendor, so the host must have it. (Better: dlopen it when etcd is configured.)
-    r"libcurl\.so\.4",
+    # (libcurl, for the etcd backend, and libcrypto are dlopened by the core when used: no
+    # ELF in a wheel names them.)
+]
+# The same NIC and GPU runtime libraries, as auditwheel --exclude patterns (their own
+# dependencies, libpsm2 and the like, drop out with them).
+AUDIT_EXCLUDE = [
+    "libibverbs.so.*", "librdmacm.so.*", "libefa.so.*", "libmlx4.so.*", "libmlx5.so.*",
+    "libfabric.so.*", "libnuma.so.*", "libcuda.so.*", "libnvidia-ml.so.*", "libamdhip64.so.*",
+    "libhsa-runtime64.so.*", "librocm-core.so.*", "libamd_comgr.so.*",
 ]
 _HOST_RE = re.compile("^(%s)$" % "|".join(HOST_LIBS))
 
 
-def log(msg):
-    print("wheels: " + msg, flush=True)
-
-
-def run(cmd, **kw):
-    log("$ " + " ".join(cmd))
-    subprocess.run(cmd, check=True, **kw)
-
-
-def is_elf(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
-def patchelf(*args):
-    return subprocess.run(["patchelf", *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def needed(path):
-    return [n for n in patchelf("--print-needed", path).splitlines() if n]
-
-
-def rpath(path):
-    r = patchelf("--print-rpath", path)
-    return [p for p in r.split(":") if p]
-
-
-def set_rpath(path, entries):
-    if entries:
-        patchelf("--set-rpath", ":".join(entries), path)
-    else:
-        patchelf("--remove-rpath", path)
-
-
-def ldd_paths(path):
-    """soname -> resolved path, as the dynamic loader would on this (the build) host."""
-    out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
-    found = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*(\S+)\s+=>\s+(\S+)\s+\(", line)
-        if m:
-            found[m.group(1)] = m.group(2)
-    return found
-
-
-def glibc_max(path):
-    """Newest GLIBC_x.y symbol version the ELF asks for, as a (major, minor) tuple."""
-    out = subprocess.run(["objdump", "-T", path], capture_output=True, text=True).stdout
-    versions = [tuple(int(x) for x in m) for m in re.findall(r"GLIBC_(\d+)\.(\d+)", out)]
-    return max(versions) if versions else (0, 0)
-
-
-def glibcxx_max(path):
-    out = subprocess.run(["objdump", "-T", path], capture_output=True, text=True).stdout
-    versions = [tuple(int(x) for x in m.split(".")) for m in re.findall(r"GLIBCXX_(3\.4(?:\.\d+)?)\b", out)]
-    return max(versions) if versions else None
+from wheelfile import (  # next to this script
+    elves, ldd_paths, log, needed, pack, patchelf, rpath, set_rpath, set_tags, tag_glibc, unpack,
+    version_maxima, vstr)
 
 
 def default_platform():
-    return "linux_" + platform.machine()
-
-
-def unpack(wheel, dest):
-    """Extracts a wheel keeping file modes (zipfile drops them; binaries need +x)."""
-    with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n.endswith(".dist-info/WHEEL")]
-        root = os.path.join(dest, os.path.basename(os.path.dirname(names[0]))[:-len(".dist-info")])
-        for info in z.infolist():
-            target = z.extract(info, root)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                os.chmod(target, mode)
-    return root
-
-
-def pack(root, out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    before = set(os.listdir(out_dir))
-    run([sys.executable, "-m", "wheel", "pack", "-d", out_dir, root])
-    made = sorted(set(os.listdir(out_dir)) - before)
-    if made:
-        return os.path.join(out_dir, made[0])
-    # Same name as an existing file: wheel pack overwrote it.
-    dist = os.path.basename(root)
-    return max((os.path.join(out_dir, n) for n in os.listdir(out_dir)
-                if n.startswith(dist.replace("-", "_", 1)) or n.startswith(dist)),
-               key=os.path.getmtime)
-
-
-def set_tags(root, tag):
-    distinfo = [d for d in os.listdir(root) if d.endswith(".dist-info")][0]
-    path = os.path.join(root, distinfo, "WHEEL")
-    lines = open(path).read().splitlines()
-    out = [l for l in lines if not l.startswith("Tag:") and not l.startswith("Root-Is-Purelib:")]
-    out.append("Root-Is-Purelib: false")
-    out.append("Tag: " + tag)
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
-    # wheel pack rewrites RECORD
-    record = os.path.join(root, distinfo, "RECORD")
-    if os.path.exists(record):
-        os.remove(record)
-
-
-def elves(root):
-    for d, _, files in os.walk(root):
-        for f in sorted(files):
-            p = os.path.join(d, f)
-            if is_elf(p) and not os.path.islink(p):
-                yield p
+    return "manylinux_2_%d_%s" % (BASELINE["GLIBC"][1], platform.machine())
 
 
 def vendor(root, libdir):
@@ -198,7 +113,30 @@ def vendor(root, libdir):
             vendored[name] = os.path.realpath(src)
             present.add(name)
             queue.append(dst)
+    rename_vendored(root, libdir, vendored)
     return vendored
+
+
+def rename_vendored(root, libdir, vendored):
+    """libboost_log.so.1.74.0 -> libboost_log-<8 hex of its sha256>.so.1.74.0, soname and every
+    DT_NEEDED naming it: a process that already has the host's (or another wheel's) Boost 1.74
+    would otherwise be handed that copy instead of ours (the loader matches by soname)."""
+    import hashlib
+    renamed = {}
+    for name in sorted(vendored):
+        path = os.path.join(libdir, name)
+        digest = hashlib.sha256(open(path, "rb").read()).hexdigest()[:8]
+        stem, _, rest = name.partition(".so")
+        new = "%s-%s.so%s" % (stem, digest, rest)
+        os.rename(path, os.path.join(libdir, new))
+        patchelf("--set-soname", new, os.path.join(libdir, new))
+        renamed[name] = new
+    for elf in elves(root):
+        for old in needed(elf):
+            if old in renamed:
+                patchelf("--replace-needed", old, renamed[old], elf)
+    for old, new in renamed.items():
+        vendored[new] = vendored.pop(old)
 
 
 def fix_rpaths(root):
@@ -217,25 +155,41 @@ def fix_rpaths(root):
             set_rpath(elf, entries)
 
 
-def report(root):
-    """Per ELF: what it needs from the host. Returns (problems, newest glibc)."""
+def report(root, plat=None):
+    """Per ELF: what it needs from the host and its newest symbol versions. Returns (problems,
+    {kind: newest version over all ELFs}). Past BASELINE, or past the glibc of plat's
+    manylinux tag, is a problem: such a wheel installs where it cannot load."""
     problems = []
-    newest = (0, 0)
+    newest = {}
     present = {os.path.basename(p) for p in elves(root)}
+    limit = dict(BASELINE)
+    if plat and tag_glibc(plat):
+        limit["GLIBC"] = min(limit["GLIBC"], tag_glibc(plat))
     for elf in elves(root):
         rel = os.path.relpath(elf, root)
         host = [n for n in needed(elf) if n not in present]
         bad = [n for n in host if not _HOST_RE.match(n)]
-        newest = max(newest, glibc_max(elf))
-        cxx = glibcxx_max(elf)
-        log("  %-48s host: %s%s" % (rel, ", ".join(host) or "-",
-                                    " (GLIBCXX_%s)" % ".".join(map(str, cxx)) if cxx else ""))
+        maxima = version_maxima(elf)
+        log("  %-48s host: %s (%s)" % (rel, ", ".join(host) or "-", ", ".join(
+            "%s_%s" % (k, vstr(maxima[k])) for k in ("GLIBC", "GLIBCXX", "CXXABI") if k in maxima) or "no versions"))
+        for kind, v in maxima.items():
+            newest[kind] = max(newest.get(kind, v), v)
+            if v > limit[kind]:
+                problems.append("%s needs %s_%s, newer than the baseline's %s_%s (RHEL 9: glibc 2.34, "
+                                "GCC 11's libstdc++): `objdump -T` names the symbol; bind it to an older "
+                                "version (plugins/common/glibcxx_baseline.h) or avoid it" % (rel, kind, vstr(v), kind, vstr(limit[kind])))
         if bad:
             problems.append("%s needs %s (not in the wheel, not a host library)" % (rel, ", ".join(bad)))
         for r in rpath(elf):
             if not r.startswith("$ORIGIN"):
                 problems.append("%s has an absolute RPATH entry %s" % (rel, r))
     return problems, newest
+
+
+def log_maxima(newest, prefix=""):
+    log("%snewest symbol versions needed: %s (baseline %s)" % (prefix, ", ".join(
+        "%s_%s" % (k, vstr(newest[k])) for k in ("GLIBC", "GLIBCXX", "CXXABI") if k in newest) or "none",
+        ", ".join("%s_%s" % (k, vstr(v)) for k, v in BASELINE.items())))
 
 
 def finalize(wheel, out_dir, plat):
@@ -252,12 +206,46 @@ def finalize(wheel, out_dir, plat):
         fix_rpaths(root)
         for name, src in sorted(vendored.items()):
             log("vendored %s (from %s)" % (name, src))
-        problems, newest = report(root)
+        problems, newest = report(root, plat)
+        log_maxima(newest)
         if problems:
-            raise SystemExit("wheels: " + "\n  ".join(["the wheel is not self-contained:"] + problems))
-        log("newest glibc symbol version needed: %d.%d (manylinux_%d_%d)" % (newest + newest))
+            raise SystemExit("wheels: " + "\n  ".join(["the wheel would not load everywhere its tag says:"] + problems))
         set_tags(root, "py3-none-" + plat)
         return pack(root, out_dir)
+
+
+class _NativeFileInBuildDir:
+    """pathlib for meson-python, except that <source>/.mesonpy-*-file.ini is <builddir>/..."""
+
+    def __init__(self, builddir):
+        import pathlib
+        self._pathlib = pathlib
+        base = type(pathlib.Path())
+
+        class Path(base):
+            def __truediv__(self, key):
+                if key in (".mesonpy-native-file.ini", ".mesonpy-cross-file.ini"):
+                    return base(builddir) / key
+                return super().__truediv__(key)
+        self.Path = Path
+
+    def __getattr__(self, name):
+        return getattr(self._pathlib, name)
+
+
+class _WorkDirInBuildDir:
+    """tempfile for meson-python, except that its working directory (.mesonpy-XXXX, the staged
+    install) goes under the build dir, not the source tree, where a killed build left it."""
+
+    def __init__(self, builddir):
+        self._builddir = builddir
+
+    def TemporaryDirectory(self, *args, **kw):
+        kw["dir"] = self._builddir
+        return tempfile.TemporaryDirectory(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(tempfile, name)
 
 
 def build_core(args):
@@ -271,22 +259,26 @@ def build_core(args):
     settings = {"compile-args": ["-j%d" % args.jobs], "builddir": builddir}
     if args.setup_arg:
         settings["setup-args"] = args.setup_arg
-    native = os.path.join(REPO, ".mesonpy-native-file.ini")
-    native_existed = os.path.exists(native)
-    if not native_existed and os.path.exists(os.path.join(builddir, "meson-private", "coredata.dat")):
-        # meson-python 0.12 reconfigures an existing build dir (applying pyproject.toml's
-        # options) only when it finds its native file unchanged; it is removed again below.
-        with open(native, "w") as f:
+    # meson-python 0.12 writes its native file (.mesonpy-native-file.ini) into the source
+    # tree and reconfigures an existing build dir only when that file is unchanged: one left
+    # by an interrupted build broke the next, and two builds shared it. Here it lives in the
+    # build dir instead (so each build has its own, and the checkout stays as it was), and so
+    # does its working directory (.mesonpy-XXXX).
+    os.makedirs(builddir, exist_ok=True)
+    native = os.path.join(builddir, ".mesonpy-native-file.ini")
+    if os.path.exists(os.path.join(builddir, "meson-private", "coredata.dat")):
+        with open(native, "w") as f:  # what meson-python writes: an existing dir is reconfigured
             f.write("\n[binaries]\npython = '%s'\n" % sys.executable)
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="ferry-mesonpy-") as raw:
         os.chdir(REPO)  # meson-python builds the project in the current directory
+        real = mesonpy.pathlib, mesonpy.tempfile
+        mesonpy.pathlib, mesonpy.tempfile = _NativeFileInBuildDir(builddir), _WorkDirInBuildDir(builddir)
         try:
             name = mesonpy.build_wheel(raw, settings)
         finally:
+            mesonpy.pathlib, mesonpy.tempfile = real
             os.chdir(cwd)
-            if not native_existed and os.path.exists(native):
-                os.remove(native)  # meson-python leaves it in the source tree
         log("meson-python made %s" % name)
         final = finalize(os.path.join(raw, name), out, args.platform)
     log("core wheel: %s" % final)
@@ -309,8 +301,8 @@ def variant_problems(name, root):
         problems.append("%s holds several variant directories (%s): one wheel per runtime major"
                         % (name, ", ".join(variants)))
     for variant in variants:
-        if normalized(name) != "ferry-" + variant:
-            problems.append("%s holds the %s/ variant directory: its name must be ferry-%s" % (name, variant, variant))
+        if normalized(name) != DIST + "-" + variant:
+            problems.append("%s holds the %s/ variant directory: its name must be %s-%s" % (name, variant, DIST, variant))
         m = re.fullmatch(r"rocm(\d+)", variant)
         if not m:
             continue
@@ -350,11 +342,27 @@ def verify(args):
     return status
 
 
+def plugin_metadata_head(name, version, summary):
+    """The core's license, requires-python, classifiers and URLs (pyproject.toml), so that a
+    plugin wheel passes `twine check` as the core wheel does."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11 (release.yml's Ubuntu 22.04 containers): pip's copy
+        from pip._vendor import tomli as tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    lines = ["Metadata-Version: 2.1", "Name: " + name, "Version: " + version, "Summary: " + summary,
+             "License: " + project["license"]["text"], "Requires-Python: " + project["requires-python"]]
+    lines += ["Classifier: " + c for c in project.get("classifiers", [])]
+    lines += ["Project-URL: %s, %s" % kv for kv in project.get("urls", {}).items()]
+    return "\n".join(lines) + "\n"
+
+
 def build_plugin(args):
     name = args.name
     dist = name.replace("-", "_")
     version = args.version or project_version()
-    requires = args.requires if args.requires is not None else "ferry==%s" % version
+    requires = args.requires if args.requires is not None else "%s==%s" % (DIST, version)
     with tempfile.TemporaryDirectory(prefix="ferry-plugin-wheel-") as tmp:
         root = os.path.join(tmp, "%s-%s" % (dist, version))
         plugdir = os.path.join(root, PKG, "lib", "ferry", "plugins", *( [args.variant] if args.variant else []))
@@ -368,22 +376,23 @@ def build_plugin(args):
         fix_rpaths(root)
         info = os.path.join(root, "%s-%s.dist-info" % (dist, version))
         os.makedirs(info)
-        where = "ferry/lib/ferry/plugins/" + (args.variant + "/" if args.variant else "")
+        where = PKG + "/lib/ferry/plugins/" + (args.variant + "/" if args.variant else "")
         summary = args.summary or "Ferry transport plugins %s (%s)" % (
             ", ".join(os.path.basename(p)[:-3] for p in args.plugins), args.variant or "any host")
         with open(os.path.join(info, "METADATA"), "w") as f:
-            f.write("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: %s\n"
-                    "License: Apache-2.0\n" % (name, version, summary))
+            f.write(plugin_metadata_head(name, version, summary))
             if requires:
                 f.write("Requires-Dist: %s\n" % requires)
-            f.write("\nAdds %s to the ferry package's plugin directory (%s); the loader prefers "
+            f.write("Description-Content-Type: text/plain\n")
+            f.write("\nAdds %s to the ferry_te package's plugin directory (%s); the loader prefers "
                     "the %s/ variant directory when that runtime is installed. `ferry-info` "
                     "lists it.\n" % (", ".join(os.path.basename(p) for p in args.plugins), where,
                                      args.variant or "plugin"))
         with open(os.path.join(info, "WHEEL"), "w") as f:
             f.write("Wheel-Version: 1.0\nGenerator: ferry wheels.py\nRoot-Is-Purelib: false\n"
                     "Tag: py3-none-%s\n" % args.platform)
-        problems, newest = report(root)
+        problems, newest = report(root, args.platform)
+        log_maxima(newest)
         problems += variant_problems(name, root)
         if problems:
             raise SystemExit("wheels: " + "\n  ".join(["plugin wheel problems:"] + problems))
@@ -401,11 +410,47 @@ def check(args):
             with zipfile.ZipFile(wheel) as z:
                 for i in z.infolist():
                     log("  %10d %o %s" % (i.file_size, (i.external_attr >> 16) & 0o777, i.filename))
-            problems, newest = report(root)
-            log("  newest glibc symbol version: %d.%d" % newest)
+            plat = os.path.basename(wheel)[:-len(".whl")].split("-")[-1]
+            problems, newest = report(root, plat)
+            log_maxima(newest, "  ")
             for p in problems:
                 log("  PROBLEM: " + p)
                 status = 1
+    return status
+
+
+def audit(args):
+    import pathlib
+    try:
+        import auditwheel
+        from auditwheel.wheel_abi import analyze_wheel_abi
+        from auditwheel.wheeltools import get_wheel_architecture, get_wheel_libc
+    except ImportError as e:
+        raise SystemExit("wheels: audit needs auditwheel 6.7 on PYTHONPATH (%s): "
+                         "python/tools/fetch_auditwheel.sh prints where sid's is" % e)
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        aw_version = version("auditwheel")
+    except PackageNotFoundError:  # Debian's unpacked tree: its .egg-info/dist-info may be absent
+        aw_version = "(from %s)" % os.path.dirname(auditwheel.__file__)
+    log("auditwheel %s, excluding %s" % (aw_version, " ".join(AUDIT_EXCLUDE)))
+    status = 0
+    for wheel in args.wheels:
+        fn = pathlib.Path(wheel)
+        tag = fn.name[:-len(".whl")].split("-")[-1]
+        info = analyze_wheel_abi(get_wheel_libc(fn.name), get_wheel_architecture(fn.name), fn,
+                                 frozenset(AUDIT_EXCLUDE), disable_isa_ext_check=False, allow_graft=False)
+        verdict = info.overall_policy.name
+        # Agreement: the tag is one auditwheel accepts for the wheel, i.e. the most compatible
+        # tag auditwheel finds (a plugin needing only glibc 2.17: manylinux_2_17) is no newer
+        # than the one it carries. `linux_*` (an external library) never agrees.
+        ok = verdict == tag or (tag_glibc(verdict) is not None and tag_glibc(tag) is not None
+                                and verdict.split("_", 3)[3] == tag.split("_", 3)[3]
+                                and tag_glibc(verdict) <= tag_glibc(tag))
+        log("%s: auditwheel: consistent with %s%s" % (fn.name, verdict, (", so with its tag %s" % tag
+            if verdict != tag else "") if ok else " -- NOT with its tag %s; external versioned symbols: %s" % (
+                tag, "; ".join("%s %s" % (k, sorted(v)) for k, v in sorted(info.versioned_symbols.items())))))
+        status |= not ok
     return status
 
 
@@ -420,7 +465,7 @@ def manifest(args):
         dist = email.parser.Parser().parsestr(meta)["Name"]
         variants, plugins = set(), []
         for n in names:
-            m = re.match(r"^ferry/lib/ferry/plugins/(?:([^/]+)/)?([^/]+)\.so$", n)
+            m = re.match(r"^ferry_te/lib/ferry/plugins/(?:([^/]+)/)?([^/]+)\.so$", n)
             if m:
                 variants.add(m.group(1) or "")
                 plugins.append(m.group(2))
@@ -456,10 +501,10 @@ def main():
     f.add_argument("--platform", default=default_platform())
     p = sub.add_parser("plugin")
     p.add_argument("--out", required=True)
-    p.add_argument("--name", required=True, help="distribution name, e.g. ferry-cuda13")
+    p.add_argument("--name", required=True, help="distribution name, e.g. %s-cuda13" % DIST)
     p.add_argument("--variant", default="", help="variant subdirectory: cuda13, rocm6, ... ('' for none)")
     p.add_argument("--version", help="default: the meson project's version")
-    p.add_argument("--requires", help="Requires-Dist (default: ferry==VERSION; '' for none)")
+    p.add_argument("--requires", help="Requires-Dist (default: %s==VERSION; '' for none)" % DIST)
     p.add_argument("--summary")
     p.add_argument("--platform", default=default_platform())
     p.add_argument("plugins", nargs="+")
@@ -467,6 +512,8 @@ def main():
     k.add_argument("wheels", nargs="+")
     v = sub.add_parser("verify")
     v.add_argument("wheels", nargs="+")
+    a = sub.add_parser("audit")
+    a.add_argument("wheels", nargs="+")
     m = sub.add_parser("manifest")
     m.add_argument("--out", required=True)
     m.add_argument("wheels", nargs="+")
@@ -481,6 +528,8 @@ def main():
         manifest(args)
     elif args.cmd == "verify":
         return verify(args)
+    elif args.cmd == "audit":
+        return audit(args)
     else:
         return check(args)
     return 0

@@ -5,8 +5,8 @@
 # prints the prefixes (CACHE/rocm5/usr ...), one a line, for -Drocm_roots.
 # These packages need a newer C library than Debian 12's: a -shared plugin links against them,
 # an executable would not, so nothing here is installed on the host. A private apt
-# configuration (its own sources list, lists and cache) reaches them; the host's /etc/apt is
-# only read, for its mirror.
+# configuration (private_apt.sh: its own sources list, lists and cache) reaches them; the
+# host's /etc/apt is only read, for its mirror.
 set -euo pipefail
 cache=${1:-${FERRY_ROCM_CACHE:-/var/cache/ferry-rocm}}
 # major  suite         packages (the -dev at the version of that suite, and its runtime)
@@ -15,18 +15,7 @@ specs=(
   "6 sid libamdhip64-dev libamdhip64-6"
   "7 experimental libamdhip64-dev libamdhip64-7"
 )
-here=$(cd "$(dirname "$0")" && pwd)
-mirror=$("$here/debian_mirror.sh")
-apt_dir=$cache/apt
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
-cat >"$apt_dir/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror sid main
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror experimental main
-SRC
-apt_opts=(-o APT::Sandbox::User="$(id -un)" -o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-  -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir/cache" -o Dir::Etc::Preferences=/dev/null
-  -o Dir::Etc::PreferencesParts=/dev/null -o APT::Default-Release= -q)
+. "$(cd "$(dirname "$0")" && pwd)/private_apt.sh"
 stamp() { echo "$cache/rocm$1/.ferry-fetched"; }
 need=0
 for s in "${specs[@]}"; do read -r major _ <<<"$s"; [ -f "$(stamp "$major")" ] || need=1; done
@@ -36,12 +25,7 @@ if [ $need = 1 ]; then
     read -r major suite pkgs <<<"$s"
     [ -f "$(stamp "$major")" ] && continue
     rm -rf "$cache/rocm$major" && mkdir -p "$cache/rocm$major"
-    for p in $pkgs; do
-      (cd "$apt_dir/debs" && rm -f "${p}"_*.deb && apt-get "${apt_opts[@]}" download "$p/$suite" >&2)
-      dpkg-deb -x "$apt_dir/debs/${p}"_*.deb "$cache/rocm$major"
-      dpkg-deb -f "$apt_dir/debs/${p}"_*.deb Package Version | tr '\n' ' ' >>"$cache/rocm$major/.ferry-packages"
-      echo >>"$cache/rocm$major/.ferry-packages"
-    done
+    for p in $pkgs; do deb_extract "$p/$suite" "$cache/rocm$major"; done
     touch "$(stamp "$major")"
   done
 fi

@@ -5,7 +5,7 @@
 # with their Boost/yaml-cpp copied in) reports, as JSON, the detected ROCm and its source, the
 # variant chosen and why, and every rocm<N>/ plugin's state; check_info.py checks them.
 #   tests/rocm/run_root_suite.sh BUILD_DIR [--wheels DIST_DIR]
-# --wheels: instead, the core wheel and each ferry-rocm<N> plugin wheel in DIST_DIR, installed
+# --wheels: instead, the core wheel and each ferry-transfer-engine-rocm<N> plugin wheel in DIST_DIR, installed
 # in a fresh venv of sid's CPython with ROCm N's user space, where ferry-info must pick it.
 # Exits 77 after "SKIPPED: <reason>" when no root can be made; ends with "N passed, N failed".
 set -euo pipefail
@@ -89,29 +89,40 @@ rocm7() { remove libamdhip64-6; install "${hsa7[@]}" libamdhip64-7=7.2 librocm-c
 restore() { install libamdhip64-6=6.4 libamdhip64-7=7.2 librocm-core1=7.2; in_root ldconfig; } # as make_root.sh left it
 
 if [ -n "$wheels" ]; then
-  core=$(ls "$wheels"/ferry-*-py3-none-*.whl 2>/dev/null | head -1)
+  core=$(ls "$wheels"/ferry_transfer_engine-*-py3-none-*.whl 2>/dev/null | head -1)
   [ -n "$core" ] || { echo "SKIPPED: no core wheel in $wheels"; exit 77; }
   rm -rf "$root/tmp/wheels" && mkdir -p "$root/tmp/wheels" && cp "$wheels"/*.whl "$root/tmp/wheels/"
   echo "sid's CPython: $(in_root python3 --version)"
   for v in rocm6 rocm7; do
-    whl=$(ls "$wheels"/ferry_${v}-*.whl 2>/dev/null | head -1)
-    [ -n "$whl" ] || { failed=$((failed + 1)); echo "FAILED: no ferry-$v wheel in $wheels"; continue; }
+    whl=$(ls "$wheels"/ferry_transfer_engine_${v}-*.whl 2>/dev/null | head -1)
+    [ -n "$whl" ] || { failed=$((failed + 1)); echo "FAILED: no ferry-transfer-engine-$v wheel in $wheels"; continue; }
     echo "== $(basename "$whl") with ROCm ${v#rocm}'s user space, in a fresh venv =="
     $v
     in_root rm -rf /tmp/venv
     # --system-site-packages: sid's python3-cffi (nothing here may reach an index).
     in_root python3 -m venv --system-site-packages /tmp/venv
     in_root /tmp/venv/bin/pip install -q --no-index --no-deps "/tmp/wheels/$(basename "$core")" "/tmp/wheels/$(basename "$whl")"
-    plugdir=$(in_root /tmp/venv/bin/python -c "import ferry, os; print(os.path.join(ferry.package_root(), 'lib/ferry/plugins'))")
+    plugdir=$(in_root /tmp/venv/bin/python -c "import ferry_te, os; print(os.path.join(ferry_te.package_root(), 'lib/ferry/plugins'))")
     check "$(basename "$whl"): ferry-info picks $plugdir/$v/hip_ipc.so" --major "${v#rocm}" --variant "$v" \
       --hip "$v=unavailable:no /dev/kfd" --path "$v=$plugdir/$v/hip_ipc.so" --ferry-info /tmp/venv/bin/ferry-info
-    if in_root env FERRY_PLUGINS=tcp /tmp/venv/bin/python -c "import ferry; ferry.Engine(plugins='tcp').close()"; then
+    if in_root env FERRY_PLUGINS=tcp /tmp/venv/bin/python -c "import ferry_te; ferry_te.Engine(plugins='tcp').close()"; then
       passed=$((passed + 1)); echo "ok: the core wheel's bindings run on sid's CPython"
     else
-      failed=$((failed + 1)); echo "FAILED: import ferry / Engine on sid's CPython"
+      failed=$((failed + 1)); echo "FAILED: import ferry_te / Engine on sid's CPython"
     fi
   done
-  in_root rm -rf /tmp/venv /tmp/wheels
+  # The Python test suite (python/tests) on sid's CPython against the installed core wheel and
+  # the rocm7 plugin wheel beside it (bookworm's 3.11 runs it in python_wheels). The tests that
+  # build or inspect wheels need the host's tools and stay there (FERRY_TEST_WHEEL_DIR unset).
+  echo "== python/tests on $(in_root python3 --version), core + $(basename "$whl") installed =="
+  rm -rf "$root/tmp/pytests" && cp -r "$here/../../python/tests" "$root/tmp/pytests"
+  if in_root env HOME=/tmp /tmp/venv/bin/python -m pytest -q -rs -p no:cacheprovider /tmp/pytests \
+      >"$root/tmp/pytests.log" 2>&1; then
+    passed=$((passed + 1)); echo "ok: $(tail -1 "$root/tmp/pytests.log")"
+  else
+    failed=$((failed + 1)); echo "FAILED: python/tests on sid's CPython:"; tail -40 "$root/tmp/pytests.log"
+  fi
+  in_root rm -rf /tmp/venv /tmp/wheels /tmp/pytests /tmp/pytests.log
   restore
   echo "wheel suite: $(( $(date +%s) - start )) s"
   echo "$passed passed, $failed failed"

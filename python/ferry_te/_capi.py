@@ -8,7 +8,7 @@ import threading
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# Installed package first (the wheel's own copy), then the source tree (python/ferry next to
+# Installed package first (the wheel's own copy), then the source tree (python/ferry_te next to
 # include/ferry). FERRY_HEADER names another copy.
 _HEADER_CANDIDATES = (
     os.path.join(_PKG_DIR, "include", "ferry", "ferry.h"),
@@ -47,7 +47,7 @@ def find_header():
         if os.path.isfile(path):
             return os.path.normpath(path)
     raise ImportError(
-        "ferry: cannot find ferry.h (looked in %s); reinstall the ferry wheel or set FERRY_HEADER"
+        "ferry_te: cannot find ferry.h (looked in %s); reinstall the ferry-transfer-engine wheel or set FERRY_HEADER"
         % ", ".join(os.path.normpath(p) for p in candidates))
 
 
@@ -105,7 +105,7 @@ def load():
             _loaded.library_path = os.path.abspath(candidate) if os.sep in candidate else candidate
             break
         if lib is None:
-            raise ImportError("ferry: cannot load libferry:\n  " + "\n  ".join(errors))
+            raise ImportError("ferry_te: cannot load libferry:\n  " + "\n  ".join(errors))
         _loaded.header_path = header
         _loaded.ffi = ffi
         _loaded.lib = lib

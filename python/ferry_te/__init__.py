@@ -1,6 +1,6 @@
 """Ferry: move bytes between the host and GPU memory of processes, over pluggable transports.
 
-    import numpy as np, ferry
+    import numpy as np, ferry_te as ferry
     with ferry.Engine(local_ip="127.0.0.1") as target, ferry.Engine() as engine:
         remote = np.arange(1 << 20, dtype=np.uint8)
         target.register(remote)
@@ -11,6 +11,20 @@
         assert (local == remote).all()
 
 The bindings load libferry's C API (ferry.h) through cffi in ABI mode."""
+
+import importlib.util as _util
+import os as _os
+import sys as _sys
+
+# cffi is a dependency, but `pip install --no-deps` and images without it (NVIDIA's PyTorch
+# image) exist: say so here, not as a bare ModuleNotFoundError inside Engine(). The console
+# commands (ferry-info, transfer_engine_bench) only exec bundled binaries and work without it.
+if _util.find_spec("cffi") is None and _os.path.basename(_sys.argv[0] if _sys.argv else "") not in (
+        "ferry-info", "transfer_engine_bench"):
+    raise ImportError(
+        "ferry_te needs cffi, which %s cannot import: install it with `%s -m pip install "
+        "'cffi>=1.15'` (or Debian/Ubuntu's python3-cffi for the system Python)"
+        % (_sys.executable, _sys.executable), name="cffi")
 
 from .engine import (Batch, Engine, Notification, OpStatus, Region, RemoteRegion, Request,
                      Segment, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)

@@ -1,4 +1,4 @@
-"""Console commands of the wheel: exec the binaries bundled in ferry/bin/."""
+"""Console commands of the wheel: exec the binaries bundled in ferry_te/bin/."""
 
 import os
 import sys
