@@ -57,7 +57,7 @@ TEST_F(LoaderTest, WrongAbiMajorIsRejectedNamingBothVersions) {
     auto &p = record(r, "fake_wrong_abi");
     EXPECT_EQ(p.state, PluginState::Failed);
     EXPECT_NE(p.reason.find("plugin ABI 2.0"), std::string::npos) << p.reason;
-    EXPECT_NE(p.reason.find("implements ABI 1.0"), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("implements ABI 1.1"), std::string::npos) << p.reason;
 }
 
 TEST_F(LoaderTest, NewerMajorSymbolIsNamed) {

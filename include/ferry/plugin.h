@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 0u
+#define FERRY_PLUGIN_ABI_MINOR 1u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -76,6 +76,11 @@ typedef enum ferry_mem_kind {
  * lets read our memory anyway (shm.so). Without the bit, the host warns that the transport
  * serves whoever holds its descriptors. */
 #define FERRY_CAP_AUTH_KEY (1ull << 16)
+/* ABI 1.1: serves peers' access to device memory it cannot touch itself, through the host's
+ * staging calls (ferry_host_api_t.stage_*): the host registers device regions with it when it
+ * offers those calls, and the plugin moves each slice between the region and a pinned host
+ * buffer the host lends. Such a plugin must never dereference a device region's address. */
+#define FERRY_CAP_STAGED_DEVICE (1ull << 17)
 
 /* Access rights of a registered region, for remote peers. */
 #define FERRY_ACCESS_REMOTE_READ 0x1u
@@ -116,7 +121,40 @@ typedef struct ferry_host_api {
     void (*log)(void *ctx, int level, const char *plugin_name, const char *message);
     /* Current log level: lines above it are dropped, so skip formatting them. */
     int log_level;
+
+    /* ---- ABI 1.1: staging device memory (read only when struct_size covers them) ----
+     * For plugins with FERRY_CAP_STAGED_DEVICE serving a region whose kind is not
+     * FERRY_MEM_HOST. All NULL when the host offers no staging (no GPU runtime, or staging
+     * disabled); the host then never registers device memory with such a plugin.
+     * The pipeline: acquire a buffer, start a copy, send (or receive) the slice when `done`
+     * fires, release; overlap slice k's copy with slice k-1's network transfer. The host bounds
+     * the pinned memory lent out at once (engine key gpu_staging_max_bytes). */
+
+    /* Largest buffer stage_acquire lends, bytes (a power of two). */
+    uint64_t stage_slice_bytes;
+    /* Borrow a pinned host buffer of at least `bytes` (<= stage_slice_bytes) for device memory of
+     * (kind, device_id). Returns -EAGAIN when the bound is reached (release one and try again,
+     * or fail the op with it), -ENOTSUP when no runtime for `kind` is loaded. Never blocks. */
+    int (*stage_acquire)(void *ctx, uint32_t kind, int32_t device_id, uint64_t bytes, void **buf,
+                         ferry_error_t *err);
+    /* Give a borrowed buffer back. No copy on it may still be running. */
+    void (*stage_release)(void *ctx, void *buf);
+    /* Start copying `bytes` between device memory at `device_addr` (inside a region registered
+     * with this transport) and the borrowed buffer `buf`: to_device 1 copies buf -> device,
+     * 0 device -> buf. Returns 0 and later calls done(arg, status, message) exactly once, from a
+     * host thread, never from inside stage_copy; status 0 or a negative code with a message.
+     * Copies started on one (kind, device_id) finish in the order they were started. On a
+     * negative return `done` is never called. */
+    int (*stage_copy)(void *ctx, uint32_t kind, int32_t device_id, uint64_t device_addr, void *buf,
+                      uint64_t bytes, int to_device,
+                      void (*done)(void *arg, int status, const char *message), void *arg,
+                      ferry_error_t *err);
 } ferry_host_api_t;
+
+/* Bytes of ferry_host_api_t up to and including `member`: a plugin reads a field only when
+ * host->struct_size is at least this. */
+#define FERRY_HOST_API_SIZE_UNTIL(member) \
+    (offsetof(ferry_host_api_t, member) + sizeof(((ferry_host_api_t *)0)->member))
 
 /* Result of `probe`. */
 typedef struct ferry_probe_result {
