@@ -4,60 +4,34 @@
 //   initiator:  transfer_engine_bench --mode=initiator --segment_id=127.0.0.1:7000
 //   one command: transfer_engine_bench --loopback
 //   curves:      transfer_engine_bench --loopback --sweep --duration=1 (then bench/plot_sweep.py)
+//   GPU memory:  add --use_vram [--gpu_id=N] on either side (bench_memory.hpp)
 //
-// Throughput = batches x batch_size x block_size / duration, as Mooncake defines it.
+// Throughput = batches x batch_size x block_size / duration, as Mooncake defines it. The flags
+// are bench_options.cpp's; this file runs the target and the initiator.
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
-#include <boost/program_options.hpp>
-
+#include "bench_memory.hpp"
+#include "bench_options.hpp"
 #include "ferry/engine.hpp"
 
-namespace po = boost::program_options;
 using Clock = std::chrono::steady_clock;
+using bench::Buffer;
+using bench::Options;
 
 namespace {
-
-struct Options {
-    std::string mode = "initiator";
-    bool loopback = false;
-    std::string metadata_server = "P2PHANDSHAKE";
-    std::string local_server_name;
-    std::string segment_id;
-    std::string operation = "read";
-    std::string protocol = "tcp";
-    uint64_t buffer_size = 1ull << 30;
-    size_t batch_size = 128;
-    uint64_t block_size = 65536;
-    double duration = 10;
-    unsigned threads = 1;
-    std::string report_unit = "GB";
-    int report_precision = 2;
-    bool verify = false;
-    bool json = false;
-    std::string config;
-    std::vector<std::string> options;
-    double wait_for_target = 10;
-    bool sweep = false;
-    std::string sweep_block_sizes = "4096,16384,65536,262144,1048576";
-    std::string sweep_batch_sizes = "1,16,128";
-    std::string sweep_threads = "1,2,4";
-    std::string sweep_out = "sweep.json";
-};
 
 // One measured point of the (block size x batch size x threads) space.
 struct Point {
@@ -72,6 +46,7 @@ struct Outcome {
     double bytes = 0;
     double throughput = 0; // in o.report_unit per second
     double p50 = 0, p99 = 0;
+    std::string transport; // what carried the first batch's first op
 };
 
 std::atomic<bool> g_stop{false};
@@ -82,93 +57,124 @@ void on_signal(int) { g_stop = true; }
     std::exit(1);
 }
 
-// Byte expected at `offset` of a buffer filled with `seed`: cheap, position-dependent, and
-// different for every block so a misplaced block is caught.
-inline uint8_t pattern(uint64_t offset, uint64_t seed) {
-    uint64_t x = (offset >> 3) * 0x9E3779B97F4A7C15ull + seed;
-    x ^= x >> 29;
-    return static_cast<uint8_t>(x >> (8 * (offset & 7)));
+template <class T>
+T check(ferry::Result<T> r) {
+    if (!r) die(r.error().message);
+    if constexpr (!std::is_void_v<T>) return std::move(*r);
 }
 
-// pattern() a word at a time: byte k of word w is byte k of the word's little-endian value.
-// 1 GiB per side took seconds byte by byte, which every bench run paid before measuring.
-void fill(uint8_t *p, uint64_t len, uint64_t seed) {
-    uint64_t i = 0;
-    if constexpr (std::endian::native == std::endian::little) {
-        for (; i + 8 <= len; i += 8) {
-            uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull + seed;
-            x ^= x >> 29;
-            std::memcpy(p + i, &x, 8);
-        }
-    }
-    for (; i < len; ++i) p[i] = pattern(i, seed);
+constexpr uint64_t kTargetSeed = 1, kInitiatorSeed = 2;
+
+std::unique_ptr<ferry::Engine> make_engine(const Options &o, bench::Role role) {
+    return check(ferry::Engine::create(check(bench::engine_config(o, role))));
 }
 
-// Page-aligned, pre-faulted memory, so the first pass does not measure page faults.
-struct Buffer {
-    explicit Buffer(uint64_t len) : size(len) {
-        void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        if (p == MAP_FAILED) die("cannot allocate " + std::to_string(len) + " bytes: " + strerror(errno));
-        data = static_cast<uint8_t *>(p);
+// The GPUs --use_vram puts buffers on: --gpu_id, or every one with -1 (Mooncake's meaning).
+std::vector<int> gpu_devices(const Options &o, bench::GpuRuntime &gpu) {
+    int n = gpu.device_count(); // -1: the runtime cannot count
+    if (o.gpu_id == -1) {
+        if (n < 0) die("--gpu_id=-1: the GPU runtime cannot count its devices; give --gpu_id=N");
+        std::vector<int> all(n);
+        for (int i = 0; i < n; ++i) all[i] = i;
+        return all;
     }
-    ~Buffer() { munmap(data, size); }
-    uint8_t *data;
-    uint64_t size;
+    if (n >= 0 && o.gpu_id >= n)
+        die("--gpu_id=" + std::to_string(o.gpu_id) + ": this host has " + std::to_string(n) +
+            (gpu.kind() == ferry::MemoryKind::Cuda ? " CUDA" : " HIP") + " device(s), 0.." + std::to_string(n - 1));
+    return {o.gpu_id};
+}
+
+// Each side's buffers: one in host memory, or one per GPU of gpu_devices(), registered, and
+// filled with `seed`'s pattern when `fill`. Unregistered before they are freed.
+struct Registered {
+    ferry::Engine &engine;
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    ~Registered() {
+        for (auto &b : buffers) (void)engine.unregister_memory(b->data());
+    }
+    std::vector<std::string> where() const {
+        std::vector<std::string> out;
+        for (auto &b : buffers) out.push_back(b->location());
+        return out;
+    }
 };
 
-double unit_divisor(const std::string &unit) {
-    if (unit == "GB") return 1e9;
-    if (unit == "GiB") return 1024.0 * 1024 * 1024;
-    if (unit == "Gb") return 1e9 / 8;
-    if (unit == "MB") return 1e6;
-    if (unit == "MiB") return 1024.0 * 1024;
-    if (unit == "Mb") return 1e6 / 8;
-    if (unit == "KB") return 1e3;
-    if (unit == "KiB") return 1024.0;
-    if (unit == "Kb") return 1e3 / 8;
-    die("--report_unit must be one of GB GiB Gb MB MiB Mb KB KiB Kb");
+std::unique_ptr<Registered> make_buffers(const Options &o, ferry::Engine &engine, bench::GpuRuntime *gpu, uint64_t seed,
+                                         bool fill) {
+    std::vector<std::unique_ptr<Buffer>> made;
+    if (!gpu) made.push_back(check(Buffer::host(o.buffer_size)));
+    else
+        for (int d : gpu_devices(o, *gpu)) made.push_back(check(Buffer::device(*gpu, d, o.buffer_size)));
+    auto out = std::unique_ptr<Registered>(new Registered{engine, {}});
+    for (auto &b : made) {
+        if (fill) check(b->fill(seed));
+        if (auto r = engine.register_memory(b->data(), b->size(), b->memory_options()); !r)
+            die("registering " + std::to_string(b->size()) + " bytes of " + b->location() + " memory: " + r.error().message);
+        out->buffers.push_back(std::move(b));
+    }
+    return out;
 }
 
-ferry::Config engine_config(const Options &o, bool is_target) {
-    ferry::Config c;
-    if (!o.config.empty()) {
-        auto file = ferry::load_yaml_config(o.config);
-        if (!file) die(file.error().message);
-        c = *file;
-    }
-    c["metadata"] = o.metadata_server;
-    if (is_target && !o.local_server_name.empty()) c["local_server_name"] = o.local_server_name;
-    for (const auto &kv : o.options) {
-        auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0) die("--option takes key=value, got '" + kv + "'");
-        c[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-    return c;
-}
-
-std::unique_ptr<ferry::Engine> make_engine(const Options &o, bool is_target) {
-    auto e = ferry::Engine::create(engine_config(o, is_target));
-    if (!e) die(e.error().message);
-    return std::move(*e);
+std::string locations(const std::vector<std::string> &names) {
+    std::string s;
+    for (auto &n : names) s += (s.empty() ? "" : ",") + n;
+    return s;
 }
 
 struct ThreadResult {
     std::atomic<uint64_t> batches{0};
     std::vector<double> latencies_ms;
     std::string error;
+    std::string transport;
 };
 
-void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &pt, ferry::SegmentId seg,
-                          uint8_t *local, uint64_t remote_base, uint64_t span_off, uint64_t span_len,
-                          Buffer *verify_buf, Clock::time_point end, ThreadResult &out) {
+// What one initiator thread works on: its span [span_off, span_off + span_len) of a local
+// buffer and of a remote region, at the same offsets in both (so --verify knows each byte).
+struct Lane {
+    Buffer *local;
+    uint64_t remote_base;
+    uint64_t span_off, span_len;
+    Buffer *readback;              // WRITE --verify: host memory the remote block is read into
+    std::vector<uint8_t> *scratch; // READ --verify of GPU memory: the block copied to the host
+};
+
+// The first wrong byte of the block at `off`, as an error, or empty.
+std::string verify_block(ferry::Engine &engine, const Options &o, const Point &pt, ferry::SegmentId seg,
+                         const Lane &lane, uint64_t off) {
+    if (o.operation == "write") { // read it back from the target and compare with what was sent
+        ferry::Request back{ferry::Opcode::Read, lane.readback->data(), seg, lane.remote_base + off, pt.block_size,
+                            o.transport};
+        auto rb = engine.submit(std::span(&back, 1));
+        if (!rb) return "verify read-back: " + rb.error().message;
+        auto w = engine.wait(*rb, std::chrono::seconds(60));
+        (void)engine.free_batch(*rb);
+        if (!w) return "verify read-back: " + w.error().message;
+        if (auto bad = bench::find_mismatch(lane.readback->data(), pt.block_size, off, kInitiatorSeed))
+            return "verify: remote byte " + std::to_string(*bad) + " differs from what was written";
+        return {};
+    }
+    const uint8_t *got = lane.local->data() + off;
+    if (lane.local->on_gpu()) {
+        if (auto r = lane.local->read(off, lane.scratch->data(), pt.block_size); !r)
+            return "verify: copying the block from " + lane.local->location() + ": " + r.error().message;
+        got = lane.scratch->data();
+    }
+    if (auto bad = bench::find_mismatch(got, pt.block_size, off, kTargetSeed))
+        return "verify: byte " + std::to_string(*bad) + " read wrong (a target started with --init_mem=false, or one "
+               "an earlier --operation=write run overwrote, holds other bytes)";
+    return {};
+}
+
+void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &pt, ferry::SegmentId seg, Lane lane,
+                          Clock::time_point end, ThreadResult &out) {
     const ferry::Opcode op = o.operation == "read" ? ferry::Opcode::Read : ferry::Opcode::Write;
-    const uint64_t blocks_in_span = span_len / pt.block_size;
+    const uint64_t blocks_in_span = lane.span_len / pt.block_size;
     std::vector<ferry::Request> reqs(pt.batch_size);
     uint64_t next_block = 0;
     while (!g_stop && Clock::now() < end) {
         for (size_t i = 0; i < pt.batch_size; ++i) {
-            uint64_t off = span_off + (next_block++ % blocks_in_span) * pt.block_size;
-            reqs[i] = {op, local + off, seg, remote_base + off, pt.block_size, o.protocol};
+            uint64_t off = lane.span_off + (next_block++ % blocks_in_span) * pt.block_size;
+            reqs[i] = {op, lane.local->data() + off, seg, lane.remote_base + off, pt.block_size, o.transport};
         }
         auto t0 = Clock::now();
         auto b = engine.submit(reqs);
@@ -178,6 +184,8 @@ void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &
         }
         auto w = engine.wait(*b, std::chrono::seconds(60));
         auto t1 = Clock::now();
+        if (w && out.transport.empty())
+            if (auto st = engine.status(*b, 0)) out.transport = st->transport;
         (void)engine.free_batch(*b);
         if (!w) {
             out.error = w.error().message;
@@ -186,30 +194,11 @@ void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &
         out.latencies_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         out.batches.fetch_add(1, std::memory_order_relaxed); // read live by the progress line
         if (!o.verify) continue;
-        // READ: the bytes must be the target's pattern. WRITE: read them back and compare.
-        for (size_t i = 0; i < pt.batch_size; ++i) {
-            uint64_t off = reqs[i].remote - remote_base;
-            const uint8_t *got = static_cast<const uint8_t *>(reqs[i].local);
-            if (op == ferry::Opcode::Write) {
-                ferry::Request back{ferry::Opcode::Read, verify_buf->data, seg, remote_base + off, pt.block_size, o.protocol};
-                auto rb = engine.submit(std::span(&back, 1));
-                if (!rb || !engine.wait(*rb, std::chrono::seconds(60))) {
-                    out.error = "verify read-back failed";
-                    return;
-                }
-                (void)engine.free_batch(*rb);
-                if (memcmp(verify_buf->data, got, pt.block_size) != 0) {
-                    out.error = "verify: remote block at offset " + std::to_string(off) + " differs from what was written";
-                    return;
-                }
-            } else {
-                for (uint64_t k = 0; k < pt.block_size; ++k)
-                    if (got[k] != pattern(off + k, 1)) {
-                        out.error = "verify: byte " + std::to_string(off + k) + " read wrong";
-                        return;
-                    }
+        for (size_t i = 0; i < pt.batch_size; ++i)
+            if (auto e = verify_block(engine, o, pt, seg, lane, reqs[i].remote - lane.remote_base); !e.empty()) {
+                out.error = e;
+                return;
             }
-        }
     }
 }
 
@@ -247,13 +236,21 @@ std::string size_text(double bytes) {
     return buf;
 }
 
-// One point: o.duration seconds of batches from pt.threads threads over `local`. On a terminal
-// (and without --json) a progress line shows the throughput so far and the time left.
-Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, ferry::SegmentId seg, uint8_t *local,
-                const ferry::RemoteRegion &target_region, std::vector<std::unique_ptr<Buffer>> &verify_bufs,
-                const std::string &label) {
-    uint64_t usable = std::min(o.buffer_size, target_region.length);
-    uint64_t per_thread = usable / pt.threads / pt.block_size * pt.block_size;
+// Everything a measurement runs over: the target's regions and this side's buffers.
+struct Setup {
+    ferry::SegmentId seg;
+    std::vector<ferry::RemoteRegion> regions;
+    std::vector<std::unique_ptr<Buffer>> &local;
+    std::vector<std::unique_ptr<Buffer>> &readback;
+    std::vector<std::vector<uint8_t>> &scratch;
+    uint64_t usable; // bytes of every local buffer and remote region the threads share out
+};
+
+// One point: o.duration seconds of batches from pt.threads threads. Thread t works on local
+// buffer t % buffers and remote region t % regions (Mooncake's mapping for --gpu_id=-1), on
+// its own span. On a terminal (and without --json) a live line shows the throughput so far.
+Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, Setup &s, const std::string &label) {
+    uint64_t per_thread = s.usable / pt.threads / pt.block_size * pt.block_size;
     if (per_thread < pt.block_size)
         die("buffer too small: each of " + std::to_string(pt.threads) + " threads needs at least one " +
             std::to_string(pt.block_size) + "-byte block; raise --buffer_size");
@@ -261,21 +258,22 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, ferry:
     auto start = Clock::now();
     auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration));
     std::vector<std::thread> workers;
-    for (unsigned t = 0; t < pt.threads; ++t)
-        workers.emplace_back(run_initiator_thread, std::ref(engine), std::cref(o), std::cref(pt), seg, local,
-                             target_region.addr, t * per_thread, per_thread, verify_bufs[t].get(), end,
+    for (unsigned t = 0; t < pt.threads; ++t) {
+        Lane lane{s.local[t % s.local.size()].get(), s.regions[t % s.regions.size()].addr, t * per_thread, per_thread,
+                  s.readback.empty() ? nullptr : s.readback[t].get(), &s.scratch[t]};
+        workers.emplace_back(run_initiator_thread, std::ref(engine), std::cref(o), std::cref(pt), s.seg, lane, end,
                              std::ref(results[t]));
-
+    }
     const bool live = isatty(STDOUT_FILENO) && !o.json;
-    const double div = unit_divisor(o.report_unit);
+    const double div = bench::unit_divisor(o.report_unit);
     while (live && !g_stop && Clock::now() < end) {
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
         uint64_t done = 0;
         for (auto &r : results) done += r.batches.load(std::memory_order_relaxed);
         double secs = std::chrono::duration<double>(Clock::now() - start).count();
-        double left = std::max(0.0, o.duration - secs);
         std::printf("\r\033[K%s[%5.1f s] %.*f %s/s so far, %.1f s left", label.c_str(), secs, o.report_precision,
-                    done * pt.batch_size * pt.block_size / secs / div, o.report_unit.c_str(), left);
+                    done * pt.batch_size * pt.block_size / secs / div, o.report_unit.c_str(),
+                    std::max(0.0, o.duration - secs));
         std::fflush(stdout);
     }
     for (auto &w : workers) w.join();
@@ -290,6 +288,7 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, ferry:
         if (!r.error.empty()) die(r.error);
         out.batches += r.batches;
         lat.insert(lat.end(), r.latencies_ms.begin(), r.latencies_ms.end());
+        if (out.transport.empty()) out.transport = r.transport;
     }
     out.bytes = static_cast<double>(out.batches) * pt.batch_size * pt.block_size;
     out.throughput = out.bytes / out.secs / div;
@@ -298,15 +297,17 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, ferry:
     return out;
 }
 
-std::string point_json(const Options &o, const Point &pt, const Outcome &r) {
-    char buf[512];
+std::string point_json(const Options &o, const Point &pt, const Outcome &r, const std::string &memory) {
+    char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "{\"operation\":\"%s\",\"protocol\":\"%s\",\"block_size\":%llu,\"batch_size\":%zu,\"threads\":%u,"
-                  "\"duration_s\":%.3f,\"batches\":%llu,\"bytes\":%.0f,\"throughput\":%.*f,\"unit\":\"%s/s\","
-                  "\"batch_latency_p50_ms\":%.3f,\"batch_latency_p99_ms\":%.3f,\"verified\":%s}",
-                  o.operation.c_str(), o.protocol.c_str(), static_cast<unsigned long long>(pt.block_size), pt.batch_size,
-                  pt.threads, r.secs, static_cast<unsigned long long>(r.batches), r.bytes, o.report_precision,
-                  r.throughput, o.report_unit.c_str(), r.p50, r.p99, o.verify ? "true" : "false");
+                  "{\"operation\":\"%s\",\"protocol\":\"%s\",\"transport\":\"%s\",%s,\"block_size\":%llu,"
+                  "\"batch_size\":%zu,\"threads\":%u,\"duration_s\":%.3f,\"batches\":%llu,\"bytes\":%.0f,"
+                  "\"throughput\":%.*f,\"unit\":\"%s/s\",\"batch_latency_p50_ms\":%.3f,\"batch_latency_p99_ms\":%.3f,"
+                  "\"verified\":%s}",
+                  o.operation.c_str(), o.protocol.c_str(), r.transport.c_str(), memory.c_str(),
+                  static_cast<unsigned long long>(pt.block_size), pt.batch_size, pt.threads, r.secs,
+                  static_cast<unsigned long long>(r.batches), r.bytes, o.report_precision, r.throughput,
+                  o.report_unit.c_str(), r.p50, r.p99, o.verify ? "true" : "false");
     return buf;
 }
 
@@ -327,10 +328,8 @@ std::vector<uint64_t> parse_list(const std::string &flag, const std::string &tex
 
 std::vector<Point> sweep_points(const Options &o) {
     std::vector<Point> points;
-    auto threads = parse_list("sweep_threads", o.sweep_threads);
-    auto batches = parse_list("sweep_batch_sizes", o.sweep_batch_sizes);
-    for (uint64_t t : threads)
-        for (uint64_t b : batches)
+    for (uint64_t t : parse_list("sweep_threads", o.sweep_threads))
+        for (uint64_t b : parse_list("sweep_batch_sizes", o.sweep_batch_sizes))
             for (uint64_t bs : parse_list("sweep_block_sizes", o.sweep_block_sizes)) {
                 if (bs > o.buffer_size) die("--sweep_block_sizes: " + std::to_string(bs) + " is larger than --buffer_size");
                 points.push_back({bs, static_cast<size_t>(b), static_cast<unsigned>(t)});
@@ -338,63 +337,98 @@ std::vector<Point> sweep_points(const Options &o) {
     return points;
 }
 
-int run_initiator(const Options &o, ferry::Engine &engine, const std::string &segment_name) {
-    ferry::SegmentId seg = open_target(o, engine, segment_name);
+// The regions the target registered, waiting for a target that serves its descriptor before
+// its buffers are registered.
+std::vector<ferry::RemoteRegion> target_regions(const Options &o, ferry::Engine &engine, ferry::SegmentId &seg,
+                                                const std::string &name) {
+    seg = open_target(o, engine, name);
     auto regions = engine.segment_regions(seg);
-    // A target that just started serves its descriptor before its buffer is registered.
     auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
     while (regions && regions->empty() && !g_stop && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         (void)engine.close_segment(seg);
-        seg = open_target(o, engine, segment_name);
+        seg = open_target(o, engine, name);
         regions = engine.segment_regions(seg);
     }
     if (!regions) die(regions.error().message);
-    if (regions->empty()) die("segment " + segment_name + " has registered no memory");
-    const auto &target_region = regions->front();
+    if (regions->empty()) die("segment " + name + " has registered no memory");
+    return *regions;
+}
+
+// A forced transport this engine has not loaded fails every request: say so before starting.
+void check_transport(const Options &o, const ferry::Engine &engine) {
+    if (o.transport.empty()) return;
+    std::string loaded;
+    for (auto &t : engine.transports()) {
+        if (t.name == o.transport) return;
+        loaded += (loaded.empty() ? "" : ", ") + t.name;
+    }
+    die("--protocol=" + o.protocol + ": transport " + o.transport + " is not loaded here (loaded: " +
+        (loaded.empty() ? "none" : loaded) + "); ferry-info says why, --auto_discovery uses what loaded");
+}
+
+int run_initiator(const Options &o, ferry::Engine &engine, const std::string &segment_name, bench::GpuRuntime *gpu) {
+    check_transport(o, engine);
+    ferry::SegmentId seg;
+    std::vector<ferry::RemoteRegion> regions = target_regions(o, engine, seg, segment_name);
+    std::vector<std::string> target_where;
+    uint64_t usable = o.buffer_size;
+    for (auto &r : regions) {
+        target_where.push_back(bench::location_name(r.kind, r.device));
+        usable = std::min(usable, r.length);
+    }
     std::vector<Point> points = o.sweep ? sweep_points(o) : std::vector<Point>{{o.block_size, o.batch_size, o.threads}};
     uint64_t max_block = 0;
     unsigned max_threads = 0;
     for (auto &p : points) max_block = std::max(max_block, p.block_size), max_threads = std::max(max_threads, p.threads);
 
-    Buffer local(o.buffer_size);
-    if (o.operation == "write") fill(local.data, local.size, 2);
-    if (auto r = engine.register_memory(local.data, local.size); !r) die(r.error().message);
-    std::vector<std::unique_ptr<Buffer>> verify_bufs;
-    for (unsigned t = 0; t < max_threads; ++t) {
-        verify_bufs.push_back(o.verify && o.operation == "write" ? std::make_unique<Buffer>(max_block) : nullptr);
-        if (verify_bufs.back())
-            if (auto r = engine.register_memory(verify_bufs.back()->data, max_block); !r) die(r.error().message);
+    const bool write = o.operation == "write";
+    auto local = make_buffers(o, engine, gpu, kInitiatorSeed, write && (o.init_mem || o.verify));
+    std::vector<std::string> local_where = local->where();
+    Registered readback{engine, {}};
+    std::vector<std::vector<uint8_t>> scratch(max_threads);
+    for (unsigned t = 0; o.verify && t < max_threads; ++t) {
+        if (write) {
+            readback.buffers.push_back(check(Buffer::host(max_block)));
+            check(engine.register_memory(readback.buffers.back()->data(), max_block));
+        } else if (gpu) {
+            scratch[t].resize(max_block);
+        }
     }
+    Setup setup{seg, regions, local->buffers, readback.buffers, scratch, usable};
+    const std::string memory = "\"initiator_memory\":\"" + locations(local_where) + "\",\"target_memory\":\"" +
+                               locations(target_where) + "\"";
 
     if (!o.sweep) {
         const Point &pt = points.front();
-        Outcome r = measure(o, pt, engine, seg, local.data, target_region, verify_bufs, "");
+        Outcome r = measure(o, pt, engine, setup, "");
         if (o.json) {
-            std::printf("%s\n", point_json(o, pt, r).c_str());
+            std::printf("%s\n", point_json(o, pt, r, memory).c_str());
         } else {
             std::printf("Test completed: duration %.2f, batch count %llu, throughput %.*f %s/s\n", r.secs,
                         static_cast<unsigned long long>(r.batches), o.report_precision, r.throughput, o.report_unit.c_str());
-            std::printf("Batch latency: p50 %.3f ms, p99 %.3f ms (%s, %llu-byte blocks, %zu per batch, %u threads%s)\n",
-                        r.p50, r.p99, o.operation.c_str(), static_cast<unsigned long long>(pt.block_size), pt.batch_size,
-                        pt.threads, o.verify ? ", every byte verified" : "");
+            std::printf("Batch latency: p50 %.3f ms, p99 %.3f ms (%s over %s, %llu-byte blocks, %zu per batch, %u threads%s)\n",
+                        r.p50, r.p99, o.operation.c_str(), r.transport.c_str(), static_cast<unsigned long long>(pt.block_size),
+                        pt.batch_size, pt.threads, o.verify ? ", every byte verified" : "");
+            std::printf("Memory: initiator %s, target %s\n", locations(local_where).c_str(), locations(target_where).c_str());
         }
         return 0;
     }
     // --sweep: every point for --duration seconds, one line each as it finishes, then the JSON.
-    std::string json = "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + o.protocol + "\",\"points\":[";
+    std::string json = "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + o.protocol + "\"," + memory + ",\"points\":[";
     for (size_t i = 0; i < points.size() && !g_stop; ++i) {
         const Point &pt = points[i];
         char label[96];
         std::snprintf(label, sizeof label, "%zu/%zu %s x %zu x %u: ", i + 1, points.size(),
                       size_text(static_cast<double>(pt.block_size)).c_str(), pt.batch_size, pt.threads);
-        Outcome r = measure(o, pt, engine, seg, local.data, target_region, verify_bufs, label);
-        if (o.json) std::printf("%s\n", point_json(o, pt, r).c_str());
+        Outcome r = measure(o, pt, engine, setup, label);
+        if (o.json) std::printf("%s\n", point_json(o, pt, r, memory).c_str());
         else
             std::printf("%sthroughput %.*f %s/s, batch p50 %.3f ms, p99 %.3f ms\n", label, o.report_precision,
                         r.throughput, o.report_unit.c_str(), r.p50, r.p99);
         std::fflush(stdout);
-        json += (i ? "," : "") + point_json(o, pt, r);
+        if (i) json += ',';
+        json += point_json(o, pt, r, memory);
     }
     json += "]}\n";
     FILE *f = std::fopen(o.sweep_out.c_str(), "w");
@@ -406,96 +440,37 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
     return 0;
 }
 
-Options parse(int argc, char **argv) {
-    Options o;
-    po::options_description desc("usage: transfer_engine_bench [options]\n"
-                                 "  transfer_engine_bench --loopback                       target and initiator in one process\n"
-                                 "  transfer_engine_bench --mode=target --local_server_name=127.0.0.1:7000\n"
-                                 "  transfer_engine_bench --mode=initiator --segment_id=127.0.0.1:7000\n"
-                                 "  transfer_engine_bench --loopback --sweep --duration=1  then bench/plot_sweep.py sweep.json\n"
-                                 "options");
-    desc.add_options()("help,h", "show this help")
-        ("mode", po::value(&o.mode)->default_value(o.mode), "target | initiator | loopback")
-        ("loopback", po::bool_switch(&o.loopback), "target and initiator in this one process (same as --mode=loopback)")
-        ("metadata_server", po::value(&o.metadata_server)->default_value(o.metadata_server), "P2PHANDSHAKE (each engine serves its own descriptor; segments are ip:port), "
-         "etcd://host:2379[,host:2379...]/prefix, or etcds://host:2379[,...]/prefix for etcd over TLS "
-         "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users)")
-        ("local_server_name", po::value(&o.local_server_name), "target: ip:port to listen on (default 127.0.0.1, any port); with etcd: the segment's name")
-        ("segment_id", po::value(&o.segment_id), "initiator: the target's segment name (ip:port, or its etcd name)")
-        ("operation", po::value(&o.operation)->default_value(o.operation), "read | write")
-        ("protocol", po::value(&o.protocol)->default_value(o.protocol), "transport to force (tcp, shm, ...)")
-        ("buffer_size", po::value(&o.buffer_size)->default_value(o.buffer_size), "bytes registered on each side")
-        ("batch_size", po::value(&o.batch_size)->default_value(o.batch_size), "ops per batch")
-        ("block_size", po::value(&o.block_size)->default_value(o.block_size), "bytes per op")
-        ("duration", po::value(&o.duration)->default_value(o.duration), "seconds")
-        ("threads", po::value(&o.threads)->default_value(o.threads), "initiator threads, each with its own batches")
-        ("report_unit", po::value(&o.report_unit)->default_value(o.report_unit), "GB GiB Gb MB MiB Mb KB KiB Kb")
-        ("report_precision", po::value(&o.report_precision)->default_value(o.report_precision), "digits after the point")
-        ("verify", po::bool_switch(&o.verify), "check every byte moved")
-        ("json", po::bool_switch(&o.json), "print one JSON object instead of text")
-        ("config", po::value(&o.config), "engine YAML config file")
-        ("option", po::value(&o.options)->composing(), "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)")
-        ("wait_for_target", po::value(&o.wait_for_target)->default_value(o.wait_for_target),
-         "initiator: seconds to wait for a target that is not up yet (0: fail at once)")
-        ("sweep", po::bool_switch(&o.sweep), "measure every block size x batch size x threads below, --duration each")
-        ("sweep_block_sizes", po::value(&o.sweep_block_sizes)->default_value(o.sweep_block_sizes), "bytes, comma list")
-        ("sweep_batch_sizes", po::value(&o.sweep_batch_sizes)->default_value(o.sweep_batch_sizes), "ops per batch, comma list")
-        ("sweep_threads", po::value(&o.sweep_threads)->default_value(o.sweep_threads), "threads, comma list")
-        ("sweep_out", po::value(&o.sweep_out)->default_value(o.sweep_out), "where --sweep writes its JSON");
-    po::variables_map vm;
-    try {
-        po::store(po::parse_command_line(argc, argv, desc), vm);
-        po::notify(vm);
-    } catch (const po::error &e) {
-        die(std::string(e.what()) + "; see --help");
-    }
-    if (vm.count("help")) {
-        std::cout << desc << "\n"
-                  << "Environment:\n"
-                  << "  FERRY_PLUGIN_PATH     colon list of plugin directories searched first; a build tree needs none\n"
-                  << "                        (build/core/ferry/plugins), an install looks in <libdir>/ferry/plugins\n"
-                  << "  FERRY_PLUGINS         load only these plugins (tcp,shm) or all but these (^efa)\n"
-                  << "  FERRY_LOG_LEVEL       error, warn (default), info, debug, trace\n"
-                  << "  FERRY_AUTH_SECRET     cluster secret (>= 16 bytes) peers must share; FERRY_AUTH_SECRET_FILE: from a file\n"
-                  << "  FERRY_HOST_ID         which peers count as the same host (default: machine id + boot id)\n"
-                  << "  FERRY_EFA_PROVIDER    libfabric provider for efa.so (default efa; tcp to run without EFA)\n"
-                  << "build/core/ferry-info shows which plugins load and why the others do not.\n";
-        std::exit(0);
-    }
-    if (o.loopback) o.mode = "loopback";
-    if (o.mode != "target" && o.mode != "initiator" && o.mode != "loopback") die("--mode must be target, initiator or loopback");
-    if (o.operation != "read" && o.operation != "write") die("--operation must be read or write");
-    if (o.block_size == 0 || o.batch_size == 0 || o.threads == 0 || o.duration <= 0)
-        die("--block_size, --batch_size, --threads and --duration must be positive");
-    if (o.block_size > o.buffer_size) die("--block_size is larger than --buffer_size");
-    if (o.mode == "initiator" && o.segment_id.empty()) die("--mode=initiator needs --segment_id=<target ip:port>");
-    unit_divisor(o.report_unit);
-    return o;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
-    Options o = parse(argc, argv);
+    Options o = bench::parse_options(argc, argv);
+    for (auto &n : o.notes) std::fprintf(stderr, "transfer_engine_bench: note: %s\n", n.c_str());
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
 
+    std::unique_ptr<bench::GpuRuntime> gpu; // declared first: outlives every buffer on it
+    if (o.use_vram) {
+        std::string why;
+        gpu = bench::GpuRuntime::open(why);
+        if (!gpu) die("--use_vram: no GPU runtime found (" + why + "); run without --use_vram or install the driver");
+    }
     std::unique_ptr<ferry::Engine> target;
-    std::unique_ptr<Buffer> target_buf;
+    std::unique_ptr<Registered> target_bufs; // declared after its engine: unregistered first
     if (o.mode == "target" || o.mode == "loopback") {
-        target = make_engine(o, true);
-        target_buf = std::make_unique<Buffer>(o.buffer_size);
-        fill(target_buf->data, target_buf->size, 1);
-        if (auto r = target->register_memory(target_buf->data, target_buf->size); !r) die(r.error().message);
+        target = make_engine(o, bench::Role::Target);
+        target_bufs = make_buffers(o, *target, gpu.get(), kTargetSeed, o.init_mem);
         if (o.mode == "target") {
-            std::printf("segment %s ready: %llu bytes registered; Ctrl-C to stop\n", target->segment_name().c_str(),
-                        static_cast<unsigned long long>(o.buffer_size));
+            std::vector<std::string> where = target_bufs->where();
+            std::printf("segment %s ready: %llu bytes registered in %s memory; Ctrl-C to stop\n",
+                        target->segment_name().c_str(), static_cast<unsigned long long>(o.buffer_size),
+                        locations(where).c_str());
             std::fflush(stdout);
             while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(200));
             return 0;
         }
     }
-    auto initiator = make_engine(o, false);
-    return run_initiator(o, *initiator, o.mode == "loopback" ? target->segment_name() : o.segment_id);
+    auto initiator = make_engine(o, o.mode == "loopback" ? bench::Role::LoopbackInitiator : bench::Role::Initiator);
+    int rc = run_initiator(o, *initiator, o.mode == "loopback" ? target->segment_name() : o.segment_id, gpu.get());
+    return rc;
 }
