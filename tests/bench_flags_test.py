@@ -1,0 +1,239 @@
+#!/usr/bin/python3
+"""transfer_engine_bench against the command lines of Mooncake's documentation.
+
+Each case runs the real bench binary: targets and initiators as separate processes on
+127.0.0.1 (P2PHANDSHAKE, ports the kernel picks), or --loopback. Mooncake's lines are taken as
+its docs print them (docs/source/design/transfer-engine/*.md, getting_started/build.md), with
+--protocol=tcp where they name hardware this host lacks, and shorter --duration/--buffer_size.
+Flags Ferry has no equivalent for must fail with a message naming the flag and the fix.
+
+usage: bench_flags_test.py BENCH_BINARY
+"""
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BENCH = None
+BUF = "--buffer_size=67108864"  # 64 MiB: quick to fill on a loaded 2-core CI machine
+SHORT = "--duration=0.5"
+DEADLINE = 120  # seconds any one bench process may take (liveness, not speed)
+
+
+def run(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=DEADLINE, env=e)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Target:
+    """A target process; its segment name is read from its `segment X ready:` line."""
+
+    def __init__(self, *args, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen([BENCH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+        self.segment = None
+        self.lines = []
+        end = time.monotonic() + DEADLINE
+        while self.segment is None:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                self.stop()
+                raise AssertionError("target %s printed no ready line in %d s" % (args, DEADLINE))
+            line = self.proc.stdout.readline()
+            if not line:
+                rc = self.proc.wait(timeout=DEADLINE)
+                raise AssertionError("target %s exited %d before ready: %s" % (args, rc, self.proc.stderr.read()))
+            self.lines.append(line)
+            m = re.match(r"segment (\S+) ready: (\d+) bytes registered in (\S+) memory", line)
+            if m:
+                self.segment, self.where = m.group(1), m.group(3)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=DEADLINE)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None:
+            assert rc == 0, "target exited %d after SIGTERM" % rc
+
+
+def completed(test, rc, out, err):
+    test.assertEqual(rc, 0, "stdout:\n%s\nstderr:\n%s" % (out, err))
+    m = re.search(r"Test completed: duration [\d.]+, batch count (\d+), throughput ([\d.]+) (\S+)/s", out)
+    test.assertIsNotNone(m, out)
+    test.assertGreater(int(m.group(1)), 0, out)
+    return m
+
+
+class MooncakeCommandLines(unittest.TestCase):
+    def test_efa_doc_lines_over_tcp_two_processes(self):
+        # efa_transport.md, "Target Node" / "Initiator Node", --protocol=tcp, CPU-to-CPU
+        # ("pass --use_vram=false ... drop --gpu_id=-1").
+        with Target("--mode=target", "--protocol=tcp", "--metadata_server=P2PHANDSHAKE", BUF,
+                    "--use_vram=false", "--local_server_name=127.0.0.1") as t:
+            self.assertEqual(t.where, "host")
+            self.assertTrue(t.segment.startswith("127.0.0.1:"), t.segment)
+            rc, out, err = run("--mode=initiator", "--protocol=tcp", "--metadata_server=P2PHANDSHAKE",
+                               "--segment_id=" + t.segment, "--operation=write", SHORT, "--threads=4",
+                               "--block_size=1048576", "--batch_size=16", BUF, "--use_vram=false",
+                               "--report_unit=GB")
+            m = completed(self, rc, out, err)
+            self.assertEqual(m.group(3), "GB")
+            self.assertIn("Memory: initiator host, target host", out)
+
+    def test_tuning_doc_auto_discovery(self):
+        # transfer-engine-bench-tuning.md: --auto_discovery on both sides; Ferry's engine picks
+        # the transport (shm or tcp on one host).
+        with Target("--mode=target", "--auto_discovery", "--metadata_server=P2PHANDSHAKE", BUF,
+                    "--local_server_name=127.0.0.1:0") as t:
+            rc, out, err = run("--mode=initiator", "--auto_discovery", "--metadata_server=P2PHANDSHAKE",
+                               "--segment_id=" + t.segment, SHORT, BUF, "--json", "--verify")
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertIn(r["transport"], ("shm", "tcp"))
+            self.assertTrue(r["verified"])
+            self.assertGreater(r["batches"], 0)
+
+    def test_index_doc_target_and_initiator_with_names(self):
+        # index.md / run-examples.md: --local_server_name on both sides, read (the default).
+        with Target("--mode=target", "--metadata_server=P2PHANDSHAKE", "--protocol=tcp", BUF,
+                    "--local_server_name=127.0.0.1:0") as t:
+            rc, out, err = run("--metadata_server=P2PHANDSHAKE", "--segment_id=" + t.segment,
+                               "--local_server_name=127.0.0.1:0", "--protocol=tcp", SHORT, BUF,
+                               "--operation=read", "--batch_size=32", "--block_size=65536", "--threads=2",
+                               "--verify")
+            completed(self, rc, out, err)
+            self.assertIn("every byte verified", out)
+
+    def test_gflags_forms(self):
+        # gflags takes --flag value, -flag=value, -flag value, --noflag and --flag=0; Mooncake
+        # users type all of them.
+        with Target("-mode", "target", "--protocol", "tcp", "-buffer_size=67108864", "--nouse_vram",
+                    "--init_mem=1", "-local_server_name", "127.0.0.1") as t:
+            rc, out, err = run("-mode=initiator", "--segment_id", t.segment, "--protocol", "tcp",
+                               "--duration", "0.5", "-buffer_size", "67108864", "--batch_size", "8",
+                               "--block_size", "0x10000", "--report_precision", "4", "--report_unit", "MiB",
+                               "--use_vram", "false", "--noauto_discovery", "--verify=true", "--backend=classic")
+            m = completed(self, rc, out, err)
+            self.assertRegex(m.group(2), r"^\d+\.\d{4}$")
+            self.assertEqual(m.group(3), "MiB")
+
+    def test_flagfile_and_dashed_names(self):
+        # --flagfile (gflags), and --auto-discovery as index.md writes it.
+        with tempfile.NamedTemporaryFile("w", suffix=".flags") as f:
+            f.write("# Mooncake-style flag file\n--protocol=tcp\n--block_size=1048576\n\n--batch_size=4\n")
+            f.flush()
+            rc, out, err = run("--loopback", "--flagfile=" + f.name, SHORT, BUF, "--json", "--auto-discovery")
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertEqual((r["block_size"], r["batch_size"]), (1048576, 4))
+
+    def test_loopback_json_says_where_memory_lives(self):
+        rc, out, err = run("--loopback", "--protocol=tcp", SHORT, BUF, "--json", "--operation=write", "--verify")
+        self.assertEqual(rc, 0, err)
+        r = json.loads(out)
+        self.assertEqual((r["initiator_memory"], r["target_memory"], r["transport"]), ("host", "host", "tcp"))
+
+    def test_help_lists_every_documented_flag(self):
+        rc, out, err = run("--help")
+        self.assertEqual(rc, 0, err)
+        for flag in ("mode", "metadata_server", "local_server_name", "segment_id", "operation", "protocol",
+                     "device_name", "nic_priority_matrix", "auto_discovery", "buffer_size", "batch_size",
+                     "block_size", "duration", "threads", "report_unit", "report_precision", "use_vram", "gpu_id",
+                     "init_mem", "backend"):
+            self.assertRegex(out, r"\n  --%s " % flag)
+
+
+class ClearMessages(unittest.TestCase):
+    def refused(self, args, *texts, env=None):
+        rc, out, err = run(*args, env=env)
+        self.assertNotEqual(rc, 0, out)
+        for t in texts:
+            self.assertIn(t, err)
+        self.assertNotIn("unrecognised", err)
+        self.assertNotIn("unrecognized", err)
+        return err
+
+    def test_protocols_ferry_lacks(self):
+        # kunpeng_ub_transport.md and sunrise_link_transport.md lines.
+        self.refused(["--mode=target", "--protocol=ub", "--device_name=urma0", "--local_server_name=127.0.0.1",
+                      "--metadata_server=P2PHANDSHAKE"], "--protocol=ub: Ferry has no Kunpeng UB")
+        self.refused(["--mode=initiator", "--protocol=sunrise_link", "--metadata_server=P2PHANDSHAKE",
+                      "--segment_id=10.0.0.2:1", "--gpu_id=0", "--block_size=8388608", "--batch_size=32"],
+                     "--protocol=sunrise_link: Ferry has no Sunrise Link transport")
+
+    def test_segment_size_of_the_ub_docs(self):
+        self.refused(["--mode=initiator", "--protocol=tcp", "--segment_size=8388608", "--segment_id=127.0.0.1:1"],
+                     "--segment_size", "--buffer_size")
+
+    def test_metadata_servers_ferry_lacks(self):
+        self.refused(["--mode=target", "--metadata_server=redis://10.0.0.1:6379"], "no redis metadata backend",
+                     "P2PHANDSHAKE")
+        self.refused(["--mode=target", "--metadata_server=http://10.0.0.1:8080/metadata"],
+                     "no HTTP metadata backend", "etcd://")
+
+    def test_bare_host_port_is_etcd(self):
+        # build.md's --metadata_server=10.1.101.3:2379 form, pointed at a closed loopback port.
+        err = self.refused(["--mode=target", "--protocol=tcp", "--metadata_server=127.0.0.1:1", BUF,
+                            "--option", "metadata_retry_ms=0"], "etcd at 127.0.0.1:1")
+        self.assertIn("127.0.0.1:1", err.splitlines()[-1])
+
+    def test_unknown_flags(self):
+        self.refused(["--loopback", "--no_such_flag=1"], "unknown flag --no_such_flag")
+        self.refused(["--loopback", "--batchsize=3"], "did you mean --batch_size?")
+        self.refused(["--xport_type=rdma"], "tebench")
+        self.refused(["--batch_size=many"], "--batch_size: 'many' is not an integer")
+        self.refused(["--loopback", "--segment_id"], "--segment_id is missing its value")
+
+    def test_forced_transport_not_loaded(self):
+        # --device_name alone means rdma (Mooncake's default protocol); with rdma.so not
+        # loaded here the bench says so before submitting anything.
+        rc, out, err = run("--loopback", "--device_name=erdma_0", SHORT, BUF, env={"FERRY_PLUGINS": "tcp"})
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--device_name without --protocol: rdma", err)
+        self.assertIn("transport rdma is not loaded here", err)
+
+
+class UseVramWithoutGpu(unittest.TestCase):
+    NO_CUDA = {"FERRY_LIBCUDA": "/nonexistent/libcuda.so.1"}
+
+    def no_gpu(self, *args):
+        rc, out, err = run(*args, SHORT, BUF, env=self.NO_CUDA)
+        if rc == 0 or "no GPU runtime found" not in err:
+            if "rocm:" in out + err:
+                print("SKIPPED: this host has a HIP device, so --use_vram runs")
+                return
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--use_vram: no GPU runtime found (/nonexistent/libcuda.so.1", err)
+        self.assertIn("run without --use_vram or install the driver", err)
+
+    def test_use_vram_loopback(self):
+        self.no_gpu("--loopback", "--use_vram", "--protocol=tcp")
+
+    def test_gpu_id_alone_means_vram_as_in_mooncake_gpu_builds(self):
+        self.no_gpu("--mode=target", "--gpu_id=0", "--protocol=tcp")
+
+    def test_use_vram_initiator_gpu_all(self):
+        self.no_gpu("--mode=initiator", "--use_vram=true", "--gpu_id=-1", "--segment_id=127.0.0.1:1")
+
+
+if __name__ == "__main__":
+    BENCH = sys.argv.pop(1)
+    unittest.main(verbosity=2)
