@@ -57,8 +57,9 @@ public:
         need(c->pop_, {"cuCtxPopCurrent_v2", "cuCtxPopCurrent"});
         need(c->alloc_, {"cuMemAlloc_v2", "cuMemAlloc"});
         need(c->free_, {"cuMemFree_v2", "cuMemFree"});
-        need(c->htod_, {"cuMemcpyHtoD_v2", "cuMemcpyHtoD"});
-        need(c->dtoh_, {"cuMemcpyDtoH_v2", "cuMemcpyDtoH"});
+        c->htod_ = symbol<decltype(c->htod_)>(lib, {"cuMemcpyHtoD_v2", "cuMemcpyHtoD"});
+        c->dtoh_ = symbol<decltype(c->dtoh_)>(lib, {"cuMemcpyDtoH_v2", "cuMemcpyDtoH"});
+        if (!c->htod_ || !c->dtoh_) need(c->memcpy_, {"cuMemcpy"}); // unified addressing does either
         if (!missing.empty()) {
             why = name + ": has no " + missing;
             return nullptr;
@@ -104,15 +105,17 @@ public:
     ferry::Result<void> to_device(int device, void *dst, const void *src, uint64_t bytes) override {
         Scope s(*this, device);
         if (!s.ok) return ferry::fail(-ENODEV, s.error);
-        if (int rc = htod_(reinterpret_cast<uintptr_t>(dst), src, bytes); rc != 0)
-            return ferry::fail(-EIO, text(rc, "cuMemcpyHtoD"));
+        int rc = htod_ ? htod_(reinterpret_cast<uintptr_t>(dst), src, bytes)
+                       : memcpy_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
+        if (rc != 0) return ferry::fail(-EIO, text(rc, htod_ ? "cuMemcpyHtoD" : "cuMemcpy"));
         return {};
     }
     ferry::Result<void> to_host(int device, void *dst, const void *src, uint64_t bytes) override {
         Scope s(*this, device);
         if (!s.ok) return ferry::fail(-ENODEV, s.error);
-        if (int rc = dtoh_(dst, reinterpret_cast<uintptr_t>(src), bytes); rc != 0)
-            return ferry::fail(-EIO, text(rc, "cuMemcpyDtoH"));
+        int rc = dtoh_ ? dtoh_(dst, reinterpret_cast<uintptr_t>(src), bytes)
+                       : memcpy_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes);
+        if (rc != 0) return ferry::fail(-EIO, text(rc, dtoh_ ? "cuMemcpyDtoH" : "cuMemcpy"));
         return {};
     }
 
@@ -173,6 +176,7 @@ private:
     int (*free_)(uint64_t) = nullptr;
     int (*htod_)(uint64_t, const void *, size_t) = nullptr;
     int (*dtoh_)(void *, uint64_t, size_t) = nullptr;
+    int (*memcpy_)(uint64_t, uint64_t, size_t) = nullptr;
     int (*error_string_)(int, const char **) = nullptr;
 };
 

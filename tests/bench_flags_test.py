@@ -234,6 +234,45 @@ class UseVramWithoutGpu(unittest.TestCase):
         self.no_gpu("--mode=initiator", "--use_vram=true", "--gpu_id=-1", "--segment_id=127.0.0.1:1")
 
 
+class UseVramOnAFakeDriver(unittest.TestCase):
+    """--use_vram through a CUDA driver library that keeps "device" memory in host memory
+    ($FERRY_TEST_FAKE_LIBCUDA, CI's tests/gpu_fake build): the bench and the engine both load it
+    through FERRY_LIBCUDA. The real run is on a GPU host (tests/gpu)."""
+
+    def setUp(self):
+        fake = os.environ.get("FERRY_TEST_FAKE_LIBCUDA", "")
+        if not fake:
+            print("SKIPPED: FERRY_TEST_FAKE_LIBCUDA names no fake CUDA driver library")
+            self.skipTest("SKIPPED: no fake CUDA driver")
+        self.env = {"FERRY_LIBCUDA": fake}
+
+    def test_gpu_initiator_host_target_verified(self):
+        with Target("--mode=target", "--protocol=tcp", "--metadata_server=P2PHANDSHAKE", BUF,
+                    "--local_server_name=127.0.0.1", env=self.env) as t:
+            for op in ("read", "write"):
+                rc, out, err = run("--mode=initiator", "--protocol=tcp", "--segment_id=" + t.segment, "--gpu_id=0",
+                                   "--operation=" + op, SHORT, BUF, "--verify", "--json", env=self.env)
+                self.assertEqual(rc, 0, err)
+                r = json.loads(out)
+                self.assertEqual((r["initiator_memory"], r["target_memory"], r["verified"]), ("cuda:0", "host", True))
+
+    def test_gpu_target_served_or_refused_by_the_engine(self):
+        # A target in GPU memory: served where the engine stages it, else the engine's error and
+        # a non-zero exit, well before the 60 s op timeout (no hang).
+        with Target("--mode=target", "--protocol=tcp", "--use_vram", BUF, "--local_server_name=127.0.0.1",
+                    env=self.env) as t:
+            self.assertEqual(t.where, "cuda:0")
+            start = time.monotonic()
+            rc, out, err = run("--mode=initiator", "--protocol=tcp", "--segment_id=" + t.segment, "--use_vram",
+                               SHORT, BUF, "--verify", "--json", env=self.env)
+            if rc == 0:
+                r = json.loads(out)
+                self.assertEqual((r["initiator_memory"], r["target_memory"]), ("cuda:0", "cuda:0"))
+            else:
+                self.assertIn("GPU memory", err)
+                self.assertLess(time.monotonic() - start, 30, err)
+
+
 if __name__ == "__main__":
     BENCH = sys.argv.pop(1)
     unittest.main(verbosity=2)
