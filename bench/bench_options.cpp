@@ -316,8 +316,22 @@ void Parser::print_help() const {
         for (auto &f : flags_) {
             if (f.mooncake != mooncake) continue;
             std::string head = "  --" + f.name;
-            out << head << std::string(head.size() < 24 ? 24 - head.size() : 1, ' ') << f.help;
-            if (!f.default_text.empty()) out << " (default: " << f.default_text << ")";
+            std::string text = f.help + (f.default_text.empty() ? "" : " (default: " + f.default_text + ")");
+            out << head << std::string(head.size() < 24 ? 24 - head.size() : 1, ' ');
+            size_t col = std::max<size_t>(head.size() + 1, 24);
+            bool line_start = true;
+            std::istringstream words(text);
+            for (std::string w; words >> w;) { // wrapped at 100 columns, under the help column
+                if (!line_start && col + 1 + w.size() > 100) {
+                    out << "\n" << std::string(24, ' ');
+                    col = 24;
+                    line_start = true;
+                }
+                if (!line_start) out << ' ', ++col;
+                out << w;
+                col += w.size();
+                line_start = false;
+            }
             out << "\n";
         }
     }

@@ -13,7 +13,9 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -159,6 +161,58 @@ class MooncakeCommandLines(unittest.TestCase):
                      "block_size", "duration", "threads", "report_unit", "report_precision", "use_vram", "gpu_id",
                      "init_mem", "backend"):
             self.assertRegex(out, r"\n  --%s " % flag)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MooncakeEtcdLines(unittest.TestCase):
+    """build.md's and run-examples.md's etcd lines (--metadata_server=host:2379, Mooncake's bare
+    form, and --local_server_name as the segment's name) against an etcd this test starts on
+    kernel-chosen loopback ports."""
+
+    def setUp(self):
+        etcd = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
+        if not etcd:
+            print("SKIPPED: no etcd binary (apt-get install etcd-server)")
+            self.skipTest("SKIPPED: no etcd")
+        self.dir = tempfile.TemporaryDirectory()
+        client, peer = "http://127.0.0.1:%d" % free_port(), "http://127.0.0.1:%d" % free_port()
+        self.endpoint = client[len("http://"):]
+        self.log = open(os.path.join(self.dir.name, "etcd.log"), "w")
+        self.etcd = subprocess.Popen([etcd, "--data-dir", os.path.join(self.dir.name, "data"),
+                                      "--listen-client-urls", client, "--advertise-client-urls", client,
+                                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                      "--initial-cluster", "default=" + peer], stdout=self.log, stderr=self.log)
+        end = time.monotonic() + 60
+        while True:  # ready once its client port takes connections
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(self.endpoint.split(":")[1]))) == 0:
+                    break
+            if self.etcd.poll() is not None or time.monotonic() > end:
+                self.tearDown()
+                raise AssertionError("etcd did not start: " + open(self.log.name).read()[-2000:])
+            time.sleep(0.1)
+
+    def tearDown(self):
+        self.etcd.kill()
+        self.etcd.wait()
+        self.log.close()
+        self.dir.cleanup()
+
+    def test_bare_host_port_and_segment_names(self):
+        name = "bench-flags-target-%d" % os.getpid()
+        with Target("--protocol=tcp", "--metadata_server=" + self.endpoint, "--mode=target",
+                    "--local_server_name=" + name, BUF) as t:
+            self.assertEqual(t.segment, name)
+            rc, out, err = run("--metadata_server=" + self.endpoint, "--segment_id=" + name,
+                               "--local_server_name=bench-flags-initiator-%d" % os.getpid(), "--protocol=tcp",
+                               SHORT, BUF, "--verify")
+            completed(self, rc, out, err)
+            self.assertIn("etcd at " + self.endpoint, err)
 
 
 class ClearMessages(unittest.TestCase):
