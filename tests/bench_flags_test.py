@@ -137,6 +137,12 @@ class MooncakeCommandLines(unittest.TestCase):
             self.assertRegex(m.group(2), r"^\d+\.\d{4}$")
             self.assertEqual(m.group(3), "MiB")
 
+    def test_glog_flags_are_noted_and_ignored(self):
+        rc, out, err = run("--loopback", "--protocol=tcp", SHORT, BUF, "--logtostderr", "--v=1", "--minloglevel", "0")
+        completed(self, rc, out, err)
+        self.assertIn("--v is glog's", err)
+        self.assertIn("--minloglevel is glog's", err)
+
     def test_flagfile_and_dashed_names(self):
         # --flagfile (gflags), and --auto-discovery as index.md writes it.
         with tempfile.NamedTemporaryFile("w", suffix=".flags") as f:
@@ -256,6 +262,26 @@ class ClearMessages(unittest.TestCase):
         self.refused(["--batch_size=many"], "--batch_size: 'many' is not an integer")
         self.refused(["--loopback", "--segment_id"], "--segment_id is missing its value")
 
+    def test_nic_priority_matrix_names_the_rdma_devices(self):
+        # Mooncake's matrix format: location -> [preferred NICs, other NICs].
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump({"cpu:0": [["mlx5_0", "mlx5_1"], ["mlx5_2"]], "cuda:0": [["mlx5_1"], []]}, f)
+            f.flush()
+            rc, out, err = run("--loopback", "--nic_priority_matrix=" + f.name, SHORT, BUF,
+                               env={"FERRY_PLUGINS": "tcp"})
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("rdma.devices=mlx5_0,mlx5_1,mlx5_2", err)
+        self.assertIn("transport rdma is not loaded here", err)
+        self.refused(["--loopback", "--nic_priority_matrix=/nonexistent/matrix.json"],
+                     "--nic_priority_matrix=/nonexistent/matrix.json: cannot read it")
+
+    def test_mooncake_gpu_protocol_names_map_to_ferry_plugins(self):
+        for mooncake, ferry in (("nvlink_intra", "cuda_ipc"), ("nvlink", "cuda_ipc"), ("hip", "hip_ipc")):
+            rc, out, err = run("--loopback", "--protocol=" + mooncake, SHORT, BUF, env={"FERRY_PLUGINS": "tcp"})
+            self.assertNotEqual(rc, 0, out)
+            self.assertIn("--protocol=%s: Mooncake's %s" % (mooncake, mooncake), err)
+            self.assertIn("transport %s is not loaded here" % ferry, err)
+
     def test_forced_transport_not_loaded(self):
         # --device_name alone means rdma (Mooncake's default protocol); with rdma.so not
         # loaded here the bench says so before submitting anything.
@@ -285,7 +311,7 @@ class UseVramWithoutGpu(unittest.TestCase):
         self.no_gpu("--mode=target", "--gpu_id=0", "--protocol=tcp")
 
     def test_use_vram_initiator_gpu_all(self):
-        self.no_gpu("--mode=initiator", "--use_vram=true", "--gpu_id=-1", "--segment_id=127.0.0.1:1")
+        self.no_gpu("--mode=initiator", "--use_vram=true", "--gpu_id", "-1", "--segment_id=127.0.0.1:1")
 
 
 class UseVramOnAFakeDriver(unittest.TestCase):
