@@ -297,6 +297,10 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, Setup 
     return out;
 }
 
+// --protocol as typed, or "auto" where --auto_discovery lets the engine pick ("transport" then
+// says which one carried the ops).
+std::string protocol_text(const Options &o) { return o.transport.empty() ? "auto" : o.protocol; }
+
 std::string point_json(const Options &o, const Point &pt, const Outcome &r, const std::string &memory) {
     char buf[768];
     std::snprintf(buf, sizeof buf,
@@ -304,7 +308,7 @@ std::string point_json(const Options &o, const Point &pt, const Outcome &r, cons
                   "\"batch_size\":%zu,\"threads\":%u,\"duration_s\":%.3f,\"batches\":%llu,\"bytes\":%.0f,"
                   "\"throughput\":%.*f,\"unit\":\"%s/s\",\"batch_latency_p50_ms\":%.3f,\"batch_latency_p99_ms\":%.3f,"
                   "\"verified\":%s}",
-                  o.operation.c_str(), o.protocol.c_str(), r.transport.c_str(), memory.c_str(),
+                  o.operation.c_str(), protocol_text(o).c_str(), r.transport.c_str(), memory.c_str(),
                   static_cast<unsigned long long>(pt.block_size), pt.batch_size, pt.threads, r.secs,
                   static_cast<unsigned long long>(r.batches), r.bytes, o.report_precision, r.throughput,
                   o.report_unit.c_str(), r.p50, r.p99, o.verify ? "true" : "false");
@@ -415,7 +419,8 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
         return 0;
     }
     // --sweep: every point for --duration seconds, one line each as it finishes, then the JSON.
-    std::string json = "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + o.protocol + "\"," + memory + ",\"points\":[";
+    std::string json = "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + protocol_text(o) + "\"," + memory +
+                       ",\"points\":[";
     for (size_t i = 0; i < points.size() && !g_stop; ++i) {
         const Point &pt = points[i];
         char label[96];

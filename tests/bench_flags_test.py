@@ -109,6 +109,7 @@ class MooncakeCommandLines(unittest.TestCase):
                                "--segment_id=" + t.segment, SHORT, BUF, "--json", "--verify")
             self.assertEqual(rc, 0, err)
             r = json.loads(out)
+            self.assertEqual(r["protocol"], "auto")
             self.assertIn(r["transport"], ("shm", "tcp"))
             self.assertTrue(r["verified"])
             self.assertGreater(r["batches"], 0)
