@@ -171,7 +171,8 @@ void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &
     const uint64_t blocks_in_span = lane.span_len / pt.block_size;
     std::vector<ferry::Request> reqs(pt.batch_size);
     uint64_t next_block = 0;
-    while (!g_stop && Clock::now() < end) {
+    // At least one batch, so a thread started late on a loaded machine still measures something.
+    for (bool first = true; !g_stop && (first || Clock::now() < end); first = false) {
         for (size_t i = 0; i < pt.batch_size; ++i) {
             uint64_t off = lane.span_off + (next_block++ % blocks_in_span) * pt.block_size;
             reqs[i] = {op, lane.local->data() + off, seg, lane.remote_base + off, pt.block_size, o.transport};
