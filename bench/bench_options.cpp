@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -162,7 +163,7 @@ Parser::Parser(Options &o) : o_(o) {
         "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users). Ferry has no redis or "
         "http metadata backend",
         string(o.metadata_server), true);
-    add("local_server_name", false, "127.0.0.1, any port",
+    add("local_server_name", false, "127.0.0.1, any port; a target's with etcd: the hostname",
         "this engine's name: with P2PHANDSHAKE the ip[:port] it listens on, with etcd its segment name",
         string(o.local_server_name), true);
     add("segment_id", false, "", "initiator: the target's segment (ip:port with P2PHANDSHAKE, its name with etcd)",
@@ -528,6 +529,11 @@ ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
         } else {
             c["local_server_name"] = n;
         }
+    }
+    if (o.local_server_name.empty() && role == Role::Target && o.metadata_url.rfind("etcd", 0) == 0) {
+        // Mooncake names a target by its hostname, which its initiators' --segment_id then gives.
+        char host[256] = {};
+        if (gethostname(host, sizeof host - 1) == 0 && host[0]) c["local_server_name"] = host;
     }
     if (!o.rdma_devices.empty()) c["rdma.devices"] = o.rdma_devices;
     for (const auto &kv : o.options) {

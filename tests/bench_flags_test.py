@@ -221,6 +221,14 @@ class MooncakeEtcdLines(unittest.TestCase):
             completed(self, rc, out, err)
             self.assertIn("etcd at " + self.endpoint, err)
 
+    def test_target_named_by_its_hostname(self):
+        # index.md: --local_server_name is optional; the target is then named by hostname(2).
+        with Target("--mode=target", "--metadata_server=etcd://" + self.endpoint, "--protocol=tcp", BUF) as t:
+            self.assertEqual(t.segment, socket.gethostname())
+            rc, out, err = run("--metadata_server=etcd://" + self.endpoint, "--segment_id=" + socket.gethostname(),
+                               "--protocol=tcp", SHORT, BUF)
+            completed(self, rc, out, err)
+
 
 class ClearMessages(unittest.TestCase):
     def refused(self, args, *texts, env=None):
