@@ -12,6 +12,8 @@ from . import _capi
 from ._config import flatten_config
 from ._memory import MEMORY_HOST, MEMORY_CUDA, MEMORY_ROCM, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout, error_for_code
+from ._arrays import build_requests
+from ._failures import batch_failure
 
 READ = 0
 WRITE = 1
@@ -308,6 +310,8 @@ class Batch:
             rc = lib.ferry_wait_batch(_handle(self._state), self.id, slice_ms)
             if rc == -errno.EINPROGRESS and (deadline is None or time.monotonic() < deadline):
                 continue
+            if rc not in (0, -errno.EINPROGRESS):
+                raise batch_failure(self, rc)  # how many ops failed, and the first few
             _check(rc, "ferry_wait_batch")
             return
 
@@ -541,6 +545,27 @@ class Engine:
         out = ffi.new("ferry_batch_id_t *")
         _check(lib.ferry_submit(_handle(self._state), arr, len(reqs), out), "ferry_submit")
         return Batch(self._state, int(out[0]), len(reqs), keep)
+
+    def submit_arrays(self, op, segment, local, remote, lengths, *, local_base=0, remote_base=0,
+                      transport=None):
+        """Submits len(local) ops in one C call, without a Python object per op: op is READ or
+        WRITE for all of them; local and remote are arrays (numpy, array('Q'), any buffer of
+        uint64, or lists of ints) of addresses, or offsets added to local_base / remote_base (an
+        int, or a Region for local_base); lengths is an array or one int for all. Returns a
+        Batch. The local ranges must lie in memory registered with this engine."""
+        ffi, lib = _capi.load()
+        if isinstance(op, str):
+            op = {"read": READ, "write": WRITE}.get(op.lower(), op)
+        if op not in (READ, WRITE):
+            raise InvalidArgument(-22, "op must be ferry.READ, ferry.WRITE, 'read' or 'write'",
+                                  "submit_arrays")
+        local_base = getattr(local_base, "address", local_base)
+        reqs, n, keep = build_requests(int(op), int(segment), local, remote, lengths,
+                                       int(local_base), int(getattr(remote_base, "address",
+                                                                    remote_base)), transport)
+        out = ffi.new("ferry_batch_id_t *")
+        _check(lib.ferry_submit(_handle(self._state), reqs, n, out), "ferry_submit")
+        return Batch(self._state, int(out[0]), n, keep)
 
     def transfer(self, requests, timeout=None):
         """Submits, waits (raising the first failure) and frees."""
