@@ -58,6 +58,12 @@ def _column_np(x, name, n):
         if x < 0:
             raise _bad("%s is %d; addresses and lengths are >= 0" % (name, x))
         return x
+    if isinstance(x, (list, tuple, range)):
+        # array('Q') converts Python ints 3-4x faster than numpy does, and rejects negatives.
+        try:
+            return _np.frombuffer(array("Q", x), dtype=_np.uint64)
+        except (OverflowError, TypeError):
+            raise _bad("%s must hold integers >= 0 below 2**64" % name) from None
     a = _np.asarray(x)
     if a.ndim != 1:
         a = a.reshape(-1)
