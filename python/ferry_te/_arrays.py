@@ -65,6 +65,9 @@ def _column_np(x, name, n):
         except (OverflowError, TypeError):
             raise _bad("%s must hold integers >= 0 below 2**64" % name) from None
     a = _np.asarray(x)
+    if a.ndim == 0 or (a.dtype.kind == "O" and not hasattr(x, "__len__")):
+        raise _bad("%s must be a sequence of ints or a buffer of uint64 (got %s)"
+                   % (name, type(x).__name__))
     if a.ndim != 1:
         a = a.reshape(-1)
     if a.dtype.kind not in "ui":

@@ -315,7 +315,9 @@ class TransferEngine:
                 self._stale.append(seg)
 
     def get_first_buffer_address(self, segment_name):
-        """Address of the first region the peer registered; 0 when none (or on failure)."""
+        """Address of the peer's first region (Ferry lists regions by address, so: the lowest;
+        Mooncake's first is the first registered, the same when the peer registered one);
+        0 when it has none, or on failure."""
         try:
             regions = self._segment(segment_name, "get_first_buffer_address").regions()
         except _NotReady:
@@ -328,12 +330,14 @@ class TransferEngine:
 
     def send_probe(self, peer_server_name):
         """0 when the peer answers (its descriptor is re-read), else a negative code."""
+        # The cached segment: Ferry hands out one id per name, so closing a second open of
+        # the same name would close the one transfers use.
         try:
-            engine = self._ready()
-            with engine.open_segment(str(peer_server_name)) as seg:
-                seg.regions()
+            self._segment(peer_server_name, "send_probe").regions()
         except _NotReady:
             return self._fail(-errno.EBADF, "send_probe: " + _NOT_INITIALIZED)
+        except _CallFailed as e:
+            return self._fail(e.code, str(e))
         except FerryError as e:
             return self._fail(_code(e), "send_probe(%s): %s" % (peer_server_name, e))
         return 0
