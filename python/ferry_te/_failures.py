@@ -18,6 +18,13 @@ def _text(ffi, chars):
     return ffi.string(chars).decode("utf-8", "replace")
 
 
+def _why(f):
+    message = f.message or "error %d" % f.error
+    if f.transport and not message.startswith(f.transport + ":"):
+        message = "%s: %s" % (f.transport, message)
+    return message
+
+
 def batch_failure(batch, rc):
     """The FerryError for a wait that returned rc < 0 because ops failed. It carries
     .failed_count and .failed_ops (the first SHOWN as FailedOp)."""
@@ -41,13 +48,14 @@ def batch_failure(batch, rc):
         err = error_for_code(rc, c_message, "ferry_wait_batch")
         err.failed_count, err.failed_ops = None, []
         return err
-    parts = ["op %d%s: %s" % (f.index, " (%s)" % f.transport if f.transport else "",
-                              f.message or "error %d" % f.error) for f in failed]
+    # "op I failed: why", as the C library words one failure (the op's message starts with
+    # its transport's name when the transport failed it).
+    parts = ["op %d failed: %s" % (f.index, _why(f)) for f in failed]
     if count == 1:
-        text = "1 of %d ops failed: %s" % (batch.count, parts[0])
+        text = parts[0] + ("" if batch.count == 1 else " (1 of %d ops failed)" % batch.count)
     else:
-        text = "%d of %d ops failed; the first %d: %s%s" % (
-            count, batch.count, len(failed), "; ".join(parts),
+        text = "%d of %d ops failed; %s%s" % (
+            count, batch.count, "; ".join(parts),
             "; and %d more" % (count - len(failed)) if count > len(failed) else "")
     err = error_for_code(rc, text, "ferry_wait_batch")
     err.failed_count, err.failed_ops = count, failed
