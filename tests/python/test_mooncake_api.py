@@ -169,3 +169,15 @@ def test_loopback_from_many_threads(engine):
     assert (dst == src).all()
     topo = json.loads(engine.get_local_topology())
     assert list(topo) == ["cpu:0"] and "preferred_hca" in topo["cpu:0"]
+
+
+def test_install_as_mooncake_serves_the_original_import():
+    import subprocess
+    import sys
+    code = ("import ferry_te.mooncake as m; m.install_as_mooncake(); "
+            "from mooncake.engine import TransferEngine, TransferOpcode; "
+            "assert TransferEngine is m.TransferEngine; "
+            "e = TransferEngine(); assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0; "
+            "print(e.get_rpc_port() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr

@@ -41,5 +41,33 @@ def __getattr__(name):
     return value
 
 
+def install_as_mooncake():
+    """Makes `import mooncake.engine` (and `from mooncake.engine import TransferEngine`) give
+    this module, for code that cannot be edited: call it before that code imports Mooncake
+    (e.g. from sitecustomize.py). Refuses when the real Mooncake package is importable, so
+    that the two are never mixed in one process."""
+    import importlib.util
+    import sys
+    real = sys.modules.get("mooncake")
+    if real is None:
+        try:
+            spec = importlib.util.find_spec("mooncake")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None:
+            raise ImportError("install_as_mooncake: the real Mooncake package is installed "
+                              "(%s); uninstall it or import ferry_te.mooncake directly"
+                              % (spec.origin or spec.submodule_search_locations))
+    elif real is not sys.modules[__name__] and getattr(real, "__ferry_alias__", None) is None:
+        raise ImportError("install_as_mooncake: Mooncake is already imported (%r)" % real)
+    import types
+    package = types.ModuleType("mooncake", "ferry_te.mooncake standing in for Mooncake")
+    package.__path__ = []
+    package.__ferry_alias__ = True
+    package.engine = sys.modules[__name__]
+    sys.modules["mooncake"] = package
+    sys.modules["mooncake.engine"] = sys.modules[__name__]
+
+
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "Read", "Write",
-           "P2PHANDSHAKE", "PROTOCOLS"] + sorted(_SUPPORT_PLUGINS)
+           "P2PHANDSHAKE", "PROTOCOLS", "install_as_mooncake"] + sorted(_SUPPORT_PLUGINS)

@@ -119,7 +119,8 @@ class TransferEngine:
             name = self._ready().segment_name
         except _NotReady:
             return self._fail(-errno.EBADF, "get_rpc_port: " + _NOT_INITIALIZED)
-        host, port = _setup.split_host(name) if ":" in name else (name, None)
+        _, _, port = name.rpartition(":")  # "ip:port", "[v6]:port" or "v6:port"
+        port = int(port) if port.isdigit() and ":" in name else None
         if port is None:
             return self._fail(-errno.ENOENT, "get_rpc_port: segment '%s' (etcd) has no port; "
                               "peers use the name itself" % name)
