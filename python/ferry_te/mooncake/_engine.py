@@ -28,16 +28,22 @@ def _code(e):
 
 
 class _Managed:
-    """One allocate_managed_buffer(): anonymous memory, registered, page aligned."""
+    """One allocate_managed_buffer(): anonymous memory, page aligned, registered through the
+    buffer protocol, so the engine's Region keeps the mapping alive while it is registered
+    (a peer can never write into memory that was unmapped under it)."""
 
-    def __init__(self, length):
+    def __init__(self, engine, length):
         self.map = mmap.mmap(-1, max(int(length), 1))
-        self.anchor = ctypes.c_char.from_buffer(self.map)
-        self.address = ctypes.addressof(self.anchor)
-        self.length = len(self.map)
+        try:
+            self.region = engine.register(self.map)
+        except BaseException:
+            self.map.close()
+            raise
+        self.address = self.region.address
+        self.length = self.region.length
 
     def close(self):
-        del self.anchor
+        self.region.unregister()  # drops the buffer export, so the mapping can close
         self.map.close()
 
 
@@ -152,9 +158,9 @@ class TransferEngine:
             self._regions.clear()
             self._batches.clear()
         if engine is not None:
-            engine.close()
+            engine.close()  # unregisters everything, managed buffers included
         for m in managed.values():
-            m.close()
+            m.map.close()
 
     def __enter__(self):
         return self
@@ -237,19 +243,16 @@ class TransferEngine:
             self._fail(-errno.EINVAL, "allocate_managed_buffer(%d): length must be > 0" % length)
             return 0
         try:
-            m = _Managed(length)
+            m = _Managed(engine, length)
         except (OSError, ValueError, OverflowError) as e:
             self._fail(-errno.ENOMEM, "allocate_managed_buffer(%d): %s" % (length, e))
             return 0
-        try:
-            region = engine.register((m.address, m.length, -1))
         except FerryError as e:
-            m.close()
             self._fail(_code(e), "allocate_managed_buffer(%d): %s" % (length, e))
             return 0
         with self._lock:
             self._managed[m.address] = m
-            self._regions[m.address] = (region, m.length)
+            self._regions[m.address] = (m.region, m.length)
         return m.address
 
     def free_managed_buffer(self, user_tensor, length):
@@ -260,9 +263,13 @@ class TransferEngine:
         if m is None:
             return self._fail(-errno.EINVAL, "free_managed_buffer(%#x): not an address "
                               "allocate_managed_buffer returned" % addr)
-        rc = self.unregister_memory(addr)
-        m.close()
-        return rc
+        with self._lock:
+            self._regions.pop(addr, None)
+        try:
+            m.close()
+        except FerryError as e:
+            return self._fail(_code(e), "free_managed_buffer(%#x): %s" % (addr, e))
+        return 0
 
     def _local_range_ok(self, addr, length):
         with self._lock:
