@@ -131,11 +131,19 @@ def _count(*cols):
 
 def build_requests(op, segment, local, remote, lengths, local_base=0, remote_base=0,
                    transport=None):
-    """The C request array for n ops, and what must stay alive with it. op: 0 (READ) or 1
-    (WRITE) for every op; local/remote: arrays of addresses (or offsets added to local_base /
+    """The C request array for n ops, and what must stay alive with it. op: READ (0, 'read')
+    or WRITE (1, 'write') for every op; local/remote: arrays of addresses (or offsets added to local_base /
     remote_base); lengths: an array or one int for all. Returns (cdata, n, keep)."""
     ffi, _ = _capi.load()
     lay = _get_layout(ffi)
+    if isinstance(op, str):
+        op = {"read": 0, "write": 1}.get(op.lower(), op)
+    if isinstance(op, bool) or op not in (0, 1):  # FERRY_READ, FERRY_WRITE
+        raise _bad("op must be ferry.READ, ferry.WRITE, 'read' or 'write', not %r" % (op,))
+    op = int(op)
+    segment = int(segment)
+    local_base = int(getattr(local_base, "address", local_base))
+    remote_base = int(getattr(remote_base, "address", remote_base))
     keep = []
     tptr = 0
     if transport:

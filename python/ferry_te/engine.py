@@ -548,21 +548,13 @@ class Engine:
 
     def submit_arrays(self, op, segment, local, remote, lengths, *, local_base=0, remote_base=0,
                       transport=None):
-        """Submits len(local) ops in one C call, without a Python object per op: op is READ or
-        WRITE for all of them; local and remote are arrays (numpy, array('Q'), any buffer of
-        uint64, or lists of ints) of addresses, or offsets added to local_base / remote_base (an
-        int, or a Region for local_base); lengths is an array or one int for all. Returns a
-        Batch. The local ranges must lie in memory registered with this engine."""
+        """Submits len(local) ops in one C call, no Python object per op: op (READ, WRITE,
+        'read', 'write') for all; local/remote: arrays (numpy, array('Q'), uint64 buffers, lists
+        of ints) of addresses, or offsets added to local_base (int or Region) / remote_base;
+        lengths: an array or one int. Returns a Batch. docs/MOONCAKE.md has the figures."""
         ffi, lib = _capi.load()
-        if isinstance(op, str):
-            op = {"read": READ, "write": WRITE}.get(op.lower(), op)
-        if op not in (READ, WRITE):
-            raise InvalidArgument(-22, "op must be ferry.READ, ferry.WRITE, 'read' or 'write'",
-                                  "submit_arrays")
-        local_base = getattr(local_base, "address", local_base)
-        reqs, n, keep = build_requests(int(op), int(segment), local, remote, lengths,
-                                       int(local_base), int(getattr(remote_base, "address",
-                                                                    remote_base)), transport)
+        reqs, n, keep = build_requests(op, segment, local, remote, lengths, local_base,
+                                       remote_base, transport)
         out = ffi.new("ferry_batch_id_t *")
         _check(lib.ferry_submit(_handle(self._state), reqs, n, out), "ferry_submit")
         return Batch(self._state, int(out[0]), n, keep)
