@@ -168,15 +168,24 @@ def _check_lengths_np(lengths, n):
 
 
 def _build_np(ffi, lay, op, segment, local, remote, lengths, local_base, remote_base, tptr, keep):
-    cols = [_column_np(x, name, None) for x, name in ((local, "local"), (remote, "remote"),
-                                                      (lengths, "lengths"))]
+    # One length for every op (block transfers) is a scalar: no array to convert.
+    uniform = (isinstance(lengths, list) and lengths and type(lengths[0]) is int
+               and lengths.count(lengths[0]) == len(lengths))
+    cols = [_column_np(x, name, None) for x, name in (
+        (local, "local"), (remote, "remote"), (lengths[0] if uniform else lengths, "lengths"))]
     n = _count(*cols)
+    if n is None:
+        n = len(lengths) if uniform else None
     if n is None:
         raise _bad("local, remote or lengths must be an array (one entry per op)")
     for c, name in zip(cols, ("local", "remote", "lengths")):
-        if not isinstance(c, int) and len(c) != n:
+        size = len(lengths) if uniform and name == "lengths" else (
+            None if isinstance(c, int) else len(c))
+        if size is not None and size != n:
             raise _bad("%s has %d entries, the first array %d (one entry per op in each)"
-                       % (name, len(c), n))
+                       % (name, size, n))
+    if uniform and lengths[0] == 0:
+        raise _bad("lengths[0] is 0; every op moves > 0 bytes")
     if n == 0:
         raise _bad("no ops to submit (the arrays are empty)")
     lcol, rcol, ncol = cols
