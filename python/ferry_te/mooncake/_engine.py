@@ -367,14 +367,20 @@ class TransferEngine:
         return local_topology(device_name)
 
     # -- transfers ------------------------------------------------------------------------
-    def _submit(self, call, target_hostname, op, buffers, peers, lengths, transport_hint):
-        """(segment, Batch) for one array submit; raises _CallFailed."""
+    def _submit(self, call, target_hostname, op, buffers, peers, lengths, transport_hint,
+                notification=None):
+        """(segment, Batch) for one array submit; raises _CallFailed. With notification
+        (bytes) and a libferry that attaches notifications to batches (C API 3), the engine
+        sends it once every op succeeded: the Batch then has .notified set."""
         try:
             transport = _setup.transport_for_hint(transport_hint)
         except _setup.SetupError as e:
             raise _CallFailed(e.code, "%s: %s" % (call, e))
         seg = self._segment(target_hostname, call)
         try:
+            if notification is not None and _attached_notifications():
+                return seg, _submit_with_notification(self._engine, op, seg, buffers, peers,
+                                                      lengths, transport, notification)
             return seg, self._engine.submit_arrays(op, seg, buffers, peers, lengths,
                                                    transport=transport)
         except FerryError as e:
@@ -382,7 +388,9 @@ class TransferEngine:
 
     def _sync(self, call, target_hostname, op, buffers, peers, lengths, notify, hint):
         try:
-            seg, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint)
+            payload = None if notify is None else encode_notification(notify)
+            seg, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint,
+                                      payload)
             try:
                 batch.wait()  # every Ferry op ends within its transport's op_timeout_ms
             except FerryError as e:
@@ -390,12 +398,11 @@ class TransferEngine:
                 raise _CallFailed(_code(e), "%s to %s: %s" % (call, target_hostname, e))
             finally:
                 batch._free_quietly()
-            if notify is not None:
-                # Today: sent once the batch completed (after its bytes are visible there).
-                # When the C API attaches a notification to a batch (issue 17 item 4), pass it
-                # to the submit above instead; the payload (encode_notification) stays as is.
+            if payload is not None and not getattr(batch, "notified", False):
+                # A libferry without ferry_submit_with_notification: sent here, once the batch
+                # completed (so after its bytes are visible there); the same payload.
                 try:
-                    self._engine.send_notification(seg, encode_notification(notify))
+                    self._engine.send_notification(seg, payload)
                 except FerryError as e:
                     raise _CallFailed(_code(e), "%s: the transfer completed but its "
                                       "notification to %s failed: %s" % (call, target_hostname, e))
@@ -535,6 +542,26 @@ class TransferEngine:
             self._fail(_code(e), "get_notifies: %s" % e, logging.ERROR)
             return []
         return [decode_notification(n.sender, n.message) for n in notes]
+
+
+def _attached_notifications():
+    """Whether this libferry sends a notification attached to a batch (C API version 3)."""
+    _, lib = _capi.load()
+    return hasattr(lib, "ferry_submit_with_notification")
+
+
+def _submit_with_notification(engine, op, seg, buffers, peers, lengths, transport, payload):
+    from .._arrays import build_requests
+    from ..engine import Batch, _check, _handle
+    ffi, lib = _capi.load()
+    reqs, n, keep = build_requests(op, seg, buffers, peers, lengths, 0, 0, transport)
+    out = ffi.new("ferry_batch_id_t *")
+    _check(lib.ferry_submit_with_notification(_handle(engine._state), reqs, n, int(seg),
+                                              payload, len(payload), out),
+           "ferry_submit_with_notification")
+    batch = Batch(engine._state, int(out[0]), n, keep)
+    batch.notified = True
+    return batch
 
 
 class _NotReady(Exception):
