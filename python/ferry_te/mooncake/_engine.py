@@ -183,10 +183,12 @@ class TransferEngine:
         if addr == 0 or length <= 0:
             return self._fail(-errno.EINVAL, "register_memory(%#x, %d): need a non-null "
                               "address and a capacity > 0" % (addr, length))
-        # Where the C API's own GPU detection (bare GPU pointers, issue 17 item 2) lands,
-        # location '*' passes "no device given" instead of host memory (-1).
         try:
-            region = engine.register((addr, length, device))
+            if str(location or "*").strip() == "*" and _auto_kind() is not None:
+                # Bare pointer: libferry asks the GPU runtimes what it is (FERRY_MEMORY_AUTO).
+                region = _register_auto(engine, addr, length)
+            else:
+                region = engine.register((addr, length, device))
         except FerryError as e:
             return self._fail(_code(e), "register_memory(%#x, %d): %s" % (addr, length, e))
         with self._lock:
@@ -202,7 +204,7 @@ class TransferEngine:
         with self._lock:
             entry = self._regions.pop(addr, None)
         try:
-            if entry is not None:
+            if entry is not None and entry[0] is not None:
                 entry[0].unregister()
             else:
                 engine.unregister(addr)
@@ -542,6 +544,23 @@ class TransferEngine:
             self._fail(_code(e), "get_notifies: %s" % e, logging.ERROR)
             return []
         return [decode_notification(n.sender, n.message) for n in notes]
+
+
+def _auto_kind():
+    """FERRY_MEMORY_AUTO when this libferry recognises GPU pointers by itself, else None:
+    then a bare pointer is registered as host memory."""
+    _, lib = _capi.load()
+    return getattr(lib, "FERRY_MEMORY_AUTO", None)
+
+
+def _register_auto(engine, addr, length):
+    """ferry_register(addr, length, FERRY_MEMORY_AUTO, -1): host or GPU memory, as the
+    runtimes say. No Region: unregister_memory goes by address."""
+    from ..engine import REMOTE_READ, REMOTE_WRITE, _check, _handle
+    ffi, lib = _capi.load()
+    _check(lib.ferry_register(_handle(engine._state), ffi.cast("void *", addr), length,
+                              _auto_kind(), -1, REMOTE_READ | REMOTE_WRITE), "ferry_register")
+    return None
 
 
 def _attached_notifications():
