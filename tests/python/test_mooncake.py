@@ -184,3 +184,34 @@ def test_failures_are_codes_with_reasons(protocol, make_peer):
     rc = engine.transfer_sync_read(peer.session, local.ctypes.data, peer.addresses[0] + (1 << 20), 8)
     assert rc == -errno.EFAULT and "not inside" in engine.last_error()
     engine.close()
+
+
+def test_dead_peer_is_a_code_not_a_hang(protocol, make_peer):
+    """The decode side dies (SIGKILL): the next sync and async calls end with a negative code
+    and a reason, in bounded time, and the engine keeps serving other calls."""
+    peer = make_peer(protocol, 1 << 20, buffers=1, seed=13)
+    engine = start(protocol)
+    local = pattern(1 << 20, 14)
+    assert engine.register_memory(local.ctypes.data, local.nbytes) == 0
+    assert engine.transfer_sync_write(peer.session, local.ctypes.data, peer.addresses[0],
+                                      4096) == 0
+    peer.proc.kill()
+    peer.proc.wait(30)
+    t0 = time.monotonic()
+    offs = range(0, 1 << 20, 65536)
+    rc = engine.batch_transfer_sync_write(peer.session, [local.ctypes.data + o for o in offs],
+                                          [peer.addresses[0] + o for o in offs],
+                                          [65536] * len(offs))
+    took = time.monotonic() - t0
+    assert rc < 0 and engine.last_error(), (rc, engine.last_error())
+    assert took < 60, took
+    bid = engine.batch_transfer_async_write(peer.session, [local.ctypes.data],
+                                            [peer.addresses[0]], [4096])
+    assert bid == 0 or engine.get_batch_transfer_status([bid]) < 0
+    # The engine still works: a loopback transfer into its own memory.
+    other = np.zeros(4096, np.uint8)
+    assert engine.register_memory(other.ctypes.data, other.nbytes) == 0
+    assert engine.transfer_sync_write(engine.get_session_id(), local.ctypes.data,
+                                      other.ctypes.data, 4096) == 0, engine.last_error()
+    assert (other == local[:4096]).all()
+    engine.close()

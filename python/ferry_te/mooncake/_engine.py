@@ -59,7 +59,6 @@ class TransferEngine:
         self._engine = None
         self._lock = threading.RLock()
         self._segments = {}  # session id -> ferry Segment
-        self._stale = []  # segments dropped from the cache after a failure, closed at close()
         self._regions = {}  # address -> (Region, length) registered through this object
         self._managed = {}  # address -> _Managed
         self._batches = {}  # batch id -> Batch of the async calls
@@ -154,7 +153,6 @@ class TransferEngine:
             engine, self._engine = self._engine, None
             managed, self._managed = self._managed, {}
             self._segments.clear()
-            self._stale.clear()
             self._regions.clear()
             self._batches.clear()
         if engine is not None:
@@ -318,11 +316,12 @@ class TransferEngine:
             return seg
 
     def _forget(self, target_hostname, seg):
-        """After a failure, the next call re-reads the peer (it may have restarted)."""
+        """After a failure the next call opens the peer again (it may have restarted). The
+        segment is not closed: other threads' batches may still use it (Ferry hands out one id
+        per name, so reopening finds it)."""
         with self._lock:
             if self._segments.get(str(target_hostname)) is seg:
                 del self._segments[str(target_hostname)]
-                self._stale.append(seg)
 
     def get_first_buffer_address(self, segment_name):
         """Address of the peer's first region (Ferry lists regions by address, so: the lowest;
