@@ -9,11 +9,11 @@ import time
 import weakref
 
 from . import _capi
+from ._arrays import build_requests
+from ._failures import batch_failure
 from ._config import flatten_config
 from ._memory import MEMORY_HOST, MEMORY_CUDA, MEMORY_ROCM, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout, error_for_code
-from ._arrays import build_requests
-from ._failures import batch_failure
 
 READ = 0
 WRITE = 1
