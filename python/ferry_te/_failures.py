@@ -18,6 +18,13 @@ def _text(ffi, chars):
     return ffi.string(chars).decode("utf-8", "replace")
 
 
+def _c_counts(c_message, count, total, first):
+    """Whether the C library's own message already names the failures as this module would."""
+    if total == 1:
+        return ("op %d failed" % first) in c_message
+    return ("%d of %d ops failed" % (count, total)) in c_message
+
+
 def _why(f):
     message = f.message or "error %d" % f.error
     if f.transport and not message.startswith(f.transport + ":"):
@@ -48,15 +55,18 @@ def batch_failure(batch, rc):
         err = error_for_code(rc, c_message, "ferry_wait_batch")
         err.failed_count, err.failed_ops = None, []
         return err
-    # "op I failed: why", as the C library words one failure (the op's message starts with
-    # its transport's name when the transport failed it).
-    parts = ["op %d failed: %s" % (f.index, _why(f)) for f in failed]
-    if count == 1:
-        text = parts[0] + ("" if batch.count == 1 else " (1 of %d ops failed)" % batch.count)
+    if _c_counts(c_message, count, batch.count, failed[0].index):
+        # A libferry that counts failures itself (C API 3) says more (e.g. that the batch's
+        # notification was not sent): its words, unchanged.
+        text = c_message
     else:
-        text = "%d of %d ops failed; %s%s" % (
-            count, batch.count, "; ".join(parts),
-            "; and %d more" % (count - len(failed)) if count > len(failed) else "")
+        # The same shape: "N of M ops failed: op I failed: why; ...; and K more".
+        parts = ["op %d failed: %s" % (f.index, _why(f)) for f in failed]
+        text = "; ".join(parts)
+        if batch.count > 1:
+            text = "%d of %d ops failed: %s" % (count, batch.count, text)
+        if count > len(failed):
+            text += "; and %d more (status() gives each op's error)" % (count - len(failed))
     err = error_for_code(rc, text, "ferry_wait_batch")
     err.failed_count, err.failed_ops = count, failed
     return err

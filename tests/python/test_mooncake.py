@@ -172,7 +172,8 @@ def test_failures_are_codes_with_reasons(protocol, make_peer):
     rc = engine.batch_transfer_sync_write(peer.session, src, dst, [65536] * (2 * n))
     assert rc < 0
     text = engine.last_error()
-    assert "16 of 32 ops failed; op 16 failed: " in text and "and 13 more" in text, text
+    # The wording with libferry's own count (C API 3) and without it agree on these.
+    assert "16 of 32 ops failed: op 16 failed" in text and "and 13 more" in text, text
     # The peer's first buffer got its 16 ops; nothing else changed.
     want = pattern(1 << 20, 11)
     want[:] = 0

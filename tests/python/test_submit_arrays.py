@@ -85,7 +85,8 @@ def test_several_failed_ops_are_counted_and_named(protocol, make_peer, numpy_mod
         assert [f.index for f in err.failed_ops] == [N, N + 1, N + 2]
         text = str(err)
         assert "%d of %d ops failed" % (N, 2 * N) in text and "and %d more" % (N - 3) in text
-        assert "op %d failed: tcp: " % N in text or protocol != "tcp", text
+        assert "%d of %d ops failed: op %d failed" % (N, 2 * N, N) in text, text
+        assert "op %d failed" % (N + 2) in text and "op %d failed" % (N + 3) not in text, text
         assert text.count("not inside") == 3, text
         batch.free()
         # The ops into the registered buffer landed; the failed ones wrote nothing anywhere.
@@ -102,8 +103,10 @@ def test_one_failed_op_reads_as_before(make_peer):
         batch = engine.submit_arrays(ferry.READ, seg, [0, BLOCK], [peer.addresses[0],
                                                                     peer.addresses[1]],
                                      BLOCK, local_base=region)
-        with pytest.raises(ferry.BadAddress, match=r"op 1 failed: tcp: .*\(1 of 2 ops failed\)"):
+        with pytest.raises(ferry.BadAddress, match=r"^ferry_wait_batch: 1 of 2 ops failed: "
+                                                   r"op 1 failed.*tcp: .*not inside") as info:
             batch.wait()
+        assert info.value.failed_count == 1 and info.value.failed_ops[0].index == 1
         batch.free()
 
 
