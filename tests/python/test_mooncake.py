@@ -6,7 +6,6 @@ import errno
 import time
 
 import numpy as np
-import pytest
 
 from conftest import pattern, sha256
 from ferry_te.mooncake import TransferEngine, TransferNotify, TransferOpcode

@@ -9,7 +9,7 @@ import pytest
 
 import ferry_te as ferry
 import ferry_te._arrays as arrays
-from conftest import pattern, sha256
+from conftest import sha256
 
 SIZE = 1 << 20
 BLOCK = 4096
