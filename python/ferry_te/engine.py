@@ -9,6 +9,8 @@ import time
 import weakref
 
 from . import _capi
+from ._arrays import build_requests
+from ._failures import batch_failure
 from ._config import flatten_config
 from ._memory import MEMORY_HOST, MEMORY_CUDA, MEMORY_ROCM, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout, error_for_code
@@ -308,6 +310,8 @@ class Batch:
             rc = lib.ferry_wait_batch(_handle(self._state), self.id, slice_ms)
             if rc == -errno.EINPROGRESS and (deadline is None or time.monotonic() < deadline):
                 continue
+            if rc not in (0, -errno.EINPROGRESS):
+                raise batch_failure(self, rc)  # how many ops failed, and the first few
             _check(rc, "ferry_wait_batch")
             return
 
@@ -541,6 +545,19 @@ class Engine:
         out = ffi.new("ferry_batch_id_t *")
         _check(lib.ferry_submit(_handle(self._state), arr, len(reqs), out), "ferry_submit")
         return Batch(self._state, int(out[0]), len(reqs), keep)
+
+    def submit_arrays(self, op, segment, local, remote, lengths, *, local_base=0, remote_base=0,
+                      transport=None):
+        """Submits len(local) ops in one C call, no Python object per op: op (READ, WRITE,
+        'read', 'write') for all; local/remote: arrays (numpy, array('Q'), uint64 buffers, lists
+        of ints) of addresses, or offsets added to local_base (int or Region) / remote_base;
+        lengths: an array or one int. Returns a Batch. docs/MOONCAKE.md has the figures."""
+        ffi, lib = _capi.load()
+        reqs, n, keep = build_requests(op, segment, local, remote, lengths, local_base,
+                                       remote_base, transport)
+        out = ffi.new("ferry_batch_id_t *")
+        _check(lib.ferry_submit(_handle(self._state), reqs, n, out), "ferry_submit")
+        return Batch(self._state, int(out[0]), n, keep)
 
     def transfer(self, requests, timeout=None):
         """Submits, waits (raising the first failure) and frees."""

@@ -1,0 +1,617 @@
+"""Mooncake's TransferEngine (mooncake.engine, transfer_engine_py.cpp) over a Ferry Engine.
+
+Same method names, argument names, defaults and return conventions: 0 or a negative code
+(Ferry's errno-style code, where Mooncake returns -1), batch ids that are 0 on failure; no
+exceptions for failed transfers. Why a call failed: last_error() and the 'ferry_te.mooncake'
+logger. docs/MOONCAKE.md lists what differs."""
+
+import ctypes
+import errno
+import logging
+import mmap
+import threading
+
+from .. import _capi
+from ..engine import Engine, READ, WRITE
+from ..errors import FerryError
+from . import _setup
+from ._notify import TransferNotify, decode_notification, encode_notification
+from ._types import TransferOpcode
+
+log = logging.getLogger("ferry_te.mooncake")
+
+_NOT_INITIALIZED = "the TransferEngine is not initialized: call initialize() first"
+
+
+def _code(e):
+    return e.code if isinstance(getattr(e, "code", None), int) and e.code < 0 else -1
+
+
+class _Managed:
+    """One allocate_managed_buffer(): anonymous memory, page aligned, registered through the
+    buffer protocol, so the engine's Region keeps the mapping alive while it is registered
+    (a peer can never write into memory that was unmapped under it)."""
+
+    def __init__(self, engine, length):
+        self.map = mmap.mmap(-1, max(int(length), 1))
+        try:
+            self.region = engine.register(self.map)
+        except BaseException:
+            self.map.close()
+            raise
+        self.address = self.region.address
+        self.length = self.region.length
+
+    def close(self):
+        self.region.unregister()  # drops the buffer export, so the mapping can close
+        self.map.close()
+
+
+class TransferEngine:
+    """Mooncake's TransferEngine. TransferEngine() then initialize(...); Ferry keys (e.g.
+    auth_secret_file="...", tcp__lanes=4) may be passed here and override what initialize
+    derives from Mooncake's arguments."""
+
+    TransferOpcode = TransferOpcode
+
+    def __init__(self, config=None, **ferry_keys):
+        self._extra = (config, ferry_keys)
+        self._engine = None
+        self._lock = threading.RLock()
+        self._segments = {}  # session id -> ferry Segment
+        self._regions = {}  # address -> (Region, length) registered through this object
+        self._managed = {}  # address -> _Managed
+        self._batches = {}  # batch id -> Batch of the async calls
+        self._local = threading.local()
+
+    # -- errors ---------------------------------------------------------------------------
+    def _fail(self, code, message, level=logging.WARNING):
+        self._local.error = message
+        log.log(level, "%s", message)
+        return code if code < 0 else -1
+
+    def last_error(self):
+        """(Ferry) Why the last call on this thread failed; '' when none has."""
+        return getattr(self._local, "error", "")
+
+    # -- setup ----------------------------------------------------------------------------
+    def initialize(self, local_hostname, metadata_server, protocol, device_name):
+        """Mooncake's initialize: metadata_server is 'P2PHANDSHAKE', 'etcd://host:2379' or a
+        bare 'host:2379' (etcd); protocol 'rdma', 'tcp', 'efa', 'shm', 'hip', 'nvlink_intra'
+        (or 'ferry': every plugin); device_name a comma list of RDMA NICs (rdma.devices)."""
+        try:
+            url = _setup.metadata_url(metadata_server, "etcd")
+        except _setup.SetupError as e:
+            return self._fail(e.code, "initialize: %s" % e, logging.ERROR)
+        return self._start(local_hostname, url, protocol, device_name)
+
+    def initialize_ext(self, local_hostname, metadata_server, protocol, device_name,
+                       metadata_type):
+        """Mooncake's initialize_ext: as initialize, with metadata_type ('etcd') naming how to
+        read a metadata_server given without a scheme."""
+        try:
+            url = _setup.metadata_url(metadata_server, metadata_type)
+        except _setup.SetupError as e:
+            return self._fail(e.code, "initialize_ext: %s" % e, logging.ERROR)
+        return self._start(local_hostname, url, protocol, device_name)
+
+    def _start(self, local_hostname, url, protocol, device_name):
+        with self._lock:
+            if self._engine is not None:
+                return self._fail(-errno.EALREADY, "initialize: this TransferEngine is already "
+                                  "initialized; create another for a second engine",
+                                  logging.ERROR)
+            try:
+                cfg = _setup.engine_config(local_hostname, url, protocol, device_name)
+                config, keys = self._extra
+                self._engine = Engine(dict(cfg, **(config or {})), **keys)
+            except _setup.SetupError as e:
+                return self._fail(e.code, "initialize: %s" % e, logging.ERROR)
+            except FerryError as e:
+                return self._fail(_code(e), "initialize (protocol %r): %s" % (protocol, e),
+                                  logging.ERROR)
+        return 0
+
+    def _ready(self):
+        engine = self._engine
+        if engine is None or engine.closed:
+            raise _NotReady()
+        return engine
+
+    def get_rpc_port(self):
+        """The port of this engine's session id: peers use f"{host}:{get_rpc_port()}"."""
+        try:
+            name = self._ready().segment_name
+        except _NotReady:
+            return self._fail(-errno.EBADF, "get_rpc_port: " + _NOT_INITIALIZED)
+        _, _, port = name.rpartition(":")  # "ip:port", "[v6]:port" or "v6:port"
+        port = int(port) if port.isdigit() and ":" in name else None
+        if port is None:
+            return self._fail(-errno.ENOENT, "get_rpc_port: segment '%s' (etcd) has no port; "
+                              "peers use the name itself" % name)
+        return port
+
+    def get_session_id(self):
+        """(Ferry) The name peers pass as target_hostname ("ip:port" with P2PHANDSHAKE)."""
+        return self._ready().segment_name
+
+    def get_engine(self):
+        """The ferry_te.Engine underneath (Mooncake returns its C++ engine here)."""
+        return self._engine
+
+    def get_engine_ptr(self):
+        """The C ferry_engine_t * as an int (0 before initialize)."""
+        engine = self._engine
+        if engine is None or engine.closed:
+            return 0
+        ffi, _ = _capi.load()
+        return int(ffi.cast("uintptr_t", engine._state.handle))
+
+    def close(self):
+        """(Ferry) Destroys the engine now (Mooncake does it when the object is collected)."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+            managed, self._managed = self._managed, {}
+            self._segments.clear()
+            self._regions.clear()
+            self._batches.clear()
+        if engine is not None:
+            engine.close()  # unregisters everything, managed buffers included
+        for m in managed.values():
+            m.map.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- memory ---------------------------------------------------------------------------
+    def register_memory(self, buffer_addr, capacity, location="*"):
+        """Registers [buffer_addr, buffer_addr+capacity). location: '*' or 'cpu[:N]' host
+        memory, 'cuda:N' / 'rocm:N' that GPU's memory."""
+        try:
+            engine = self._ready()
+            addr, length = int(buffer_addr), int(capacity)
+            device = _device_for(location)
+        except _NotReady:
+            return self._fail(-errno.EBADF, "register_memory: " + _NOT_INITIALIZED)
+        except _setup.SetupError as e:
+            return self._fail(e.code, "register_memory: %s" % e)
+        if addr == 0 or length <= 0:
+            return self._fail(-errno.EINVAL, "register_memory(%#x, %d): need a non-null "
+                              "address and a capacity > 0" % (addr, length))
+        try:
+            if str(location or "*").strip() == "*" and _auto_kind() is not None:
+                # Bare pointer: libferry asks the GPU runtimes what it is (FERRY_MEMORY_AUTO).
+                region = _register_auto(engine, addr, length)
+            else:
+                region = engine.register((addr, length, device))
+        except FerryError as e:
+            return self._fail(_code(e), "register_memory(%#x, %d): %s" % (addr, length, e))
+        with self._lock:
+            self._regions[addr] = (region, length)
+        return 0
+
+    def unregister_memory(self, buffer_addr):
+        try:
+            engine = self._ready()
+        except _NotReady:
+            return self._fail(-errno.EBADF, "unregister_memory: " + _NOT_INITIALIZED)
+        addr = int(buffer_addr)
+        with self._lock:
+            entry = self._regions.pop(addr, None)
+        try:
+            if entry is not None and entry[0] is not None:
+                entry[0].unregister()
+            else:
+                engine.unregister(addr)
+        except FerryError as e:
+            return self._fail(_code(e), "unregister_memory(%#x): %s" % (addr, e))
+        return 0
+
+    def batch_register_memory(self, buffer_addresses, capacities, location="*"):
+        """Registers every range, or none: a failure unregisters those registered before it."""
+        addrs, caps = list(buffer_addresses), list(capacities)
+        if len(addrs) != len(caps):
+            return self._fail(-errno.EINVAL, "batch_register_memory: %d addresses but %d "
+                              "capacities" % (len(addrs), len(caps)))
+        for i, (a, c) in enumerate(zip(addrs, caps)):
+            rc = self.register_memory(a, c, location)
+            if rc != 0:
+                for done in addrs[:i]:
+                    self.unregister_memory(done)
+                return rc
+        return 0
+
+    def batch_unregister_memory(self, buffer_addresses):
+        """Unregisters every address; returns the first failure's code (after trying all)."""
+        rc = 0
+        for a in list(buffer_addresses):
+            r = self.unregister_memory(a)
+            rc = rc or r
+        return rc
+
+    def allocate_managed_buffer(self, length):
+        """Registered host memory of `length` bytes (page aligned); its address, 0 on failure."""
+        try:
+            engine = self._ready()
+        except _NotReady:
+            self._fail(-errno.EBADF, "allocate_managed_buffer: " + _NOT_INITIALIZED)
+            return 0
+        if int(length) <= 0:
+            self._fail(-errno.EINVAL, "allocate_managed_buffer(%d): length must be > 0" % length)
+            return 0
+        try:
+            m = _Managed(engine, length)
+        except (OSError, ValueError, OverflowError) as e:
+            self._fail(-errno.ENOMEM, "allocate_managed_buffer(%d): %s" % (length, e))
+            return 0
+        except FerryError as e:
+            self._fail(_code(e), "allocate_managed_buffer(%d): %s" % (length, e))
+            return 0
+        with self._lock:
+            self._managed[m.address] = m
+            self._regions[m.address] = (m.region, m.length)
+        return m.address
+
+    def free_managed_buffer(self, user_tensor, length):
+        """Frees what allocate_managed_buffer returned."""
+        addr = int(user_tensor)
+        with self._lock:
+            m = self._managed.pop(addr, None)
+        if m is None:
+            return self._fail(-errno.EINVAL, "free_managed_buffer(%#x): not an address "
+                              "allocate_managed_buffer returned" % addr)
+        with self._lock:
+            self._regions.pop(addr, None)
+        try:
+            m.close()
+        except FerryError as e:
+            return self._fail(_code(e), "free_managed_buffer(%#x): %s" % (addr, e))
+        return 0
+
+    def _local_range_ok(self, addr, length):
+        with self._lock:
+            for start, (_, size) in self._regions.items():
+                if start <= addr and addr + length <= start + size:
+                    return True
+        return False
+
+    def write_bytes_to_buffer(self, dest_address, src_ptr, length):
+        """Copies length bytes of src_ptr (bytes) to dest_address, which must lie in memory
+        registered (or allocated) through this engine."""
+        data = bytes(src_ptr)
+        dest, n = int(dest_address), int(length)
+        if n < 0 or n > len(data):
+            return self._fail(-errno.EINVAL, "write_bytes_to_buffer: length %d, but %d bytes "
+                              "given" % (n, len(data)))
+        if not self._local_range_ok(dest, n):
+            return self._fail(-errno.EFAULT, "write_bytes_to_buffer: [%#x, %#x) is not inside "
+                              "memory registered with this engine" % (dest, dest + n))
+        ctypes.memmove(dest, data, n)
+        return 0
+
+    def read_bytes_from_buffer(self, source_address, length):
+        """The length bytes at source_address (registered or allocated through this engine)."""
+        src, n = int(source_address), int(length)
+        if n < 0 or not self._local_range_ok(src, n):
+            raise ValueError("read_bytes_from_buffer: [%#x, %#x) is not inside memory "
+                             "registered with this engine" % (src, src + max(n, 0)))
+        return ctypes.string_at(src, n)
+
+    # -- peers ----------------------------------------------------------------------------
+    def _segment(self, target_hostname, call):
+        engine = self._ready()
+        name = str(target_hostname)
+        with self._lock:
+            seg = self._segments.get(name)
+            if seg is not None:
+                return seg
+            try:
+                seg = engine.open_segment(name)
+            except FerryError as e:
+                raise _CallFailed(_code(e), "%s: cannot open segment '%s': %s" % (call, name, e))
+            self._segments[name] = seg
+            return seg
+
+    def _forget(self, target_hostname, seg):
+        """After a failure the next call opens the peer again (it may have restarted). The
+        segment is not closed: other threads' batches may still use it (Ferry hands out one id
+        per name, so reopening finds it)."""
+        with self._lock:
+            if self._segments.get(str(target_hostname)) is seg:
+                del self._segments[str(target_hostname)]
+
+    def get_first_buffer_address(self, segment_name):
+        """Address of the peer's first region (Ferry lists regions by address, so: the lowest;
+        Mooncake's first is the first registered, the same when the peer registered one);
+        0 when it has none, or on failure."""
+        try:
+            regions = self._segment(segment_name, "get_first_buffer_address").regions()
+        except _NotReady:
+            self._fail(-errno.EBADF, "get_first_buffer_address: " + _NOT_INITIALIZED)
+            return 0
+        except (_CallFailed, FerryError) as e:
+            self._fail(_code(e), str(e))
+            return 0
+        return regions[0].address if regions else 0
+
+    def send_probe(self, peer_server_name):
+        """0 when the peer answers (its descriptor is re-read), else a negative code."""
+        # The cached segment: Ferry hands out one id per name, so closing a second open of
+        # the same name would close the one transfers use.
+        try:
+            self._segment(peer_server_name, "send_probe").regions()
+        except _NotReady:
+            return self._fail(-errno.EBADF, "send_probe: " + _NOT_INITIALIZED)
+        except _CallFailed as e:
+            return self._fail(e.code, str(e))
+        except FerryError as e:
+            return self._fail(_code(e), "send_probe(%s): %s" % (peer_server_name, e))
+        return 0
+
+    def warmup_efa_segment(self, segment_name):
+        """Opens the peer's segment ahead of the first transfer; 0 on success."""
+        try:
+            self._segment(segment_name, "warmup_efa_segment")
+        except _NotReady:
+            return self._fail(-errno.EBADF, "warmup_efa_segment: " + _NOT_INITIALIZED)
+        except _CallFailed as e:
+            return self._fail(e.code, str(e))
+        return 0
+
+    def get_local_topology(self, device_name=None):
+        """JSON in Mooncake's shape ({"cpu:0": {"preferred_hca": [...], "avail_hca": []}})
+        listing this host's RDMA devices (device_name filters them)."""
+        from ._types import local_topology
+        return local_topology(device_name)
+
+    # -- transfers ------------------------------------------------------------------------
+    def _submit(self, call, target_hostname, op, buffers, peers, lengths, transport_hint,
+                notification=None):
+        """(segment, Batch) for one array submit; raises _CallFailed. With notification
+        (bytes) and a libferry that attaches notifications to batches (C API 3), the engine
+        sends it once every op succeeded: the Batch then has .notified set."""
+        try:
+            transport = _setup.transport_for_hint(transport_hint)
+        except _setup.SetupError as e:
+            raise _CallFailed(e.code, "%s: %s" % (call, e))
+        seg = self._segment(target_hostname, call)
+        try:
+            if notification is not None and _attached_notifications():
+                return seg, _submit_with_notification(self._engine, op, seg, buffers, peers,
+                                                      lengths, transport, notification)
+            return seg, self._engine.submit_arrays(op, seg, buffers, peers, lengths,
+                                                   transport=transport)
+        except FerryError as e:
+            raise _CallFailed(_code(e), "%s to %s: %s" % (call, target_hostname, e))
+
+    def _sync(self, call, target_hostname, op, buffers, peers, lengths, notify, hint):
+        try:
+            payload = None if notify is None else encode_notification(notify)
+            seg, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint,
+                                      payload)
+            try:
+                batch.wait()  # every Ferry op ends within its transport's op_timeout_ms
+            except FerryError as e:
+                self._forget(target_hostname, seg)
+                raise _CallFailed(_code(e), "%s to %s: %s" % (call, target_hostname, e))
+            finally:
+                batch._free_quietly()
+            if payload is not None and not getattr(batch, "notified", False):
+                # A libferry without ferry_submit_with_notification: sent here, once the batch
+                # completed (so after its bytes are visible there); the same payload.
+                try:
+                    self._engine.send_notification(seg, payload)
+                except FerryError as e:
+                    raise _CallFailed(_code(e), "%s: the transfer completed but its "
+                                      "notification to %s failed: %s" % (call, target_hostname, e))
+        except _NotReady:
+            return self._fail(-errno.EBADF, "%s: %s" % (call, _NOT_INITIALIZED))
+        except _CallFailed as e:
+            return self._fail(e.code, str(e))
+        return 0
+
+    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length,
+                            transport_hint=""):
+        return self._sync("transfer_sync_write", target_hostname, WRITE, [buffer],
+                          [peer_buffer_address], [length], None, transport_hint)
+
+    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length,
+                           transport_hint=""):
+        return self._sync("transfer_sync_read", target_hostname, READ, [buffer],
+                          [peer_buffer_address], [length], None, transport_hint)
+
+    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
+                      notify=None, transport_hint=""):
+        """One READ or WRITE (opcode: TransferOpcode); with notify (a TransferNotify), the
+        peer's get_notifies() returns it once the bytes are there."""
+        return self._sync("transfer_sync", target_hostname, _op(opcode), [buffer],
+                          [peer_buffer_address], [length], _notify(notify), transport_hint)
+
+    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses,
+                                  lengths, transport_hint=""):
+        """Writes every (buffer, peer address, length) in one submit; 0 when all arrived.
+        The three may be lists of ints or arrays (numpy, array('Q'))."""
+        return self._sync("batch_transfer_sync_write", target_hostname, WRITE, buffers,
+                          peer_buffer_addresses, lengths, None, transport_hint)
+
+    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses,
+                                 lengths, transport_hint=""):
+        return self._sync("batch_transfer_sync_read", target_hostname, READ, buffers,
+                          peer_buffer_addresses, lengths, None, transport_hint)
+
+    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                            opcode, notify=None, transport_hint=""):
+        return self._sync("batch_transfer_sync", target_hostname, _op(opcode), buffers,
+                          peer_buffer_addresses, lengths, _notify(notify), transport_hint)
+
+    def _async(self, call, target_hostname, op, buffers, peers, lengths, hint):
+        try:
+            _, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint)
+        except _NotReady:
+            self._fail(-errno.EBADF, "%s: %s" % (call, _NOT_INITIALIZED))
+            return 0
+        except _CallFailed as e:
+            self._fail(e.code, str(e))
+            return 0  # batch ids are unsigned: 0 is Mooncake's failure value
+        with self._lock:
+            self._batches[batch.id] = (batch, target_hostname)
+        return batch.id
+
+    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses,
+                                   lengths, transport_hint=""):
+        """Submits and returns a batch id (0 on failure) for get_batch_transfer_status."""
+        return self._async("batch_transfer_async_write", target_hostname, WRITE, buffers,
+                           peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses,
+                                  lengths, transport_hint=""):
+        return self._async("batch_transfer_async_read", target_hostname, READ, buffers,
+                           peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                             opcode, transport_hint=""):
+        return self._async("batch_transfer_async", target_hostname, _op(opcode), buffers,
+                           peer_buffer_addresses, lengths, transport_hint)
+
+    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
+                              transport_hint=""):
+        """One WRITE, submitted; a batch id (0 on failure) for transfer_check_status."""
+        return self._async("transfer_submit_write", target_hostname, WRITE, [buffer],
+                           [peer_buffer_address], [length], transport_hint)
+
+    def _take(self, batch_id):
+        with self._lock:
+            return self._batches.pop(int(batch_id), None)
+
+    def get_batch_transfer_status(self, batch_ids):
+        """Waits for every batch; 0 when all succeeded, else the first failure's code. The ids
+        are spent either way (Mooncake frees them too)."""
+        rc = 0
+        for bid in list(batch_ids):
+            entry = self._take(bid)
+            if entry is None:
+                rc = rc or self._fail(-errno.ENOENT, "get_batch_transfer_status: batch %s is "
+                                      "not a pending batch id of this engine" % bid)
+                continue
+            batch, target = entry
+            try:
+                batch.wait()
+            except FerryError as e:
+                rc = rc or self._fail(_code(e), "batch %d to %s: %s" % (bid, target, e))
+            finally:
+                batch._free_quietly()
+        return rc
+
+    def transfer_check_status(self, batch_id):
+        """1 done, 0 still in flight, -1 failed, -2 timed out (Mooncake's values); a finished
+        batch id is spent."""
+        with self._lock:
+            entry = self._batches.get(int(batch_id))
+        if entry is None:
+            self._fail(-errno.ENOENT, "transfer_check_status: %s is not a pending batch id"
+                       % batch_id)
+            return -1
+        batch, target = entry
+        try:
+            statuses = batch.statuses
+        except FerryError as e:
+            self._take(batch_id)
+            self._fail(_code(e), "transfer_check_status(%d): %s" % (batch_id, e))
+            return -1
+        if any(s.state == "pending" for s in statuses):
+            return 0
+        self._take(batch_id)
+        batch._free_quietly()
+        bad = [s for s in statuses if s.state == "failed"]
+        if not bad:
+            return 1
+        self._fail(bad[0].error, "batch %d to %s: %s" % (batch_id, target, bad[0].message))
+        return -2 if bad[0].error == -errno.ETIMEDOUT else -1
+
+    # -- notifications --------------------------------------------------------------------
+    def get_notifies(self):
+        """The TransferNotify peers sent (transfer_sync(..., notify)) since the last call."""
+        try:
+            notes = self._ready().take_notifications()
+        except _NotReady:
+            self._fail(-errno.EBADF, "get_notifies: " + _NOT_INITIALIZED)
+            return []
+        except FerryError as e:
+            self._fail(_code(e), "get_notifies: %s" % e, logging.ERROR)
+            return []
+        return [decode_notification(n.sender, n.message) for n in notes]
+
+
+def _auto_kind():
+    """FERRY_MEMORY_AUTO when this libferry recognises GPU pointers by itself, else None:
+    then a bare pointer is registered as host memory."""
+    _, lib = _capi.load()
+    return getattr(lib, "FERRY_MEMORY_AUTO", None)
+
+
+def _register_auto(engine, addr, length):
+    """ferry_register(addr, length, FERRY_MEMORY_AUTO, -1): host or GPU memory, as the
+    runtimes say. No Region: unregister_memory goes by address."""
+    from ..engine import REMOTE_READ, REMOTE_WRITE, _check, _handle
+    ffi, lib = _capi.load()
+    _check(lib.ferry_register(_handle(engine._state), ffi.cast("void *", addr), length,
+                              _auto_kind(), -1, REMOTE_READ | REMOTE_WRITE), "ferry_register")
+    return None
+
+
+def _attached_notifications():
+    """Whether this libferry sends a notification attached to a batch (C API version 3)."""
+    _, lib = _capi.load()
+    return hasattr(lib, "ferry_submit_with_notification")
+
+
+def _submit_with_notification(engine, op, seg, buffers, peers, lengths, transport, payload):
+    from .._arrays import build_requests
+    from ..engine import Batch, _check, _handle
+    ffi, lib = _capi.load()
+    reqs, n, keep = build_requests(op, seg, buffers, peers, lengths, 0, 0, transport)
+    out = ffi.new("ferry_batch_id_t *")
+    _check(lib.ferry_submit_with_notification(_handle(engine._state), reqs, n, int(seg),
+                                              payload, len(payload), out),
+           "ferry_submit_with_notification")
+    batch = Batch(engine._state, int(out[0]), n, keep)
+    batch.notified = True
+    return batch
+
+
+class _NotReady(Exception):
+    pass
+
+
+class _CallFailed(Exception):
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _op(opcode):
+    value = int(opcode)
+    if value not in (READ, WRITE):
+        raise ValueError("opcode must be TransferOpcode.Read or TransferOpcode.Write, not %r"
+                         % (opcode,))
+    return value
+
+
+def _notify(notify):
+    if notify is None or isinstance(notify, TransferNotify):
+        return notify
+    raise TypeError("notify must be a TransferNotify or None, not %s" % type(notify).__name__)
+
+
+def _device_for(location):
+    loc = str(location or "*").strip().lower()
+    if loc in ("*", "", "cpu") or loc.startswith("cpu:"):
+        return -1
+    kind, _, ordinal = loc.partition(":")
+    if kind in ("cuda", "rocm", "hip") and ordinal.isdigit():
+        return "%s:%s" % ("rocm" if kind == "hip" else kind, ordinal)
+    raise _setup.SetupError(-errno.EINVAL, "location '%s': Ferry registers '*', 'cpu:N', "
+                            "'cuda:N' or 'rocm:N' memory" % location)
