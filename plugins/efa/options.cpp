@@ -46,6 +46,7 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
         if (!is_name(env))
             return set_error(err, -EINVAL, "efa: FERRY_EFA_PROVIDER='%s' is not a provider name", env);
         cfg.provider = env;
+        cfg.provider_chosen = true;
     }
     bool node_set = false;
     for (size_t i = 0; i < n; ++i) {
@@ -56,6 +57,7 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             if (!is_name(value))
                 return bad(err, key, value, "a libfabric provider name such as efa or tcp");
             cfg.provider = value;
+            cfg.provider_chosen = true;
         } else if (strcmp(key, "node") == 0) {
             if (value == nullptr || strlen(value) > 255)
                 return bad(err, key, value, "an address for fi_getinfo, e.g. 127.0.0.1");

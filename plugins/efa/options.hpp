@@ -13,6 +13,7 @@ struct Config {
     // libfabric provider: option `provider`, else $FERRY_EFA_PROVIDER, else "efa". "tcp" runs the
     // same code over TCP (tcp;ofi_rxm) on machines without EFA.
     std::string provider = "efa";
+    bool provider_chosen = false; // named by the option or the environment, not the default
     // fi_getinfo node, i.e. the source address to bind: 127.0.0.1 by default for the IP
     // providers (tcp, udp, sockets), nothing for the others (EFA picks its device address).
     std::string node;

@@ -1,6 +1,8 @@
 // efa.so instance life cycle, registration, the probe, and the progress thread.
 #include "transport.hpp"
 
+#include "device.hpp"
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 #include <sched.h>
@@ -29,6 +31,15 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
     if (parse_config(options, n, &cfg, &err) != 0) {
         result->available = 0;
         copy_message(result->reason, err.message);
+        return 0;
+    }
+    // The default provider on a host without an EFA device: say so without initialising
+    // libfabric. A provider the caller named (efa.provider, FERRY_EFA_PROVIDER) is always asked.
+    if (std::string where; !cfg.provider_chosen && !efa_device_present(&where)) {
+        result->available = 0;
+        copy_message(result->reason, ("no EFA device: " + where +
+                                      "; efa.provider=tcp (or FERRY_EFA_PROVIDER) runs efa.so over another libfabric provider")
+                                         .c_str());
         return 0;
     }
     fi_info *info = nullptr;
