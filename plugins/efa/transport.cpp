@@ -2,6 +2,7 @@
 #include "transport.hpp"
 
 #include "device.hpp"
+#include "fabric_api.hpp"
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
@@ -50,10 +51,10 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
         return 0;
     }
     result->available = 1;
-    copy_message(result->reason, ("libfabric " + std::to_string(FI_MAJOR(fi_version())) + "." +
-                                  std::to_string(FI_MINOR(fi_version())) + ", " + describe(info))
+    copy_message(result->reason, ("libfabric " + std::to_string(FI_MAJOR(fabric::version())) + "." +
+                                  std::to_string(FI_MINOR(fabric::version())) + ", " + describe(info))
                                      .c_str());
-    fi_freeinfo(info);
+    fabric::freeinfo(info);
     return 0;
 }
 
