@@ -21,7 +21,8 @@ struct Config {
     unsigned op_timeout_ms = 30000;     // an op not done this long fails; 0: never
     uint64_t max_mr_size = 0;           // split registrations above this; 0: the provider's limit
     bool busy_poll = false;             // progress thread spins instead of sleeping on the CQ
-    unsigned spin_us = 1000;            // after any work, keep polling this long before sleeping
+    unsigned spin_us = 1000;            // after any work, keep polling this long before sleeping;
+                                        // parse_config defaults it to 0 below 4 CPUs (options.cpp)
 };
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL
