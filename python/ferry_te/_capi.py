@@ -1,5 +1,6 @@
 """Loads libferry through cffi in ABI mode: no compiler at install time, one wheel for every
-CPython 3. The declarations come from ferry.h itself, parsed at import."""
+CPython 3. The declarations come from ferry.h itself: pre-parsed at build time (_ffi_abi.py,
+tools/gen_ffi.py) for the header the package ships, parsed at import for any other."""
 
 import hashlib
 import os
