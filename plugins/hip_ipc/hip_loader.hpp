@@ -11,6 +11,9 @@
 
 #include <string>
 
+#define FERRY_HIP_STR2(x) #x
+#define FERRY_HIP_STR(x) FERRY_HIP_STR2(x)
+
 namespace ferry_gpu {
 
 #define FERRY_HIP_FUNCTIONS(X)                                                                          \
@@ -36,8 +39,10 @@ inline HipApi &hip_api() {
 inline bool load_hip(std::string &error) {
     static std::string failure;
     static const bool loaded = [] {
-        const std::string soname = "libamdhip64.so." + std::to_string(HIP_VERSION_MAJOR);
-        void *lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+        // A literal given to dlopen as it is: tests/rocm/check_sonames.py reads it from the binary.
+        static constexpr const char *kSoname = "libamdhip64.so." FERRY_HIP_STR(HIP_VERSION_MAJOR);
+        const std::string soname = kSoname;
+        void *lib = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (!lib) {
             const char *e = dlerror();
             failure = e ? e : soname + ": dlopen failed";
