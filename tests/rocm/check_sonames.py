@@ -10,7 +10,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plugins", "hip_ipc"))
-from rocm_root import dynamic  # noqa: E402
+from rocm_root import dynamic, hip_runtimes  # noqa: E402
 
 passed = failed = 0
 for top in sys.argv[1:]:
@@ -23,18 +23,12 @@ for top in sys.argv[1:]:
                 continue
             path = os.path.join(top, variant, name)
             hip = [n for n in dynamic(path)[0] if n.startswith("libamdhip64")]
+            uses = hip_runtimes(path)
             want = "libamdhip64.so." + m.group(1)
-            if name == "hip_ipc.so":
-                with open(path, "rb") as f:
-                    named = sorted(set(x.decode() for x in re.findall(rb"libamdhip64\.so\.\d+(?=\0)", f.read())))
-                ok = hip == [] and named == [want]
-                print("%s: %s needs %s, opens %s" % ("ok" if ok else "FAILED", path, ", ".join(hip) or "no libamdhip64",
-                                                     ", ".join(named) or "nothing")
-                      + ("" if ok else " (expected no libamdhip64 needed and %s opened)" % want))
-            else:
-                ok = hip in ([], [want])
-                print("%s: %s needs %s" % ("ok" if ok else "FAILED", path, ", ".join(hip) or "no libamdhip64")
-                      + ("" if ok else " (expected %s)" % want))
+            ok = hip == [] and uses == [want] if name == "hip_ipc.so" else hip in ([], [want])
+            print("%s: %s needs %s, opens %s" % ("ok" if ok else "FAILED", path, ", ".join(hip) or "no libamdhip64",
+                                                 ", ".join(u for u in uses if u not in hip) or "nothing")
+                  + ("" if ok else " (expected %s)" % (want + (", opened, not needed" if name == "hip_ipc.so" else ""))))
             passed, failed = passed + ok, failed + (not ok)
 if passed + failed == 0:
     print("SKIPPED: no rocm<N>/*.so under " + " ".join(sys.argv[1:]))
