@@ -100,6 +100,12 @@ ControlServer::~ControlServer() {
 void ControlServer::publish(std::vector<uint8_t> descriptor) {
     std::lock_guard lock(mutex_);
     descriptor_ = std::move(descriptor);
+    descriptor_source_ = nullptr;
+}
+
+void ControlServer::serve_descriptor(std::function<std::shared_ptr<const std::vector<uint8_t>>()> source) {
+    std::lock_guard lock(mutex_);
+    descriptor_source_ = std::move(source);
 }
 
 std::vector<Notification> ControlServer::take_notifications() {
@@ -417,12 +423,19 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
         break;
     }
     if (code == kGetDescriptor) {
+        std::function<std::shared_ptr<const std::vector<uint8_t>>()> source;
         std::vector<uint8_t> d;
         {
             std::lock_guard lock(mutex_);
-            d = descriptor_;
+            if (descriptor_source_) source = descriptor_source_;
+            else d = descriptor_;
         }
-        reply(c, 0, d);
+        if (source) {
+            auto encoded = source();
+            reply(c, 0, encoded ? std::span<const uint8_t>(*encoded) : std::span<const uint8_t>());
+        } else {
+            reply(c, 0, d);
+        }
         return true;
     }
     if (code == kNotify) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,9 @@ public:
 
     // Descriptor served to GET_DESCRIPTOR requests from now on.
     void publish(std::vector<uint8_t> descriptor);
+    // From now on GET_DESCRIPTOR is answered with what `source` returns at that moment (called
+    // on the server thread, without the server's lock held).
+    void serve_descriptor(std::function<std::shared_ptr<const std::vector<uint8_t>>()> source);
     // Drains the notifications received so far, oldest first.
     std::vector<Notification> take_notifications();
 
@@ -90,6 +94,7 @@ private:
 
     std::mutex mutex_; // guards everything below
     std::vector<uint8_t> descriptor_;
+    std::function<std::shared_ptr<const std::vector<uint8_t>>()> descriptor_source_;
     std::deque<Notification> queue_;
     size_t queue_bytes_ = 0;
     bool full_logged_ = false;

@@ -20,12 +20,23 @@ const TransportEndpoint *SegmentDescriptor::endpoint_for(std::string_view transp
     return nullptr;
 }
 
+void SegmentDescriptor::index() {
+    starts.resize(regions.size());
+    for (size_t i = 0; i < regions.size(); ++i) starts[i] = regions[i].addr;
+}
+
 const RegionDescriptor *SegmentDescriptor::find_region(uint64_t addr, uint64_t length) const {
     // Last region starting at or below addr.
-    auto it = std::upper_bound(regions.begin(), regions.end(), addr,
-                               [](uint64_t a, const RegionDescriptor &r) { return a < r.addr; });
-    if (it == regions.begin()) return nullptr;
-    const RegionDescriptor &r = *std::prev(it);
+    size_t after;
+    if (starts.size() == regions.size()) {
+        after = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), addr) - starts.begin());
+    } else {
+        after = static_cast<size_t>(std::upper_bound(regions.begin(), regions.end(), addr,
+                                                     [](uint64_t a, const RegionDescriptor &r) { return a < r.addr; }) -
+                                    regions.begin());
+    }
+    if (after == 0) return nullptr;
+    const RegionDescriptor &r = regions[after - 1];
     if (addr < r.addr || length > r.length || addr - r.addr > r.length - length) return nullptr;
     return &r;
 }
@@ -107,6 +118,7 @@ Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
     if (r.remaining() != 0) return bad("trailing bytes");
     for (size_t i = 1; i < d.regions.size(); ++i)
         if (d.regions[i].addr < d.regions[i - 1].end()) return bad("regions unsorted or overlapping");
+    d.index();
     return d;
 }
 

@@ -42,6 +42,11 @@ struct SegmentDescriptor {
     std::vector<TransportEndpoint> transports;
     std::vector<RegionDescriptor> regions; // sorted by addr, non-overlapping
     std::string control; // "ip:port" of the engine's control server; empty from older engines
+    // regions[i].addr, dense: find_region's binary search then reads 8 bytes a step instead of a
+    // whole RegionDescriptor (100k regions: 0.8 MB instead of 6.4 MB). Set by decode_descriptor
+    // and index(); find_region searches `regions` itself when the sizes differ.
+    std::vector<uint64_t> starts;
+    void index();
 
     const TransportEndpoint *endpoint_for(std::string_view transport) const;
     // Region holding all of [addr, addr+length), or nullptr.

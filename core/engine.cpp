@@ -144,6 +144,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     });
     {
         std::unique_lock lock(impl->regions_mutex);
+        impl->on_demand = impl->metadata->serve_on_demand([im = impl.get()] { return im->encoded_descriptor(); });
         if (auto p = impl->publish_locked(); !p) return std::unexpected(p.error());
     }
     std::string names;
@@ -170,20 +171,39 @@ std::optional<size_t> Engine::Impl::transport_index(std::string_view name) const
     return std::nullopt;
 }
 
-Result<void> Engine::Impl::publish_locked() {
+SegmentDescriptor Engine::Impl::descriptor_locked() const {
     SegmentDescriptor d;
     d.name = metadata->segment_name();
     d.host_id = host_id;
-    d.generation = ++generation;
+    d.generation = generation;
     d.control = control->address();
     for (size_t i = 0; i < transports.size(); ++i) d.transports.push_back({transports[i]->name(), endpoints[i]});
+    d.regions.reserve(regions.size());
     for (const auto &[addr, r] : regions) {
         RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
         for (size_t i = 0; i < transports.size(); ++i)
             if (r.handles[i]) rd.keys.push_back({transports[i]->name(), r.keys[i]});
         d.regions.push_back(std::move(rd));
     }
-    return metadata->publish(d);
+    return d;
+}
+
+Result<void> Engine::Impl::publish_locked() {
+    ++generation;
+    if (on_demand) return {};
+    return metadata->publish(descriptor_locked());
+}
+
+// What a peer's GET_DESCRIPTOR gets: every region registered before it asked. Encoded once per
+// generation, so many peers opening an unchanged segment cost one encoding.
+std::shared_ptr<const std::vector<uint8_t>> Engine::Impl::encoded_descriptor() {
+    std::shared_lock lock(regions_mutex);
+    std::lock_guard cache(encoded_mutex);
+    if (!encoded || encoded_generation != generation) {
+        encoded = std::make_shared<const std::vector<uint8_t>>(encode_descriptor(descriptor_locked()));
+        encoded_generation = generation;
+    }
+    return encoded;
 }
 
 Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {

@@ -51,7 +51,13 @@ struct RemoteSegment {
     // Transports whose connect to this segment failed: skipped (falling back to the next one)
     // until the retry time passes.
     std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
-    std::map<std::pair<size_t, uint64_t>, uint64_t> imported;   // (transport, region addr) -> handle
+    // (transport, region addr) -> handle; hashed: looked up for every op.
+    struct ImportKeyHash {
+        size_t operator()(const std::pair<size_t, uint64_t> &k) const noexcept {
+            return std::hash<uint64_t>{}(k.second * 0x9e3779b97f4a7c15ull + k.first);
+        }
+    };
+    std::unordered_map<std::pair<size_t, uint64_t>, uint64_t, ImportKeyHash> imported;
 
     // Control connection for notifications; its own lock, so a slow peer never holds up
     // submits to this segment.
@@ -108,6 +114,12 @@ struct Engine::Impl {
     std::shared_mutex regions_mutex;
     std::map<uint64_t, LocalRegion> regions; // by start address
     uint64_t generation = 0;
+    // P2PHANDSHAKE serves the descriptor on request (encoded_descriptor), so registering is
+    // O(log n); other backends get every change published.
+    bool on_demand = false;
+    std::mutex encoded_mutex; // guards the two below; taken under regions_mutex (shared)
+    std::shared_ptr<const std::vector<uint8_t>> encoded;
+    uint64_t encoded_generation = 0;
 
     std::mutex segments_mutex;
     std::unordered_map<SegmentId, std::shared_ptr<RemoteSegment>> segments;
@@ -136,7 +148,9 @@ struct Engine::Impl {
     ~Impl();
 
     // engine.cpp
-    Result<void> publish_locked();
+    Result<void> publish_locked(); // regions changed: bump the generation, publish if the backend needs it
+    SegmentDescriptor descriptor_locked() const;
+    std::shared_ptr<const std::vector<uint8_t>> encoded_descriptor();
     std::optional<size_t> transport_index(std::string_view name) const;
     std::shared_ptr<RemoteSegment> segment(SegmentId id);
     Result<void> refresh_segment(RemoteSegment &seg);

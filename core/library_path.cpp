@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,9 +23,13 @@ bool readable(const std::string &path) {
 // format (alone, or after the old format's table): a 48-byte header, then 24-byte entries
 // whose string offsets count from the header.
 std::optional<std::string> from_ld_so_cache(const std::string &soname) {
-    std::ifstream in("/etc/ld.so.cache", std::ios::binary);
+    std::ifstream in("/etc/ld.so.cache", std::ios::binary | std::ios::ate);
     if (!in) return std::nullopt;
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // One read of the whole file (istreambuf_iterator copied it a character at a time: the
+    // runtime probe looks up eight sonames, and this was most of its time).
+    std::string data(static_cast<size_t>(std::max<std::streamoff>(in.tellg(), 0)), '\0');
+    in.seekg(0);
+    if (!in.read(data.data(), static_cast<std::streamsize>(data.size()))) return std::nullopt;
     static constexpr char kMagic[] = "glibc-ld.so.cache1.1";
     size_t base = data.find(kMagic, 0, sizeof kMagic - 1);
     if (base == std::string::npos || base + 48 > data.size()) return std::nullopt;
@@ -49,7 +54,9 @@ std::optional<std::string> from_ld_so_cache(const std::string &soname) {
     for (uint32_t i = 0; i < count && base + 48 + (i + 1) * 24 <= data.size(); ++i) {
         size_t entry = base + 48 + i * 24;
         if (kArch && (u32(entry) & 0xffff) != kArch) continue;
-        if (text(u32(entry + 4)) != soname) continue;
+        uint32_t key = u32(entry + 4);
+        if (base + key >= data.size() || strncmp(data.data() + base + key, soname.c_str(), data.size() - base - key) != 0)
+            continue;
         std::string path = text(u32(entry + 8));
         if (readable(path)) return path;
     }

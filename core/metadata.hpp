@@ -42,6 +42,16 @@ public:
     virtual const std::string &segment_name() const = 0;
     // Publish or replace this engine's descriptor.
     virtual Result<void> publish(const SegmentDescriptor &descriptor) = 0;
+    // Backends that answer peers themselves (P2PHANDSHAKE: the engine's control server) take a
+    // source they call per request instead, so registering memory costs nothing until a peer
+    // asks, and a peer still sees every region registered before it asked. Returns true when
+    // the backend serves from `source` from now on; then publish() is never needed. Stores that
+    // peers read without asking us (etcd) return false and are published every change.
+    using DescriptorSource = std::function<std::shared_ptr<const std::vector<uint8_t>>()>;
+    virtual bool serve_on_demand(DescriptorSource source) {
+        (void)source;
+        return false;
+    }
     virtual Result<SegmentDescriptor> fetch(const std::string &segment_name) = 0;
     // Called (from a backend thread) with the name of a segment whose descriptor changed, so
     // cached copies are re-read. Backends that cannot tell never call it.

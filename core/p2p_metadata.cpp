@@ -25,6 +25,11 @@ public:
         return {};
     }
 
+    bool serve_on_demand(DescriptorSource source) override {
+        control_.serve_descriptor(std::move(source));
+        return true;
+    }
+
     Result<SegmentDescriptor> fetch(const std::string &segment_name) override {
         if (!parse_host_port(segment_name))
             return fail(-EINVAL, cat("segment name '", segment_name,

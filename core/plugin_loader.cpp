@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -38,6 +39,14 @@ std::vector<std::string> split(const std::string &text, char sep) {
 }
 
 std::string abi_text(uint32_t v) { return cat(v >> 16, ".", v & 0xffff); }
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+std::string ms_text(double ms) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.2f ms", ms);
+    return buf;
+}
 
 // Boost.DLL reports every dlopen failure as "Bad file descriptor"; the dynamic loader's own
 // text ("libamdhip64.so.6: cannot open shared object file") is what users need, so ask it.
@@ -208,11 +217,19 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
 }
 
 PluginReport load_plugins(const LoaderOptions &options) {
+    auto start = Clock::now();
     PluginReport report;
     report.search_path = options.search_path;
     report.runtimes = probe_installed_runtimes();
+    report.runtimes_ms = ms_since(start);
     std::map<std::string, std::string> winner; // plugin name -> path of the copy used
 
+    auto timed_load = [](const std::string &file, PluginRecord &rec) {
+        auto load_start = Clock::now();
+        bool ok = load_plugin_file(file, rec.name, rec);
+        rec.load_ms = ms_since(load_start);
+        return ok;
+    };
     auto consider = [&](const std::string &file, const std::string &variant, bool variant_ok,
                         const std::string &variant_why) {
         PluginRecord rec;
@@ -228,13 +245,15 @@ PluginReport load_plugins(const LoaderOptions &options) {
         } else if (auto w = winner.find(rec.name); w != winner.end()) {
             rec.state = PluginState::Shadowed;
             rec.reason = "shadowed by " + w->second;
-        } else if (load_plugin_file(file, rec.name, rec)) {
+        } else if (timed_load(file, rec)) {
             winner[rec.name] = file;
             ferry_probe_result_t probe{};
             std::vector<ferry_kv_t> kv;
             if (auto it = options.plugin_options.find(rec.name); it != options.plugin_options.end())
                 for (auto &[k, v] : it->second) kv.push_back({k.c_str(), v.c_str()});
+            auto probe_start = Clock::now();
             int rc = rec.plugin->api->probe(kv.data(), kv.size(), &probe);
+            rec.probe_ms = ms_since(probe_start);
             probe.reason[sizeof probe.reason - 1] = '\0';
             if (rc != 0) {
                 rec.state = PluginState::Unavailable;
@@ -285,6 +304,7 @@ PluginReport load_plugins(const LoaderOptions &options) {
                                         "); install it or set FERRY_PLUGIN_PATH"));
         }
     }
+    report.total_ms = ms_since(start);
     return report;
 }
 
@@ -308,8 +328,10 @@ std::string PluginReport::to_text() const {
     for (const auto &p : plugins) {
         out << "  " << p.name << "  [" << to_string(p.state) << "]  " << p.path << "\n";
         if (p.abi_version) out << "      abi " << abi_text(p.abi_version) << ", version " << p.version << "\n";
+        if (p.load_ms > 0) out << "      load " << ms_text(p.load_ms) << ", probe " << ms_text(p.probe_ms) << "\n";
         if (!p.reason.empty()) out << "      " << p.reason << "\n";
     }
+    out << "Discovery: " << ms_text(total_ms) << " (runtimes " << ms_text(runtimes_ms) << ")\n";
     if (!errors.empty()) {
         out << "Errors:\n";
         for (const auto &e : errors) out << "  " << e << "\n";
@@ -345,12 +367,14 @@ std::string PluginReport::to_json() const {
         j.field("state", to_string(p.state)).field("loaded", p.state == PluginState::Loaded);
         j.field("abi", p.abi_version ? abi_text(p.abi_version) : std::string());
         j.field("version", p.version).field("caps", p.caps).field("reason", p.reason);
+        j.field("load_ms", p.load_ms).field("probe_ms", p.probe_ms);
         j.end_object();
     }
     j.end_array();
     j.key("errors").begin_array();
     for (const auto &e : errors) j.value(e);
     j.end_array();
+    j.field("runtimes_ms", runtimes_ms).field("discovery_ms", total_ms);
     j.end_object();
     return j.str();
 }

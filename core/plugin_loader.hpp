@@ -45,6 +45,8 @@ struct PluginRecord {
     std::string version;
     uint64_t caps = 0;
     std::shared_ptr<LoadedPlugin> plugin; // set when Loaded
+    double load_ms = 0;   // dlopen and ABI checks (0 when never loaded)
+    double probe_ms = 0;  // the plugin's probe (0 when never probed)
 };
 
 // FERRY_PLUGINS syntax: "tcp,shm" allows only those; "^efa,rdma" allows all but those.
@@ -72,6 +74,8 @@ struct PluginReport {
     std::vector<PluginRecord> plugins;
     // Problems with plugins the user asked for by name; non-empty means "fail loudly".
     std::vector<std::string> errors;
+    double runtimes_ms = 0; // probe_installed_runtimes
+    double total_ms = 0;    // all of load_plugins
 
     const PluginRecord *find(const std::string &name) const;
     std::string to_text() const;

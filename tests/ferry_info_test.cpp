@@ -68,6 +68,27 @@ TEST_F(FerryInfoTest, ExitsNonZeroWhenARequestedPluginIsUnavailable) {
     EXPECT_EQ(status, 0) << out;
 }
 
+// How long discovery took, per plugin (load and probe) and in all, in text and JSON.
+TEST_F(FerryInfoTest, SaysHowLongEachProbeTook) {
+    int status = 0;
+    std::string out = ferry_info(path, "", &status);
+    EXPECT_EQ(status, 0) << out;
+    auto good = out.find("fake_good  [loaded]");
+    ASSERT_NE(good, std::string::npos) << out;
+    auto timing = out.find("      load ", good);
+    ASSERT_NE(timing, std::string::npos) << out;
+    EXPECT_LT(timing, std::min(out.find("  [", good + 20), out.find("Discovery: "))) << "no timing line under fake_good: " << out;
+    EXPECT_NE(out.find(" ms, probe ", timing), std::string::npos) << out;
+    EXPECT_NE(out.find("Discovery: "), std::string::npos) << out;
+    EXPECT_NE(out.find(" ms (runtimes "), std::string::npos) << out;
+    out = ferry_info(path, "--json", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("\"load_ms\":"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"probe_ms\":"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"discovery_ms\":"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"runtimes_ms\":"), std::string::npos) << out;
+}
+
 TEST_F(FerryInfoTest, RejectsUnknownArguments) {
     int status = 0;
     std::string out = ferry_info(path, "--frobnicate", &status);

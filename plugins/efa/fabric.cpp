@@ -5,6 +5,8 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
+#include "fabric_api.hpp"
+
 #include <cerrno>
 #include <cstring>
 
@@ -15,7 +17,7 @@ namespace {
 constexpr uint32_t kApiVersion = FI_VERSION(1, 9);
 
 fi_info *make_hints(const Config &cfg, bool hmem, bool thread_safe) {
-    fi_info *h = fi_allocinfo();
+    fi_info *h = fabric::dupinfo(nullptr); // fi_allocinfo()
     if (h == nullptr)
         return nullptr;
     h->ep_attr->type = FI_EP_RDM;
@@ -48,6 +50,8 @@ std::string mr_mode_string(int m) {
 } // namespace
 
 int get_info(const Config &cfg, fi_info **out, std::string *why) {
+    if (!fabric::load(why))
+        return -FI_ENODATA;
     int last = -FI_ENODATA;
     for (bool hmem : {true, false})
         for (bool safe : {true, false}) {
@@ -56,11 +60,11 @@ int get_info(const Config &cfg, fi_info **out, std::string *why) {
                 return -FI_ENOMEM;
             fi_info *info = nullptr;
             const char *node = cfg.node.empty() ? nullptr : cfg.node.c_str();
-            int rc = fi_getinfo(kApiVersion, node, nullptr, node ? FI_SOURCE : 0, hints, &info);
-            fi_freeinfo(hints);
+            int rc = fabric::getinfo(kApiVersion, node, nullptr, node ? FI_SOURCE : 0, hints, &info);
+            fabric::freeinfo(hints);
             if (rc == 0 && info != nullptr) {
                 if (info->domain_attr->mr_mode & FI_MR_RAW) {
-                    fi_freeinfo(info);
+                    fabric::freeinfo(info);
                     *why = "provider " + cfg.provider + " needs raw (FI_MR_RAW) keys, which efa.so does not handle";
                     return -FI_ENOSYS;
                 }
@@ -99,7 +103,7 @@ Fabric::~Fabric() {
     if (fabric)
         fi_close(&fabric->fid);
     if (info)
-        fi_freeinfo(info);
+        fabric::freeinfo(info);
 }
 
 int Fabric::open(const Config &cfg, std::string *why) {
@@ -115,7 +119,7 @@ int Fabric::open(const Config &cfg, std::string *why) {
         *why = strprintf("%s (%s): %s", call, info->fabric_attr->prov_name, fi_error_string(r).c_str());
         return r < 0 ? r : -r;
     };
-    if ((rc = fi_fabric(info->fabric_attr, &fabric, nullptr)))
+    if ((rc = fabric::open_fabric(info->fabric_attr, &fabric, nullptr)))
         return fail("fi_fabric", rc);
     if ((rc = fi_domain(fabric, info, &domain, nullptr)))
         return fail("fi_domain", rc);

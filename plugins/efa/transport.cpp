@@ -1,6 +1,9 @@
 // efa.so instance life cycle, registration, the probe, and the progress thread.
 #include "transport.hpp"
 
+#include "device.hpp"
+#include "fabric_api.hpp"
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 #include <sched.h>
@@ -31,6 +34,15 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
         copy_message(result->reason, err.message);
         return 0;
     }
+    // The default provider on a host without an EFA device: say so without initialising
+    // libfabric. A provider the caller named (efa.provider, FERRY_EFA_PROVIDER) is always asked.
+    if (std::string where; !cfg.provider_chosen && !efa_device_present(&where)) {
+        result->available = 0;
+        copy_message(result->reason, ("no EFA device: " + where +
+                                      "; efa.provider=tcp (or FERRY_EFA_PROVIDER) runs efa.so over another libfabric provider")
+                                         .c_str());
+        return 0;
+    }
     fi_info *info = nullptr;
     std::string why;
     if (get_info(cfg, &info, &why) != 0) {
@@ -39,10 +51,10 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
         return 0;
     }
     result->available = 1;
-    copy_message(result->reason, ("libfabric " + std::to_string(FI_MAJOR(fi_version())) + "." +
-                                  std::to_string(FI_MINOR(fi_version())) + ", " + describe(info))
+    copy_message(result->reason, ("libfabric " + std::to_string(FI_MAJOR(fabric::version())) + "." +
+                                  std::to_string(FI_MINOR(fabric::version())) + ", " + describe(info))
                                      .c_str());
-    fi_freeinfo(info);
+    fabric::freeinfo(info);
     return 0;
 }
 

@@ -3,12 +3,17 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 
+#include <cstring>
+
+#include "fabric_api.hpp"
+
 const char *ferry_plugin::plugin_name() { return ferry_efa::kPluginName; }
 
 namespace ferry_efa {
 
 std::string fi_error_string(int code) {
-    return fi_strerror(code < 0 ? -code : code);
+    code = code < 0 ? -code : code;
+    return fabric::load(nullptr) ? fabric::strerror(code) : std::strerror(code);
 }
 
 } // namespace ferry_efa

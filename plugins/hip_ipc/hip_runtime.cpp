@@ -1,7 +1,5 @@
 // HIP backend of the GPU IPC runtime interface, host code only: g++ with
 // -D__HIP_PLATFORM_AMD__ compiles it against the HIP headers, no hipcc needed.
-#include <hip/hip_runtime_api.h>
-#include <hip/hip_version.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -9,6 +7,7 @@
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
+#include "hip_loader.hpp"
 
 namespace ferry_gpu {
 namespace {
@@ -41,6 +40,10 @@ public:
         struct stat st;
         if (stat("/dev/kfd", &st) != 0) {
             reason = "no /dev/kfd: the amdgpu kernel driver is not loaded (no AMD GPU on this host)";
+            return;
+        }
+        if (std::string error; !load_hip(error)) {
+            reason = "cannot load the HIP runtime: " + error;
             return;
         }
         int count = 0;

@@ -11,6 +11,7 @@ from elsewhere would silently pair one ROCm's headers with another's runtime.
 """
 import glob
 import os
+import re
 import struct
 import sys
 
@@ -59,6 +60,16 @@ def dynamic(path):
     needed = [string(v) for t, v in tags if t == DT_NEEDED]
     soname = next((string(v) for t, v in tags if t == DT_SONAME), None)
     return needed, soname
+
+
+def hip_runtimes(path):
+    """The libamdhip64 sonames an ELF file uses: those it needs (DT_NEEDED) and, for hip_ipc.so,
+    which opens it at run time (hip_loader.hpp), the soname literal it dlopens. Sorted."""
+    found = set(n for n in dynamic(path)[0] if n.startswith("libamdhip64.so"))
+    if os.path.basename(path) == "hip_ipc.so":
+        with open(path, "rb") as f:
+            found.update(m.decode() for m in re.findall(rb"libamdhip64\.so\.\d+(?=\0)", f.read()))
+    return sorted(found)
 
 
 def describe(root, multiarch):

@@ -1,7 +1,8 @@
 """Loads libferry through cffi in ABI mode: no compiler at install time, one wheel for every
-CPython 3. The declarations come from ferry.h itself, parsed at import."""
+CPython 3. The declarations come from ferry.h itself: pre-parsed at build time (_ffi_abi.py,
+tools/gen_ffi.py) for the header the package ships, parsed at import for any other."""
 
-import ctypes.util
+import hashlib
 import os
 import re
 import threading
@@ -53,16 +54,19 @@ def find_header():
 
 def library_candidates():
     """Where libferry is looked for, in order: inside the installed package, $FERRY_LIBRARY,
-    then the dynamic loader's own search (a system install)."""
-    out = [os.path.join(_PKG_DIR, "lib", "libferry.so")]
+    then the dynamic loader's own search (a system install). A generator: ctypes.util's
+    find_library runs ldconfig and the compiler (~150 ms), so it is asked only when every
+    earlier candidate failed."""
+    yield os.path.join(_PKG_DIR, "lib", "libferry.so")
     env = os.environ.get("FERRY_LIBRARY")
     if env:
-        out.append(env)
-    out.append("libferry.so.0")
+        yield env
+    yield "libferry.so.0"
+    import ctypes.util  # here: it imports subprocess and more (~20 ms)
+
     found = ctypes.util.find_library("ferry")
     if found:
-        out.append(found)
-    return out
+        yield found
 
 
 class _Loaded:
@@ -77,6 +81,17 @@ class _Loaded:
 _loaded = _Loaded()
 
 
+def _prebuilt_ffi(header_text):
+    """The FFI the package was built with (tools/gen_ffi.py), when it was built from this very
+    header; None otherwise (a source tree, FERRY_HEADER naming another copy)."""
+    try:
+        from . import _ffi_abi
+    except ImportError:
+        return None
+    digest = hashlib.sha256(header_text.encode("utf-8")).hexdigest()
+    return _ffi_abi.ffi if getattr(_ffi_abi, "HEADER_SHA256", None) == digest else None
+
+
 def load():
     """(ffi, lib), loaded once."""
     if _loaded.lib is not None:
@@ -84,13 +99,15 @@ def load():
     with _loaded.lock:
         if _loaded.lib is not None:
             return _loaded.ffi, _loaded.lib
-        import cffi  # here, so that the console commands work without it
-
         header = find_header()
         with open(header, encoding="utf-8") as f:
-            cdef = cdef_from_header(f.read())
-        ffi = cffi.FFI()
-        ffi.cdef(cdef)
+            text = f.read()
+        ffi = _prebuilt_ffi(text)
+        if ffi is None:
+            import cffi  # here, so that the console commands work without it
+
+            ffi = cffi.FFI()
+            ffi.cdef(cdef_from_header(text))
         errors = []
         lib = None
         for candidate in library_candidates():

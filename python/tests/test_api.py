@@ -38,6 +38,20 @@ def test_cdef_is_the_header(ferry_mod):
     assert "extern" not in cdef and "#" not in cdef and "FERRY_C_API" not in cdef
 
 
+def test_first_engine_parses_no_header_and_runs_no_ldconfig():
+    """The installed package carries ferry.h pre-parsed (_ffi_abi.py, tools/gen_ffi.py), so the
+    first Engine() neither runs pycparser (150-600 ms) nor ctypes.util.find_library (ldconfig and
+    the compiler, ~150 ms): a fresh interpreter, then what it imported."""
+    code = textwrap.dedent("""
+        import sys, ferry_te
+        ferry_te.Engine(local_ip="127.0.0.1").close()
+        print(sorted(m for m in ("pycparser", "cffi.cparser", "ctypes.util") if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_cdef_from_header_strips_cplusplus_blocks():
     from ferry_te._capi import cdef_from_header
     text = """#ifndef G

@@ -308,19 +308,19 @@ def variant_problems(name, root):
             continue
         want = "libamdhip64.so." + m.group(1)
         for so in sorted(glob.glob(os.path.join(plugins, variant, "*.so"))):
-            hip = [n for n in elf_needed(so) if n.startswith("libamdhip64.so")]
+            hip = elf_hip_runtimes(so)  # needed, or (hip_ipc.so) opened at run time
             if (hip or os.path.basename(so) == "hip_ipc.so") and hip != [want]:
                 problems.append("%s: %s/%s needs %s, but %s/ is for %s" % (
                     name, variant, os.path.basename(so), ", ".join(hip) or "no libamdhip64", variant, want))
     return problems
 
 
-def elf_needed(path):
+def elf_hip_runtimes(path):
     # The pure-Python ELF reader meson uses for the same check at configure time (no patchelf
     # needed where `verify` runs before an upload).
     sys.path.insert(0, os.path.join(REPO, "plugins", "hip_ipc"))
-    from rocm_root import dynamic
-    return dynamic(path)[0]
+    from rocm_root import hip_runtimes
+    return hip_runtimes(path)
 
 
 def verify(args):

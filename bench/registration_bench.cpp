@@ -1,0 +1,236 @@
+// Registration at scale: how long registering N regions takes, what a peer's open_segment (the
+// descriptor fetch) costs, and what an op to a random one of N regions costs over one to a single
+// region over tcp.so (loopback: noisy, the transport dominates). Then the per-op lookups alone,
+// as submit() does them on the engine's own structures: the local region (Engine::Impl::regions),
+// the remote region (SegmentDescriptor::find_region on a decoded descriptor) and the imported
+// handle (RemoteSegment::imported), next to main's std::map for the last. Plain timers, wall
+// time.
+//
+//   registration_bench [--plugin-path DIR[:DIR]] [--plugins tcp] [--regions 1000,10000,100000]
+//                      [--budget-s 60] [--ops 200000]
+//
+// A register loop that runs past --budget-s stops there and says how far it got (the quadratic
+// code needs minutes at 100k).
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "descriptor.hpp"
+#include "engine_impl.hpp"
+#include "ferry/engine.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr size_t kRegion = 64;  // bytes per region: small, so 100k fit in 6.4 MB
+constexpr size_t kBatch = 128;
+
+struct Args {
+    std::string plugin_path = FERRY_BENCH_PLUGIN_PATH;
+    std::string plugins = "tcp";
+    std::vector<size_t> counts{1000, 10000, 100000};
+    double budget_s = 60;
+    size_t ops = 200000;
+};
+
+// Per-op wall time of READ batches whose ops hit the regions `pick` chooses.
+template <class Pick>
+double per_op_ns(ferry::Engine &initiator, ferry::SegmentId seg, uint8_t *local, uint64_t remote_base, size_t ops,
+                 Pick pick) {
+    std::vector<ferry::Request> reqs(kBatch);
+    size_t done = 0;
+    auto t0 = Clock::now();
+    while (done < ops) {
+        for (size_t i = 0; i < kBatch; ++i)
+            reqs[i] = {ferry::Opcode::Read, local + i * 8, seg, remote_base + pick() * kRegion, 8, ""};
+        auto b = initiator.submit(reqs);
+        if (!b) {
+            fprintf(stderr, "submit failed: %s\n", b.error().message.c_str());
+            std::exit(1);
+        }
+        if (auto w = initiator.wait(*b); !w) {
+            fprintf(stderr, "wait failed: %s\n", w.error().message.c_str());
+            std::exit(1);
+        }
+        (void)initiator.free_batch(*b);
+        done += kBatch;
+    }
+    return seconds_since(t0) * 1e9 / static_cast<double>(done);
+}
+
+int run(const Args &a, size_t n) {
+    ferry::Config c{{"plugin_path", a.plugin_path}, {"plugins", a.plugins}};
+    auto target = ferry::Engine::create(c);
+    auto initiator = ferry::Engine::create(c);
+    if (!target || !initiator) {
+        fprintf(stderr, "engine: %s\n", (!target ? target.error() : initiator.error()).message.c_str());
+        return 1;
+    }
+    std::vector<uint8_t> remote(n * kRegion), local(kBatch * 8);
+    if (!(*initiator)->register_memory(local.data(), local.size())) return 1;
+
+    auto t0 = Clock::now();
+    size_t registered = 0;
+    for (; registered < n; ++registered) {
+        if (auto r = (*target)->register_memory(remote.data() + registered * kRegion, kRegion); !r) {
+            fprintf(stderr, "register_memory: %s\n", r.error().message.c_str());
+            return 1;
+        }
+        if ((registered & 255) == 0 && seconds_since(t0) > a.budget_s) break;
+    }
+    double reg_s = seconds_since(t0);
+    if (registered < n) {
+        printf("%7zu regions: register STOPPED after %.1f s at %zu regions (%.2f us/region at the end); no lookup figures\n",
+               n, reg_s, registered, reg_s * 1e6 / static_cast<double>(registered));
+        return 0;
+    }
+
+    t0 = Clock::now();
+    auto seg = (*initiator)->open_segment((*target)->segment_name());
+    double open_ms = seconds_since(t0) * 1e3;
+    if (!seg) {
+        fprintf(stderr, "open_segment: %s\n", seg.error().message.c_str());
+        return 1;
+    }
+    uint64_t base = reinterpret_cast<uintptr_t>(remote.data());
+    // Touch every region once so imports are made before timing.
+    size_t next = 0;
+    per_op_ns(**initiator, *seg, local.data(), base, ((n + kBatch - 1) / kBatch) * kBatch, [&] { return next++ % n; });
+
+    std::mt19937_64 rng(42);
+    std::uniform_int_distribution<size_t> any(0, n - 1);
+    double one = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [] { return size_t{0}; });
+    double random = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [&] { return any(rng); });
+
+    t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i)
+        if (auto r = (*target)->unregister_memory(remote.data() + i * kRegion); !r) {
+            fprintf(stderr, "unregister_memory: %s\n", r.error().message.c_str());
+            return 1;
+        }
+    double unreg_s = seconds_since(t0);
+    printf("%7zu regions: register %.3f s (%.2f us/region), unregister %.3f s, open_segment %.2f ms, "
+           "op to 1 region %.0f ns, to random regions %.0f ns (+%.0f ns lookup)\n",
+           n, reg_s, reg_s * 1e6 / static_cast<double>(n), unreg_s, open_ms, one, random, random - one);
+    fflush(stdout);
+    return 0;
+}
+
+// The three lookups of one op, on n regions of 64 bytes, at random regions.
+void lookup_figures(size_t n) {
+    constexpr size_t kLookups = 1 << 20;
+    const uint64_t base = 1ull << 32;
+    std::map<uint64_t, ferry::LocalRegion> local;
+    ferry::SegmentDescriptor d;
+    d.name = "bench";
+    d.transports.push_back({"tcp", std::vector<uint8_t>(24, 1)});
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t a = base + i * kRegion;
+        ferry::LocalRegion r{a, kRegion, FERRY_MEM_HOST, -1, 3, {uint64_t{i}}, {std::vector<uint8_t>(24, 2)}};
+        local.emplace(a, std::move(r));
+        d.regions.push_back({a, kRegion, FERRY_MEM_HOST, -1, 3, {{"tcp", std::vector<uint8_t>(24, 2)}}});
+    }
+    auto decoded = ferry::decode_descriptor(ferry::encode_descriptor(d));
+    if (!decoded) std::abort();
+    ferry::RemoteSegment seg;
+    seg.descriptor = std::move(*decoded);
+    std::map<std::pair<size_t, uint64_t>, uint64_t> main_imported; // main's type
+    for (size_t i = 0; i < n; ++i) {
+        seg.imported[{0, base + i * kRegion}] = i;
+        main_imported[{0, base + i * kRegion}] = i;
+    }
+    std::mt19937_64 rng(7);
+    std::vector<uint64_t> addrs(kLookups);
+    for (auto &a : addrs) a = base + (rng() % n) * kRegion + 8;
+
+    uint64_t sink = 0;
+    // This thread's CPU time: on a shared machine, wall time here measures the other tenants.
+    auto cpu_ns = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+    };
+    auto time = [&](auto &&one) {
+        double best = 1e300;
+        for (int round = 0; round < 3; ++round) { // best of 3
+            double t0 = cpu_ns();
+            for (uint64_t a : addrs) sink += one(a);
+            best = std::min(best, (cpu_ns() - t0) / kLookups);
+        }
+        return best;
+    };
+    double local_ns = time([&](uint64_t a) -> uint64_t {
+        auto it = local.upper_bound(a);
+        return it == local.begin() ? 0 : std::prev(it)->second.addr;
+    });
+    double remote_ns = time([&](uint64_t a) -> uint64_t {
+        auto *r = seg.descriptor.find_region(a, 8);
+        return r ? r->addr + r->key_for("tcp")->key.size() : 0;
+    });
+    double import_ns = time([&](uint64_t a) -> uint64_t {
+        auto it = seg.imported.find({0, a - 8});
+        return it == seg.imported.end() ? 0 : it->second;
+    });
+    double main_import_ns = time([&](uint64_t a) -> uint64_t {
+        auto it = main_imported.find({0, a - 8});
+        return it == main_imported.end() ? 0 : it->second;
+    });
+    double all_ns = time([&](uint64_t a) -> uint64_t {
+        auto it = local.upper_bound(a);
+        auto *r = seg.descriptor.find_region(a, 8);
+        auto im = seg.imported.find({0, r->addr});
+        return std::prev(it)->second.addr + r->key_for("tcp")->key.size() + im->second;
+    });
+    printf("%7zu regions: per-op lookups at random regions (thread CPU time, best of 3): all three %.0f ns (local region %.0f, remote region %.0f, "
+           "imported handle %.0f; main's std::map for it %.0f)%s\n",
+           n, all_ns, local_ns, remote_ns, import_ns, main_import_ns, sink == 42 ? " " : "");
+    fflush(stdout);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s needs a value\n", arg.c_str());
+                std::exit(2);
+            }
+            return argv[++i];
+        };
+        if (arg == "--plugin-path") a.plugin_path = value();
+        else if (arg == "--plugins") a.plugins = value();
+        else if (arg == "--budget-s") a.budget_s = std::atof(value().c_str());
+        else if (arg == "--ops") a.ops = std::strtoull(value().c_str(), nullptr, 10);
+        else if (arg == "--regions") {
+            a.counts.clear();
+            std::string list = value();
+            for (size_t p = 0; p < list.size();) {
+                size_t q = list.find(',', p);
+                a.counts.push_back(std::strtoull(list.substr(p, q - p).c_str(), nullptr, 10));
+                p = q == std::string::npos ? list.size() : q + 1;
+            }
+        } else {
+            fprintf(stderr, "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
+                            "[--budget-s 60] [--ops 200000]\n");
+            return 2;
+        }
+    }
+    for (size_t n : a.counts)
+        if (n == 0 || run(a, n) != 0) return 1;
+    for (size_t n : a.counts) lookup_figures(n);
+    return 0;
+}

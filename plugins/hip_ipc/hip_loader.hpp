@@ -1,0 +1,87 @@
+// libamdhip64, opened at run time instead of linked: loading it pulls in the HSA runtime and
+// comgr's LLVM (~14 ms, and an abort in a process that already holds another LLVM), which a host
+// without an AMD GPU should never pay just to be told "no /dev/kfd". The probe opens it after
+// finding /dev/kfd; the rest of hip_runtime.cpp calls the HIP API by its usual names, which the
+// macros below send through the table (only reached once the probe said available).
+#pragma once
+
+#include <dlfcn.h>
+#include <hip/hip_runtime_api.h>
+#include <hip/hip_version.h>
+
+#include <string>
+
+#define FERRY_HIP_STR2(x) #x
+#define FERRY_HIP_STR(x) FERRY_HIP_STR2(x)
+
+namespace ferry_gpu {
+
+#define FERRY_HIP_FUNCTIONS(X)                                                                          \
+    X(hipDeviceCanAccessPeer) X(hipDeviceEnablePeerAccess) X(hipEventCreateWithFlags) X(hipEventDestroy) \
+    X(hipEventQuery) X(hipEventRecord) X(hipEventSynchronize) X(hipGetDevice) X(hipGetDeviceCount)       \
+    X(hipGetErrorString) X(hipGetLastError) X(hipIpcCloseMemHandle) X(hipIpcGetMemHandle)               \
+    X(hipIpcOpenMemHandle) X(hipMemGetAddressRange) X(hipMemcpyAsync) X(hipPointerGetAttributes)       \
+    X(hipSetDevice) X(hipStreamCreateWithFlags) X(hipStreamDestroy)
+
+struct HipApi {
+#define FERRY_HIP_MEMBER(name) decltype(&::name) name = nullptr;
+    FERRY_HIP_FUNCTIONS(FERRY_HIP_MEMBER)
+#undef FERRY_HIP_MEMBER
+};
+
+inline HipApi &hip_api() {
+    static HipApi api;
+    return api;
+}
+
+// Opens libamdhip64.so.<the major these headers are> once, for the life of the process (HIP is
+// not made to be unloaded). False with the loader's words in `error` when it cannot.
+inline bool load_hip(std::string &error) {
+    static std::string failure;
+    static const bool loaded = [] {
+        // A literal given to dlopen as it is: tests/rocm/check_sonames.py reads it from the binary.
+        static constexpr const char *kSoname = "libamdhip64.so." FERRY_HIP_STR(HIP_VERSION_MAJOR);
+        const std::string soname = kSoname;
+        void *lib = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+        if (!lib) {
+            const char *e = dlerror();
+            failure = e ? e : soname + ": dlopen failed";
+            return false;
+        }
+        HipApi &api = hip_api();
+#define FERRY_HIP_LOAD(name)                                                              \
+        if (!(api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)))) {     \
+            failure = soname + " has no " #name;                                          \
+            return false;                                                                 \
+        }
+        FERRY_HIP_FUNCTIONS(FERRY_HIP_LOAD)
+#undef FERRY_HIP_LOAD
+        return true;
+    }();
+    if (!loaded) error = failure;
+    return loaded;
+}
+
+} // namespace ferry_gpu
+
+// The HIP API by its usual names, through the table.
+#define hipDeviceCanAccessPeer(...) ::ferry_gpu::hip_api().hipDeviceCanAccessPeer(__VA_ARGS__)
+#define hipDeviceEnablePeerAccess(...) ::ferry_gpu::hip_api().hipDeviceEnablePeerAccess(__VA_ARGS__)
+#define hipEventCreateWithFlags(...) ::ferry_gpu::hip_api().hipEventCreateWithFlags(__VA_ARGS__)
+#define hipEventDestroy(...) ::ferry_gpu::hip_api().hipEventDestroy(__VA_ARGS__)
+#define hipEventQuery(...) ::ferry_gpu::hip_api().hipEventQuery(__VA_ARGS__)
+#define hipEventRecord(...) ::ferry_gpu::hip_api().hipEventRecord(__VA_ARGS__)
+#define hipEventSynchronize(...) ::ferry_gpu::hip_api().hipEventSynchronize(__VA_ARGS__)
+#define hipGetDevice(...) ::ferry_gpu::hip_api().hipGetDevice(__VA_ARGS__)
+#define hipGetDeviceCount(...) ::ferry_gpu::hip_api().hipGetDeviceCount(__VA_ARGS__)
+#define hipGetErrorString(...) ::ferry_gpu::hip_api().hipGetErrorString(__VA_ARGS__)
+#define hipGetLastError(...) ::ferry_gpu::hip_api().hipGetLastError(__VA_ARGS__)
+#define hipIpcCloseMemHandle(...) ::ferry_gpu::hip_api().hipIpcCloseMemHandle(__VA_ARGS__)
+#define hipIpcGetMemHandle(...) ::ferry_gpu::hip_api().hipIpcGetMemHandle(__VA_ARGS__)
+#define hipIpcOpenMemHandle(...) ::ferry_gpu::hip_api().hipIpcOpenMemHandle(__VA_ARGS__)
+#define hipMemGetAddressRange(...) ::ferry_gpu::hip_api().hipMemGetAddressRange(__VA_ARGS__)
+#define hipMemcpyAsync(...) ::ferry_gpu::hip_api().hipMemcpyAsync(__VA_ARGS__)
+#define hipPointerGetAttributes(...) ::ferry_gpu::hip_api().hipPointerGetAttributes(__VA_ARGS__)
+#define hipSetDevice(...) ::ferry_gpu::hip_api().hipSetDevice(__VA_ARGS__)
+#define hipStreamCreateWithFlags(...) ::ferry_gpu::hip_api().hipStreamCreateWithFlags(__VA_ARGS__)
+#define hipStreamDestroy(...) ::ferry_gpu::hip_api().hipStreamDestroy(__VA_ARGS__)
