@@ -39,20 +39,28 @@ struct StagedParam {
 
 void PrintTo(const StagedParam &p, std::ostream *os) { *os << p.name; }
 
+// FERRY_TEST_<NAME>_PLUGIN in the environment overrides the built-in path.
+std::string plugin_path(const char *env, const char *built) {
+    const char *e = std::getenv(env);
+    return e != nullptr && *e != '\0' ? e : built;
+}
+
 std::vector<StagedParam> params() {
     std::vector<StagedParam> v;
 #ifdef FERRY_TEST_TCP_PLUGIN
     // Wire requests of one staging slice (answered all-or-nothing), and of 4 (streamed).
-    v.push_back({"tcp", FERRY_TEST_TCP_PLUGIN, {{"slice_size", "256k"}, {"lanes", "2"}}});
-    v.push_back({"tcp_long", FERRY_TEST_TCP_PLUGIN, {{"slice_size", "1m"}, {"lanes", "1"}}, true});
+    const std::string tcp = plugin_path("FERRY_TEST_TCP_PLUGIN", FERRY_TEST_TCP_PLUGIN);
+    v.push_back({"tcp", tcp, {{"slice_size", "256k"}, {"lanes", "2"}}});
+    v.push_back({"tcp_long", tcp, {{"slice_size", "1m"}, {"lanes", "1"}}, true});
 #endif
 #ifdef FERRY_TEST_SHM_PLUGIN
     // Pieces of two slices over two copy threads; and the initiator's memfd mapped (memcpy path).
     Options shm = {{"chunk_size", "512k"}, {"copy_threads", "2"}, {"inline_size", "0"}, {"ptracer_any", "true"}};
-    v.push_back({"shm", FERRY_TEST_SHM_PLUGIN, shm});
+    const std::string so = plugin_path("FERRY_TEST_SHM_PLUGIN", FERRY_TEST_SHM_PLUGIN);
+    v.push_back({"shm", so, shm});
     Options memfd = shm;
     memfd.push_back({"adopt_memfd", "true"});
-    v.push_back({"shm_memfd", FERRY_TEST_SHM_PLUGIN, memfd});
+    v.push_back({"shm_memfd", so, memfd});
 #endif
     return v;
 }
