@@ -5,8 +5,9 @@
 //   connection's window (ferry_staged::kDefaultDepth buffers) has room; an item is sent once
 //   its copy ended and goes back to the host when the kernel took its bytes. A request of fewer
 //   slices than the window is sent all-or-nothing (its header waits for its last copy), so a
-//   failed copy answers exactly that op with an ERROR; a longer one streams, and a copy failing
-//   after its header left closes the connection (the peer's ops on it fail).
+//   failed copy answers exactly that op with an ERROR; a longer one streams (as does the front
+//   request when the host's bound cannot lend all its slices at once), and a copy failing after
+//   its header left closes the connection (the peer's ops on it fail).
 // - WRITE_REQ: the payload is received slice by slice into borrowed buffers, each copied to the
 //   device once full; the WRITE_ACK (or ERROR, after the first failure the rest of the payload
 //   is drained, not copied) is sent only after every copy ended.
@@ -259,8 +260,14 @@ void ServerConn::stage_progress() {
         bool wait = false;
         std::string why;
         ferry_staged::SlicePtr s = stage_take(it->dev_region, it->dev_addr, it->len, &code, &why, &wait);
-        if (wait)
+        if (wait) {
+            // The front request waits for all its slices, but the bound (or the window) cannot
+            // lend them all while it holds some: stream it instead, or it would wait forever.
+            Resp *front = staged_.front();
+            if (front->group > 0 && feed_ < front->group)
+                front->group = 0;
             break;
+        }
         if (s) {
             code = w.copy(s, it->dev_addr, false, &why);
             if (code == 0) {

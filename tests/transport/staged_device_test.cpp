@@ -51,6 +51,8 @@ std::vector<StagedParam> params() {
     // Wire requests of one staging slice (answered all-or-nothing), and of 4 (streamed).
     const std::string tcp = plugin_path("FERRY_TEST_TCP_PLUGIN", FERRY_TEST_TCP_PLUGIN);
     v.push_back({"tcp", tcp, {{"slice_size", "256k"}, {"lanes", "2"}}});
+    // Wire requests of 2 slices (all-or-nothing groups that a bound of one slice cannot hold).
+    v.push_back({"tcp_mid", tcp, {{"slice_size", "512k"}, {"lanes", "2"}}});
     v.push_back({"tcp_long", tcp, {{"slice_size", "1m"}, {"lanes", "1"}}, true});
 #endif
 #ifdef FERRY_TEST_SHM_PLUGIN
