@@ -127,7 +127,7 @@ unsigned StageWindow::held() const {
     return core_->held;
 }
 
-StageWindow::Got StageWindow::acquire(uint32_t kind_, int32_t device_id_, uint64_t offset,
+StageWindow::Got StageWindow::acquire(uint32_t kind, int32_t device_id, uint64_t offset,
                                       uint64_t len, SlicePtr *out, int *code, std::string *why) {
     {
         std::lock_guard lk(core_->mu);
@@ -147,7 +147,7 @@ StageWindow::Got StageWindow::acquire(uint32_t kind_, int32_t device_id_, uint64
             gen = stager_.releases_;
             ++stager_.held_;
         }
-        rc = h->stage_acquire(h->ctx, kind_, device_id_, len, &buf, &e);
+        rc = h->stage_acquire(h->ctx, kind, device_id, len, &buf, &e);
         if (rc == 0 && buf != nullptr)
             break;
         {
@@ -171,20 +171,20 @@ StageWindow::Got StageWindow::acquire(uint32_t kind_, int32_t device_id_, uint64
         *why = fmt("%s: no pinned host buffer to stage %s device memory: the engine's bound "
                    "(gpu_staging_max_bytes) is reached by other transfers and this one holds none (%s); "
                    "raise gpu_staging_max_bytes or move fewer GPU bytes at once",
-                   stager_.plugin_, kind_name(kind_), e.message);
+                   stager_.plugin_, kind_name(kind), e.message);
         return Got::Fail;
     }
     if (rc != 0 || buf == nullptr) {
         *code = rc != 0 ? rc : -EIO;
         *why = fmt("%s: cannot borrow a staging buffer for %s device memory %d: %s", stager_.plugin_,
-                   kind_name(kind_), device_id_, rc != 0 ? e.message : "the host lent a NULL buffer");
+                   kind_name(kind), device_id, rc != 0 ? e.message : "the host lent a NULL buffer");
         return Got::Fail;
     }
     auto s = std::make_shared<Slice>();
     s->core_ = core_;
     s->buf_ = buf;
-    s->kind_ = kind_;
-    s->device_id_ = device_id_;
+    s->kind_ = kind;
+    s->device_id_ = device_id;
     s->off_ = offset;
     s->len_ = len;
     {
