@@ -213,7 +213,7 @@ TEST_P(StagedDevice, AdvertisesTheCap) {
 
 // READ out of and WRITE into device memory, sub-ranges at odd offsets, ops of many slices.
 TEST_P(StagedDevice, ReadAndWriteSubRangesByteExact) {
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
     fill_pattern(dev_->alias(), dev_->size(), 11);
     struct R {
         uint64_t off, len;
@@ -243,7 +243,7 @@ TEST_P(StagedDevice, ReadAndWriteSubRangesByteExact) {
 
 // The host's bound holds one buffer: every other acquire gets -EAGAIN, and all ops still finish.
 TEST_P(StagedDevice, BoundReachedStillCompletes) {
-    start(kSlice);
+    ASSERT_NO_FATAL_FAILURE(start(kSlice));
     fill_pattern(dev_->alias(), 4 * kMiB, 21);
     fill_pattern(local_->data() + 4 * kMiB, 4 * kMiB, 22, 4 * kMiB);
     std::vector<ferry_xfer_op_t> ops;
@@ -262,7 +262,7 @@ TEST_P(StagedDevice, BoundReachedStillCompletes) {
 
 // No buffer at all (bound 0): the op fails at once, naming the engine option.
 TEST_P(StagedDevice, NoBufferEverFailsNamingTheBound) {
-    start(0);
+    ASSERT_NO_FATAL_FAILURE(start(0));
     for (uint32_t code : {FERRY_OP_READ, FERRY_OP_WRITE}) {
         auto got = run({op(code, 0, kMiB, 1)});
         ASSERT_EQ(got.size(), 1u);
@@ -274,7 +274,7 @@ TEST_P(StagedDevice, NoBufferEverFailsNamingTheBound) {
 // A failed copy fails exactly its op, with the host's message; the next op on the same
 // connection works; after a WRITE's failure is reported no byte lands in its range.
 TEST_P(StagedDevice, CopyFailureFailsThatOpOnly) {
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
     fill_pattern(dev_->alias(), 2 * kMiB, 31);
     for (uint32_t code : {FERRY_OP_READ, FERRY_OP_WRITE}) {
         auto ok = run({op(code, 0, kMiB, 1)});
@@ -331,7 +331,7 @@ TEST_P(StagedDevice, OldHostRefusesDeviceRegions) {
 
 // The plugin serves device regions; as an initiator it refuses them (the core stages those).
 TEST_P(StagedDevice, LocalDeviceRegionIsRefusedAsInitiator) {
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
     Instance a(*plugin_, GetParam().options, host_->api());
     ASSERT_EQ(a.create_rc(), 0) << a.last_error();
     uint64_t mine = 0, peer = 0, remote = 0;
@@ -346,7 +346,7 @@ TEST_P(StagedDevice, LocalDeviceRegionIsRefusedAsInitiator) {
 // The initiator dies while its ops are in the target's pipeline: every buffer comes back, the
 // target keeps serving.
 TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
-    start();
+    ASSERT_NO_FATAL_FAILURE(start());
     host_->set_copy_delay(std::chrono::milliseconds(20));
     auto args = child_args(kInitiatorFlag, GetParam());
     args.insert(args.begin() + 2, {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
