@@ -145,8 +145,10 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
 
 int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void *, size_t, uint64_t *remote_mem,
                           ferry_error_t *err) {
-    if (r->kind != FERRY_MEM_HOST)
-        return set_error(err, -ENOTSUP, "shm: only host memory (kind %u given)", r->kind);
+    // A device region in a peer's descriptor was registered there with staging (shm.so refuses
+    // device memory otherwise): the peer serves it like host memory.
+    if (r->kind != FERRY_MEM_HOST && r->kind != FERRY_MEM_CUDA && r->kind != FERRY_MEM_ROCM)
+        return set_error(err, -ENOTSUP, "shm: imported region of unknown memory kind %u", r->kind);
     if (r->length == 0 || r->addr + r->length < r->addr)
         return set_error(err, -EINVAL, "shm: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
                          r->length);
@@ -209,6 +211,14 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
                 unpin_all();
                 return set_error(err, -EINVAL, "shm: op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside registered region %" PRIu64,
                                  i, op.local_addr, op.length, op.local_mem);
+            }
+            if (local->kind != FERRY_MEM_HOST) {
+                unpin_all();
+                return set_error(err, -ENOTSUP,
+                                 "shm: op %zu: local region %" PRIu64 " is device memory: shm serves peers' access to it "
+                                 "through the host's staging but does not move it as an initiator (the core stages "
+                                 "initiator-side GPU buffers; load cuda_ipc/hip_ipc for GPU-to-GPU on one host)",
+                                 i, op.local_mem);
             }
             if (!local->pin()) {
                 unpin_all();

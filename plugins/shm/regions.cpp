@@ -41,8 +41,11 @@ void Region::retire_and_wait(const Logger &log) {
     }
 }
 
-uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd) {
+uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd,
+                          uint32_t kind, int32_t device_id) {
     auto r = std::make_shared<Region>();
+    r->kind = kind;
+    r->device_id = device_id;
     r->addr = addr;
     r->length = length;
     r->access = access;

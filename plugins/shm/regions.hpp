@@ -24,6 +24,8 @@ using ferry_plugin::Logger;
 struct Region {
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0;
+    uint32_t kind = 0;      // ferry_mem_kind_t: device memory is only ever staged (never touched)
+    int32_t device_id = -1;
     MemfdBacking memfd; // set when the region was moved into a memfd (closed with the region)
     Region() = default;
     Region(const Region &) = delete;
@@ -47,7 +49,8 @@ private:
 
 class RegionTable {
 public:
-    uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {});
+    uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {},
+                 uint32_t kind = 0, int32_t device_id = -1);
     std::shared_ptr<Region> remove(uint64_t handle); // nullptr when unknown
     std::shared_ptr<Region> find(uint64_t handle) const;
     // Finds and pins the region holding [addr, +len) with `need` access: 0, -EFAULT (no live

@@ -94,11 +94,12 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
 // here that is a memcpy; otherwise cross-memory attach. The copy passes the initiator's gate
 // first (wire.hpp) and is made only while the pidfd says the initiator still lives, so a pid
 // reused since is never copied to or from.
-int Transport::copy(const Job &job, uint64_t off, uint64_t len) {
+int Transport::copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine) {
     const pid_t pid = job.conn->pid;
     if (!process_alive(job.conn->pidfd))
         return -ESRCH;
-    auto *mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
+    if (mine == nullptr)
+        mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
     uint8_t gate_byte = 0;
     iovec gate_local{&gate_byte, 1}, gate_remote{reinterpret_cast<void *>(job.req.gate_addr), 1};
     auto gate_open = [&] { return process_vm_readv(pid, &gate_local, 1, &gate_remote, 1, 0) == 1; };
@@ -169,10 +170,42 @@ void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::str
     send(c, buf, sizeof d + mlen);
 }
 
+// A piece of a job, in a worker: host memory is copied directly; a device region (never touched
+// here) goes through the host's staging buffers: READ device -> buffer -> initiator, WRITE
+// initiator -> buffer -> device, up to kDefaultDepth slices overlapping (staged_device.hpp).
+int Transport::copy_piece(Job &job, uint64_t off, uint64_t len) {
+    if (job.region->kind == FERRY_MEM_HOST)
+        return copy(job, off, len);
+    ferry_staged::StageWindow w(stager_, ferry_staged::kDefaultDepth);
+    std::string why;
+    int cma = 0; // the initiator side failed (its errno, for finish()'s message)
+    int rc = ferry_staged::stage_run(
+        w, job.region->kind, job.region->device_id, job.req.remote_addr + off, len, job.req.opcode == FERRY_OP_WRITE,
+        [&](void *buf, uint64_t o, uint64_t n, std::string *) {
+            if (job.conn->gone.load(std::memory_order_acquire) || job.status.load(std::memory_order_relaxed) != 0)
+                return cma = -ECANCELED;
+            return cma = copy(job, off + o, n, static_cast<uint8_t *>(buf));
+        },
+        &why);
+    if (rc != 0 && cma == 0) { // the staging failed, not the initiator: say what the host said
+        std::lock_guard lock(job.why_mu);
+        if (job.why.empty())
+            job.why = strprintf("shm: pid %d could not %s %s device memory [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
+                                job.req.opcode == FERRY_OP_WRITE ? "write into" : "read out of",
+                                ferry_staged::kind_name(job.region->kind), job.req.remote_addr, job.req.length,
+                                why.c_str());
+    }
+    return rc;
+}
+
 void Transport::finish(Job &job) {
     int status = job.status.load();
     std::string message;
-    if (status != 0) {
+    {
+        std::lock_guard lock(job.why_mu);
+        message = job.why;
+    }
+    if (status != 0 && message.empty()) {
         int e = job.sys_errno.load();
         message = strprintf("shm: pid %d could not %s [0x%" PRIx64 ", +%" PRIu64 ") %s pid %d: %s (%s)", pid_,
                             job.req.opcode == FERRY_OP_WRITE ? "copy into" : "copy out of", job.req.remote_addr,
@@ -210,7 +243,8 @@ void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &
     job->req = r;
     job->map = peer_mapping(*c, r);
     c->active.fetch_add(1);
-    if (r.length <= cfg_.inline_size) {
+    // Staged copies wait for the host: never on the I/O thread.
+    if (r.length <= cfg_.inline_size && job->region->kind == FERRY_MEM_HOST) {
         int e = copy(*job, 0, r.length);
         if (e != 0) {
             job->status = e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
@@ -245,7 +279,7 @@ void Transport::worker_loop() {
         }
         Job &job = *p.job;
         if (!job.conn->gone.load(std::memory_order_acquire) && job.status.load(std::memory_order_relaxed) == 0) {
-            int e = copy(job, p.off, p.len);
+            int e = copy_piece(job, p.off, p.len);
             if (e != 0) {
                 int expected = 0;
                 if (job.status.compare_exchange_strong(expected, e == -ESRCH ? -ECONNRESET : e == -ENOMEM ? -EFAULT : e))

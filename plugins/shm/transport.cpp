@@ -34,7 +34,8 @@ Conn::~Conn() {
         close(pidfd);
 }
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
+    : cfg_(cfg), log_(host), stager_(host, "shm") {}
 
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
                       Transport **out, ferry_error_t *err) {
@@ -167,20 +168,20 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
 }
 
 int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
-    if (r->kind != FERRY_MEM_HOST)
-        return set_error(err, -ENOTSUP, "shm: only host memory can be registered (kind %u given)", r->kind);
+    std::string why;
+    if (int rc = stager_.check_region(*r, &why))
+        return set_error(err, rc, "%s", why.c_str());
     if (r->length == 0 || r->addr == 0 || r->addr + r->length < r->addr)
         return set_error(err, -EINVAL, "shm: region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr, r->length);
     if (r->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
         return set_error(err, -EINVAL, "shm: unknown access bits 0x%x", r->access);
     MemfdBacking memfd;
-    if (cfg_.adopt_memfd) {
-        std::string why;
+    if (cfg_.adopt_memfd && r->kind == FERRY_MEM_HOST) { // device memory cannot move into a memfd
         if (!adopt_into_memfd(r->addr, r->length, &memfd, &why))
             log_.log(FERRY_LOG_DEBUG, "region [0x%" PRIx64 ", +%" PRIu64 ") stays on cross-memory attach: %s", r->addr,
                      r->length, why.c_str());
     }
-    *handle = regions_.add(r->addr, r->length, r->access, memfd);
+    *handle = regions_.add(r->addr, r->length, r->access, memfd, r->kind, r->device_id);
     return 0;
 }
 

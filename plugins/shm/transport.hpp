@@ -4,6 +4,7 @@
 #pragma once
 
 #include "memfd.hpp"
+#include "staged_device.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "regions.hpp"
@@ -106,6 +107,8 @@ struct Job {
     std::atomic<uint32_t> left{0};  // pieces not copied yet
     std::atomic<int> status{0};
     std::atomic<int> sys_errno{0};
+    std::mutex why_mu;
+    std::string why; // the message of a staging failure (status set by the same piece)
 };
 
 struct Piece {
@@ -157,7 +160,9 @@ private:
     void on_hello(ServerConn &c, const Hello &h);
     void on_request(const std::shared_ptr<ServerConn> &c, const Request &r);
     void worker_loop();
-    int copy(const Job &job, uint64_t off, uint64_t len);
+    // mine: the bytes on this side (default: the region itself; a staging buffer for device memory)
+    int copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine = nullptr);
+    int copy_piece(Job &job, uint64_t off, uint64_t len); // a worker's piece, staged or not
     std::shared_ptr<PeerMapping> peer_mapping(ServerConn &c, const Request &r);
     void finish(Job &job);
     void send_done(ServerConn &c, uint64_t id, int status, const std::string &message);
@@ -187,6 +192,7 @@ private:
 
     const Config cfg_;
     const Logger log_;
+    ferry_staged::Stager stager_; // device regions: every copy staged through the host (server.cpp)
     uint64_t token_ = 0;
     pid_t pid_ = 0;
     uid_t uid_ = 0;

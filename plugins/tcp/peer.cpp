@@ -127,10 +127,18 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
             int code = 0;
             std::string why;
             Region *r = regions_.acquire_local(op.local_mem, op.local_addr, op.length, &code, &why);
-            if (r == nullptr)
+            if (r == nullptr) {
                 rc = set_error(err, code, "tcp: op %zu: %s", i, why.c_str());
-            else
+            } else {
                 locals.push_back(r);
+                if (r->kind != FERRY_MEM_HOST) // registered to be served staged, never touched here
+                    rc = set_error(err, -ENOTSUP,
+                                   "tcp: op %zu: local region %llu is device memory: tcp serves "
+                                   "peers' access to it through the host's staging but does not "
+                                   "move it as an initiator (the core stages initiator-side GPU "
+                                   "buffers)",
+                                   i, static_cast<unsigned long long>(op.local_mem));
+            }
         }
         if (rc != 0) {
             release_all();

@@ -147,7 +147,8 @@ extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     .struct_size = sizeof(ferry_plugin_v1_t),
     .name = ferry_tcp::kPluginName,
     .version = ferry_tcp::kPluginVersion,
-    .caps = FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY,
+    .caps = FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
+            FERRY_CAP_STAGED_DEVICE,
     .probe = tcp_probe,
     .create = tcp_create,
     .destroy = tcp_destroy,

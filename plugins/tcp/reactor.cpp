@@ -94,6 +94,27 @@ void Reactor::mark_ready(Handler *h) {
     ready_.push_back(h);
 }
 
+// A kick queued from another thread (a staging copy that ended) must not reach a handler that
+// is about to be deleted.
+void Reactor::unkick(Handler *h) {
+    {
+        std::lock_guard lk(inbox_mu_);
+        if (h->kick_queued_) {
+            Handler *prev = nullptr;
+            for (Handler *k = kick_head_; k != nullptr; prev = k, k = k->kick_next_) {
+                if (k != h)
+                    continue;
+                (prev != nullptr ? prev->kick_next_ : kick_head_) = k->kick_next_;
+                if (kick_tail_ == k)
+                    kick_tail_ = prev;
+                break;
+            }
+            h->kick_queued_ = false;
+            h->kick_next_ = nullptr;
+        }
+    }
+}
+
 void Reactor::forget(Handler *h) {
     if (h->in_ready_) {
         h->in_ready_ = false;
@@ -112,6 +133,7 @@ void Reactor::adopt(std::unique_ptr<Handler> h) {
 
 void Reactor::dispose(Handler *h) {
     forget(h);
+    unkick(h);
     auto it = adopted_.find(h);
     if (it != adopted_.end()) {
         graveyard_.push_back(std::move(it->second));
@@ -122,6 +144,7 @@ void Reactor::dispose(Handler *h) {
 void Reactor::dispose_all() {
     for (auto &[p, h] : adopted_) {
         forget(p);
+        unkick(p);
         graveyard_.push_back(std::move(h));
     }
     adopted_.clear();

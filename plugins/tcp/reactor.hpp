@@ -75,6 +75,7 @@ private:
     void run_inbox();
     void run_ready();
     void run_timers(Clock::time_point now);
+    void unkick(Handler *h); // drops a queued kick
     void flush();
 
     const Logger &log_;

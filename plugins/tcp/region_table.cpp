@@ -14,8 +14,11 @@ const char *access_name(uint32_t need) {
 }
 } // namespace
 
-uint64_t RegionTable::add(uint64_t addr, uint64_t len, uint32_t access) {
+uint64_t RegionTable::add(uint64_t addr, uint64_t len, uint32_t access, uint32_t kind,
+                          int32_t device_id) {
     auto r = std::make_unique<Region>();
+    r->kind = kind;
+    r->device_id = device_id;
     r->addr = addr;
     r->len = len;
     r->access = access;

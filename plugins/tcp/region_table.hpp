@@ -19,6 +19,8 @@ struct Region {
     uint64_t addr = 0;
     uint64_t len = 0;
     uint32_t access = 0; // FERRY_ACCESS_REMOTE_* granted to peers
+    uint32_t kind = 0;   // ferry_mem_kind_t: not host memory is never dereferenced (staged)
+    int32_t device_id = -1;
     std::atomic<uint64_t> refs{0};
     std::atomic<bool> removed{false}; // set once remove() has started
 };
@@ -29,7 +31,8 @@ public:
     RegionTable(const RegionTable &) = delete;
     RegionTable &operator=(const RegionTable &) = delete;
 
-    uint64_t add(uint64_t addr, uint64_t len, uint32_t access);
+    uint64_t add(uint64_t addr, uint64_t len, uint32_t access, uint32_t kind = 0,
+                 int32_t device_id = -1);
 
     // Makes the handle unknown at once (later lookups fail), then waits until every transfer
     // holding a reference on the region has released it. Returns false for an unknown handle.

@@ -35,6 +35,7 @@ ServerConn::ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string
       adm_(std::move(admission)) {}
 
 ServerConn::~ServerConn() {
+    stage_teardown();
     if (adm_.refused)
         ctx_.limits.release_refusal();
     else
@@ -48,7 +49,10 @@ ServerConn::~ServerConn() {
         ctx_.regions.release(a.ref);
     if (fd_ >= 0) {
         reactor_.del_fd(fd_);
-        close(fd_);
+        if (fd_keeper_)
+            fd_keeper_.reset(); // closes now, or once the last staging copy ended
+        else
+            close(fd_);
     }
 }
 
@@ -68,6 +72,8 @@ void ServerConn::close_conn(int level, const std::string &why) {
     if (closed_)
         return;
     closed_ = true;
+    if (window_)
+        window_->detach(); // no kick may reach this handler once it is disposed
     ctx_.peer_log.log(level, "connection from %s closed: %s", name_.c_str(), why.c_str());
     reactor_.dispose(this); // deleted at the end of this loop iteration
 }
@@ -87,7 +93,7 @@ void ServerConn::on_events(uint32_t events) {
 bool ServerConn::can_read() const {
     // Only unsent responses throttle reading: READ_DONE reports arrive on this same stream, so
     // waiting for them must never stop it.
-    return readable_ && !closing_ && out_.size() < kMaxQueued;
+    return readable_ && !closing_ && !stage_wait_ && out_.size() < kMaxQueued;
 }
 
 void ServerConn::progress() {
@@ -116,14 +122,14 @@ void ServerConn::progress() {
             break;
         }
     }
-    if (!closed_ && ((ctx_.cfg.op_timeout_ms != 0 && busy()) || !hello_done_))
+    if (!closed_ && ((ctx_.cfg.op_timeout_ms != 0 && busy()) || !hello_done_ || stage_busy()))
         reactor_.want_timer(this);
 }
 
 TxItem ServerConn::tx_item(size_t i) const {
     const Resp &r = out_[i];
     TxItem it;
-    it.hdr = r.hdr;
+    it.hdr = r.head ? r.hdr : nullptr;
     it.payload = r.data;
     it.len = r.len;
     it.by_ref = r.by_ref;
@@ -131,6 +137,12 @@ TxItem ServerConn::tx_item(size_t i) const {
 }
 
 ssize_t ServerConn::do_send() {
+    while (!out_.empty() && out_.front().dead && !out_.front().in_staged) { // skipped staged items
+        stage_release(out_.front());
+        if (out_.front().ref != nullptr)
+            ctx_.regions.release(out_.front().ref);
+        out_.pop_front();
+    }
     TxResult r;
     ssize_t n = tx_.step(fd_, &pipe_, *this, &r);
     if (r.refused) {
@@ -145,8 +157,10 @@ ssize_t ServerConn::do_send() {
         writable_ = false;
     if (n > 0)
         last_progress_ = Clock::now();
+    const bool staged = staged_in_out_ > 0;
     for (size_t i = 0; i < r.completed; ++i) {
         Resp &resp = out_.front();
+        stage_release(resp);
         if (resp.needs_done) {
             awaiting_.push_back(Awaiting{resp.id, resp.ref});
             resp.ref = nullptr;
@@ -154,6 +168,17 @@ ssize_t ServerConn::do_send() {
             ctx_.regions.release(resp.ref);
         }
         out_.pop_front();
+    }
+    while (!out_.empty() && out_.front().dead && !out_.front().in_staged) {
+        stage_release(out_.front());
+        if (out_.front().ref != nullptr)
+            ctx_.regions.release(out_.front().ref);
+        out_.pop_front();
+    }
+    if (staged && r.completed > 0) { // buffers came back: start the next copies
+        stage_progress();
+        if (closed_)
+            return -1;
     }
     if (awaiting_.size() > kMaxAwaiting) {
         close_conn(FERRY_LOG_WARN, strprintf("client owes READ_DONE for %zu responses",
@@ -180,9 +205,14 @@ ssize_t ServerConn::do_recv() {
         // on_header). Drain: into a scratch sink. When the rest of the payload fits, the next
         // request's header is read by the same call.
         iovec iov[2];
+        if (rx_ == Rx::Staged && !rx_slice_ && writes_.back().status == 0 && !stage_rx_slice())
+            return 0; // waits for a staging buffer (stage_wait_)
         if (rx_ == Rx::Payload || rx_ == Rx::Handshake) {
             chunk = static_cast<size_t>(std::min<uint64_t>(left_, SSIZE_MAX - kHeaderSize));
             iov[0] = {dst_, chunk};
+        } else if (rx_ == Rx::Staged && rx_slice_) {
+            chunk = static_cast<size_t>(std::min<uint64_t>(left_, rx_slice_->length() - rx_slice_got_));
+            iov[0] = {static_cast<uint8_t *>(rx_slice_->buf()) + rx_slice_got_, chunk};
         } else {
             if (scratch_.empty())
                 scratch_.resize(kScratch);
@@ -235,8 +265,13 @@ ssize_t ServerConn::do_recv() {
     }
     const size_t body = std::min(static_cast<size_t>(n), chunk);
     left_ -= body;
-    if (rx_ == Rx::Payload || rx_ == Rx::Handshake)
+    if (rx_ == Rx::Payload || rx_ == Rx::Handshake) {
         dst_ += body;
+    } else if (rx_ == Rx::Staged && rx_slice_) {
+        rx_slice_got_ += body;
+        if (rx_slice_got_ == rx_slice_->length())
+            stage_rx_filled();
+    }
     if (left_ != 0)
         return n;
     set_rcvlowat(fd_, &lowat_, 1);
@@ -246,6 +281,8 @@ ssize_t ServerConn::do_recv() {
         queue(kWriteAck, cur_.id, 0, 0);
     } else if (rx_ == Rx::Handshake) {
         on_handshake_data();
+    } else if (rx_ == Rx::Staged) {
+        stage_rx_done();
     } else {
         queue_error(cur_.id, drain_status_, drain_why_);
     }
@@ -337,7 +374,9 @@ bool ServerConn::on_header() {
         Region *r = ctx_.regions.acquire_remote(h.addr, h.length, FERRY_ACCESS_REMOTE_WRITE,
                                                 &code, &why);
         left_ = h.length;
-        if (r != nullptr) {
+        if (r != nullptr && r->kind != FERRY_MEM_HOST) {
+            stage_write(h, r);
+        } else if (r != nullptr) {
             cur_ref_ = r;
             dst_ = reinterpret_cast<uint8_t *>(h.addr);
             rx_ = Rx::Payload;
@@ -357,6 +396,8 @@ bool ServerConn::on_header() {
         queue_error(h.id, code, why);
         return true;
     }
+    if (r->kind != FERRY_MEM_HOST)
+        return stage_read(h, r); // device memory: never dereferenced here
     // Large payloads go by reference (zero-copy); the region then stays referenced until the
     // client reports them consumed (READ_DONE).
     const bool by_ref = ctx_.cfg.zerocopy && h.length >= kZeroCopyMin &&
@@ -464,7 +505,8 @@ void ServerConn::queue_data(uint8_t type, uint8_t flags, const uint8_t *data, ui
 }
 
 bool ServerConn::busy() const {
-    return rx_ != Rx::Header || hdr_got_ != 0 || !out_.empty() || !awaiting_.empty();
+    return rx_ != Rx::Header || hdr_got_ != 0 || !out_.empty() || !awaiting_.empty() ||
+           stage_busy();
 }
 
 bool ServerConn::on_read_done(const Header &h) {
@@ -509,13 +551,19 @@ bool ServerConn::on_timer(Clock::time_point now) {
         return true;
     if (!busy())
         return false;
+    if (stage_busy()) {
+        stage_progress(); // the bound was held by other connections: try again
+        progress();
+        if (closed_)
+            return false;
+    }
     if (ctx_.cfg.op_timeout_ms != 0 &&
         ms_between(last_progress_, now) >= ctx_.cfg.op_timeout_ms) {
         close_conn(FERRY_LOG_WARN, strprintf("no progress for %u ms (op_timeout_ms)",
                                              ctx_.cfg.op_timeout_ms));
         return false;
     }
-    return ctx_.cfg.op_timeout_ms != 0;
+    return ctx_.cfg.op_timeout_ms != 0 || stage_busy();
 }
 
 } // namespace ferry_tcp

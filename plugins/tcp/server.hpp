@@ -13,6 +13,8 @@
 #include "util.hpp"
 #include "wire.hpp"
 
+#include "staged_device.hpp"
+
 #include <sys/socket.h>
 
 #include <atomic>
@@ -29,6 +31,7 @@ struct ServerContext {
     RegionTable &regions;
     ConnLimits &limits;
     LogLimiter &peer_log; // what peers cause: bad connections, refused requests
+    ferry_staged::Stager &stager; // device regions (server_staged.cpp)
 };
 
 // How the listener admitted a connection (conn_limits.hpp).
@@ -49,9 +52,10 @@ public:
     void on_events(uint32_t events) override;
     bool on_timer(Clock::time_point now) override;
     void on_ready() override { progress(); }
+    void on_kick() override; // a staging copy ended (server_staged.cpp)
 
 private:
-    enum class Rx { Header, Payload, Drain, Handshake };
+    enum class Rx { Header, Payload, Drain, Handshake, Staged };
     struct Resp {
         uint8_t hdr[kHeaderSize];
         uint64_t id = 0;
@@ -61,13 +65,33 @@ private:
         bool by_ref = false;     // payload spliced by reference
         bool needs_done = false; // sent with kFlagNeedsDone
         std::string msg;
+        // Staged READ_RESP of device memory (server_staged.cpp): one item per staging slice, the
+        // first with the header, the others continuing its payload from their own buffers.
+        ferry_staged::SlicePtr slice;
+        bool head = true;       // has a header (false: a continuation item)
+        bool ready = true;      // false until its slice is copied (or its ack decided)
+        bool dead = false;      // its request failed before a byte of it was sent: skipped
+        bool in_staged = false; // listed in staged_
+        bool staged = false;    // counted in staged_in_out_
+        uint32_t group = 0;     // head of a request sent all-or-nothing: its items
+        uint64_t dev_addr = 0;  // device address of this item's bytes
+        Region *dev_region = nullptr; // for the item's slice (a reference per slice)
+    };
+    // A WRITE into device memory: its payload is received into slices copied to the device;
+    // acknowledged (or refused) once every copy ended.
+    struct StagedWrite {
+        Resp *ack = nullptr; // placeholder in out_
+        std::vector<ferry_staged::SlicePtr> slices;
+        bool received = false;
+        int status = 0;
+        std::string why;
     };
     struct Awaiting {
         uint64_t id;
         Region *ref;
     };
 
-    size_t tx_count() const override { return out_.size(); }
+    size_t tx_count() const override;
     TxItem tx_item(size_t i) const override;
     bool on_read_done(const Header &h);
 
@@ -85,6 +109,23 @@ private:
     void close_conn(int level, const std::string &why);
     bool busy() const;
     bool can_read() const;
+
+    // ---- device regions (server_staged.cpp) ----
+    bool stage_read(const Header &h, Region *r); // queues the items of a READ_REQ
+    void stage_write(const Header &h, Region *r); // a WRITE_REQ: rx_ = Staged
+    bool stage_rx_slice();                       // a buffer for the next payload bytes
+    void stage_rx_filled();                      // the buffer is full: copy it to the device
+    void stage_rx_done();                        // the payload is in
+    void stage_progress();                       // feed copies, mark items ready, acks
+    void stage_fail_read(Resp *head, int code, const std::string &why);
+    void stage_release(Resp &r); // its slice back; it leaves out_
+    void stage_pop();             // staged_.front() is decided
+    static void make_error(Resp &r, int status, const std::string &msg);
+    ferry_staged::SlicePtr stage_take(Region *r, uint64_t off, uint64_t len, int *code,
+                                      std::string *why, bool *wait);
+    ferry_staged::StageWindow &window();
+    void stage_teardown();
+    bool stage_busy() const;
 
     ServerContext &ctx_;
     Reactor &reactor_;
@@ -123,6 +164,22 @@ private:
     TxCursor tx_;                   // position inside out_.front()
     SplicePipe pipe_;               // zero-copy READ_RESP payloads
     std::deque<Awaiting> awaiting_; // by-reference READ_RESPs not yet reported consumed
+
+    // ---- device regions ----
+    struct FdCloser {
+        int fd = -1;
+        ~FdCloser();
+    };
+    std::unique_ptr<ferry_staged::StageWindow> window_;
+    std::shared_ptr<FdCloser> fd_keeper_; // the socket closes once no staging copy runs
+    std::deque<Resp *> staged_;           // staged READ items not yet ready, in order
+    size_t feed_ = 0;                     // staged_[feed_] is the next item without a slice
+    size_t staged_in_out_ = 0;            // staged items in out_ (tx_count scans only then)
+    std::deque<StagedWrite> writes_;
+    ferry_staged::SlicePtr rx_slice_;     // WRITE payload bytes go here
+    uint64_t rx_slice_got_ = 0;
+    uint64_t rx_dev_ = 0;                 // device address of the next WRITE payload byte
+    bool stage_wait_ = false;             // receiving waits for a staging buffer
     Clock::time_point last_progress_{};
 };
 

@@ -26,9 +26,9 @@ constexpr unsigned kPeerLogWindowMs = 10000;
 } // namespace
 
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
-    : cfg_(cfg), log_(host), limits_(cfg_),
+    : cfg_(cfg), log_(host), stager_(host, "tcp"), limits_(cfg_),
       peer_log_(log_, "peer connections and requests", kPeerLogBurst, kPeerLogWindowMs),
-      server_ctx_{cfg_, log_, regions_, limits_, peer_log_} {}
+      server_ctx_{cfg_, log_, regions_, limits_, peer_log_, stager_} {}
 
 int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
                       Transport **out, ferry_error_t *err) {
@@ -119,6 +119,9 @@ Transport::~Transport() {
         r->stop();
     reactors_.clear();
     listener_.reset();
+    // 4. Staging copies still running for closed connections: their buffers come back (and
+    //    their region references drop) when they end.
+    stager_.wait_idle();
 }
 
 int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
@@ -133,13 +136,10 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
 
 int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle,
                             ferry_error_t *err) {
-    if (region->kind == FERRY_MEM_CUDA || region->kind == FERRY_MEM_ROCM)
-        return set_error(err, -ENOTSUP,
-                         "tcp: cannot register %s device memory: the tcp transport moves host "
-                         "memory only (the core must stage GPU memory through host buffers)",
-                         region->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm");
-    if (region->kind != FERRY_MEM_HOST)
-        return set_error(err, -EINVAL, "tcp: unknown memory kind %u", region->kind);
+    std::string why;
+    int rc = stager_.check_region(*region, &why);
+    if (rc != 0)
+        return set_error(err, rc, "%s", why.c_str());
     if (region->addr == 0 || region->length == 0 ||
         region->addr + region->length < region->addr)
         return set_error(err, -EINVAL, "tcp: invalid region [0x%llx, +%llu)",
@@ -147,7 +147,8 @@ int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle,
                          static_cast<unsigned long long>(region->length));
     if ((region->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE)) != 0)
         return set_error(err, -EINVAL, "tcp: unknown access bits 0x%x", region->access);
-    *handle = regions_.add(region->addr, region->length, region->access);
+    *handle = regions_.add(region->addr, region->length, region->access, region->kind,
+                           region->device_id);
     return 0;
 }
 
@@ -224,9 +225,11 @@ int Transport::import_mem(uint64_t id, const ferry_mem_region_t *region, const v
     if (len != 0)
         return set_error(err, -EINVAL,
                          "tcp: import_mem got %zu descriptor bytes; tcp regions export none", len);
-    if (region->kind != FERRY_MEM_HOST)
-        return set_error(err, -ENOTSUP, "tcp: remote region of memory kind %u: tcp moves host "
-                                        "memory only", region->kind);
+    // A device region in a peer's descriptor was registered there with staging (its tcp.so
+    // refuses device memory otherwise): the peer serves it like host memory.
+    if (region->kind != FERRY_MEM_HOST && region->kind != FERRY_MEM_CUDA &&
+        region->kind != FERRY_MEM_ROCM)
+        return set_error(err, -ENOTSUP, "tcp: remote region of unknown memory kind %u", region->kind);
     if (region->length == 0 || region->addr + region->length < region->addr)
         return set_error(err, -EINVAL, "tcp: invalid remote region [0x%llx, +%llu)",
                          static_cast<unsigned long long>(region->addr),

@@ -11,6 +11,8 @@
 #include "listener.hpp"
 #include "util.hpp"
 
+#include "staged_device.hpp"
+
 #include <ferry/plugin.h>
 
 #include <atomic>
@@ -49,6 +51,7 @@ private:
     const Logger log_;
     CompletionQueue cq_;
     RegionTable regions_;
+    ferry_staged::Stager stager_; // device regions: served through the host's staging calls
     ConnLimits limits_;
     LogLimiter peer_log_;
     ServerContext server_ctx_;

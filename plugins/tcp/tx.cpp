@@ -14,7 +14,8 @@ constexpr int kMaxIov = 64; // iovecs per sendmsg: up to 32 messages per call
 
 void TxCursor::advance(const TxSource &src, uint64_t n, TxResult *r) {
     while (n > 0) {
-        uint64_t rest = kHeaderSize + src.tx_item(r->completed).len - off_;
+        const TxItem it = src.tx_item(r->completed);
+        uint64_t rest = (it.hdr != nullptr ? kHeaderSize : 0) + it.len - off_;
         if (n < rest) {
             off_ += n;
             return;
@@ -59,13 +60,13 @@ ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r)
         const TxItem it = src.tx_item(i);
         if (i > 0 && it.by_ref)
             break; // goes through the pipe
-        if (off < kHeaderSize) {
+        const uint64_t hl = it.hdr != nullptr ? kHeaderSize : 0;
+        if (off < hl) {
             iov[cnt++] = {const_cast<uint8_t *>(it.hdr) + off, kHeaderSize - off};
             if (it.len != 0)
                 iov[cnt++] = {const_cast<uint8_t *>(it.payload), it.len};
         } else {
-            iov[cnt++] = {const_cast<uint8_t *>(it.payload) + (off - kHeaderSize),
-                          it.len - (off - kHeaderSize)};
+            iov[cnt++] = {const_cast<uint8_t *>(it.payload) + (off - hl), it.len - (off - hl)};
         }
     }
     for (int i = 0; i < cnt; ++i)

@@ -26,7 +26,8 @@ namespace ferry_tcp {
 inline constexpr uint64_t kZeroCopyMin = 512 * 1024;
 
 struct TxItem {
-    const uint8_t *hdr = nullptr;     // kHeaderSize bytes
+    const uint8_t *hdr = nullptr;     // kHeaderSize bytes; nullptr: a continuation of the
+                                      // previous item's payload (staged slices), never by_ref
     const uint8_t *payload = nullptr; // nullptr when len == 0
     uint64_t len = 0;
     bool by_ref = false;

@@ -96,17 +96,21 @@ void log_to_stderr(void *, int level, const char *plugin, const char *message) {
 
 ferry_host_api_t *test_host() {
     static ferry_host_api_t host{sizeof(ferry_host_api_t), 0, nullptr, log_to_stderr,
-                                 FERRY_LOG_WARN};
+                                 FERRY_LOG_WARN, 0, nullptr, nullptr, nullptr}; // no staging
     return &host;
 }
 
-Instance::Instance(const Plugin &plugin, const Options &options) : api_(plugin.api()) {
+Instance::Instance(const Plugin &plugin, const Options &options)
+    : Instance(plugin, options, test_host()) {}
+
+Instance::Instance(const Plugin &plugin, const Options &options, const ferry_host_api_t *host)
+    : api_(plugin.api()) {
     std::vector<ferry_kv_t> kv;
     for (const auto &[k, v] : options)
         kv.push_back({k.c_str(), v.c_str()});
     ferry_error_t e{};
     ferry_transport_t *t = nullptr;
-    create_rc_ = api_->create(kv.data(), kv.size(), test_host(), &t, &e);
+    create_rc_ = api_->create(kv.data(), kv.size(), host, &t, &e);
     if (create_rc_ == 0)
         t_ = t;
     else
@@ -157,8 +161,8 @@ int Instance::connect(const std::vector<uint8_t> &ep, uint64_t *peer) {
 int Instance::disconnect(uint64_t peer) { CALL(api_->disconnect(t_, peer, &e)); }
 
 int Instance::import_mem(uint64_t peer, uint64_t addr, uint64_t len, uint32_t access,
-                         uint64_t *remote_mem) {
-    ferry_mem_region_t r{addr, len, FERRY_MEM_HOST, -1, access, 0};
+                         uint64_t *remote_mem, uint32_t kind) {
+    ferry_mem_region_t r{addr, len, kind, kind == FERRY_MEM_HOST ? -1 : 0, access, 0};
     CALL(api_->import_mem(t_, peer, &r, nullptr, 0, remote_mem, &e));
 }
 

@@ -89,6 +89,8 @@ __attribute__((no_sanitize("thread"))) inline uint8_t watch_byte(const uint8_t *
 class Instance {
 public:
     Instance(const Plugin &plugin, const Options &options);
+    // With a host of the test's own (staging_host.hpp); it must outlive the instance.
+    Instance(const Plugin &plugin, const Options &options, const ferry_host_api_t *host);
     ~Instance();
     Instance(const Instance &) = delete;
     Instance &operator=(const Instance &) = delete;
@@ -108,7 +110,7 @@ public:
     int connect(const std::vector<uint8_t> &endpoint, uint64_t *peer);
     int disconnect(uint64_t peer);
     int import_mem(uint64_t peer, uint64_t addr, uint64_t len, uint32_t access,
-                   uint64_t *remote_mem);
+                   uint64_t *remote_mem, uint32_t kind = FERRY_MEM_HOST);
     int submit(uint64_t peer, const std::vector<ferry_xfer_op_t> &ops);
     // Collects completions until `n` arrived, sleeping on completion_fd (or polling) in
     // between. Gives up after `limit` (a hang guard, not a timing check).

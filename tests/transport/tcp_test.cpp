@@ -221,17 +221,20 @@ TEST_F(TcpTest, OptionErrorsNameTheKeyAndTheAcceptedValues) {
     EXPECT_TRUE(good);
 }
 
+// Without the host's staging calls (test_host offers none) device memory is refused; with them
+// it is served staged (staged_device_test.cpp).
 TEST_F(TcpTest, GpuMemoryIsRefusedWithNotSupported) {
     auto s = make();
     ASSERT_TRUE(s);
     std::vector<uint8_t> mem(4096);
     uint64_t h = 777;
     EXPECT_EQ(s->register_mem(mem.data(), mem.size(), kRW, &h, FERRY_MEM_CUDA), -ENOTSUP);
-    EXPECT_NE(s->last_error().find("host memory"), std::string::npos) << s->last_error();
+    EXPECT_NE(s->last_error().find("offers no staging"), std::string::npos) << s->last_error();
     EXPECT_EQ(s->register_mem(mem.data(), mem.size(), kRW, &h, FERRY_MEM_ROCM), -ENOTSUP);
     EXPECT_EQ(h, 777u) << "output written on failure";
     EXPECT_EQ((*plugin_)->caps,
-              FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY);
+              FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
+                  FERRY_CAP_STAGED_DEVICE);
 }
 
 TEST_F(TcpTest, BadMagicClosesTheConnectionAndServingGoesOn) {
