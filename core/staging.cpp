@@ -187,7 +187,8 @@ void Engine::Impl::stop_staging() {
         std::lock_guard lock(staging_waiters_mutex);
         staging_waiters.clear();
     }
-    staging->set_on_release(nullptr);
+    // on_release stays: plugins may give slices back until they are destroyed; with stopping
+    // set, a retried op only finishes.
     staging->stop(); // every started copy reports first
     std::lock_guard lock(slice_handles_mutex);
     for (auto &[key, handle] : slice_handles) (void)transports[key.second]->deregister_mem(handle);
