@@ -109,7 +109,7 @@ Result<void *> StagingService::acquire(uint32_t kind, int device) {
     return *buf;
 }
 
-void StagingService::release(void *buf) {
+void StagingService::release(void *buf, bool inline_retry) {
     {
         std::lock_guard lock(mutex_);
         auto it = slices_.find(buf);
@@ -120,8 +120,25 @@ void StagingService::release(void *buf) {
         it->second.lent = false;
         lent_ -= slice_bytes_;
         free_[{it->second.kind, it->second.device}].push_back(buf);
+        if (!inline_retry) {
+            retry_pending_ = true;
+            retry_cv_.notify_one();
+            return;
+        }
     }
     if (on_release_) on_release_();
+}
+
+void StagingService::retry_loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+        retry_cv_.wait(lock, [&] { return retry_stop_ || retry_pending_; });
+        if (retry_stop_) return;
+        retry_pending_ = false;
+        lock.unlock();
+        if (on_release_) on_release_();
+        lock.lock();
+    }
 }
 
 StagingService::Lane *StagingService::lane(uint32_t kind, int device, GpuStager *s) {
@@ -168,8 +185,11 @@ void StagingService::stop() {
     {
         std::lock_guard lock(mutex_);
         stopping_ = true;
+        retry_stop_ = true;
         for (auto &[key, l] : lanes_) lanes.push_back(l.get());
     }
+    retry_cv_.notify_all();
+    if (retry_thread_.joinable()) retry_thread_.join();
     for (Lane *l : lanes) {
         {
             std::lock_guard lock(l->m);
@@ -213,7 +233,7 @@ int host_stage_acquire(void *ctx, uint32_t kind, int32_t device, uint64_t bytes,
     return 0;
 }
 
-void host_stage_release(void *ctx, void *buf) { service(ctx).release(buf); }
+void host_stage_release(void *ctx, void *buf) { service(ctx).release(buf, false); }
 
 int host_stage_copy(void *ctx, uint32_t kind, int32_t device, uint64_t device_addr, void *buf, uint64_t bytes,
                     int to_device, void (*done)(void *, int, const char *), void *arg, ferry_error_t *err) {
@@ -241,6 +261,10 @@ void StagingService::fill_host_api(ferry_host_api_t &host) {
     std::string why;
     bool any = offers(FERRY_MEM_CUDA, why) | offers(FERRY_MEM_ROCM, why);
     if (!any) return;
+    {
+        std::lock_guard lock(mutex_);
+        if (!retry_thread_.joinable() && !stopping_) retry_thread_ = std::thread([this] { retry_loop(); });
+    }
     host.ctx = this;
     host.stage_slice_bytes = slice_bytes_;
     host.stage_acquire = host_stage_acquire;

@@ -44,8 +44,11 @@ public:
 
     // A pinned slice for device memory of (kind, device); -EAGAIN at the bound.
     Result<void *> acquire(uint32_t kind, int device);
-    void release(void *buf);
+    // Gives a slice back. `inline_retry`: run on_release on this thread; plugins' releases
+    // (which may hold the plugin's own locks) hand it to the service's retry thread instead.
+    void release(void *buf, bool inline_retry = true);
     // Called (outside every lock of the service) after each release, so waiters can retry.
+    // Set once, before any slice is lent.
     void set_on_release(std::function<void()> fn) { on_release_ = std::move(fn); }
 
     // Starts a copy of `bytes` from src to dst (one of them device memory of (kind, device), the
@@ -81,6 +84,11 @@ private:
     uint64_t lent_ = 0, peak_ = 0, acquire_refused_ = 0, copies_ = 0, copy_failures_ = 0;
     bool stopping_ = false;
     std::function<void()> on_release_;
+    // Runs on_release for plugins' releases, off their threads.
+    std::thread retry_thread_;
+    std::condition_variable retry_cv_;
+    bool retry_pending_ = false, retry_stop_ = false;
+    void retry_loop();
 };
 
 } // namespace ferry
