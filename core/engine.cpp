@@ -195,13 +195,17 @@ Result<void> Engine::Impl::publish_locked() {
 static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_t length, MemoryOptions options) {
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
     std::string asked;
+    bool cuda_loaded = false;
     for (uint32_t kind : {uint32_t{FERRY_MEM_CUDA}, uint32_t{FERRY_MEM_ROCM}}) {
         std::string why;
+        // HIP only where no CUDA driver loads: both runtimes in one process abort (two LLVMs).
+        if (kind == FERRY_MEM_ROCM && cuda_loaded) break;
         GpuStager *s = im.stager(kind, why);
         if (!s) {
             asked += cat(asked.empty() ? "" : "; ", kind_name(kind), ": ", why);
             continue;
         }
+        cuda_loaded |= kind == FERRY_MEM_CUDA;
         auto device = s->device_of(addr);
         if (!device) {
             asked += cat(asked.empty() ? "" : "; ", kind_name(kind), ": not its memory");

@@ -258,8 +258,10 @@ int host_stage_copy(void *ctx, uint32_t kind, int32_t device, uint64_t device_ad
 } // namespace
 
 void StagingService::fill_host_api(ferry_host_api_t &host) {
+    // The HIP runtime is opened only where no CUDA driver loads: a process holding both
+    // (ROCm libraries on an NVIDIA host) aborts in their two LLVMs' option registries.
     std::string why;
-    bool any = offers(FERRY_MEM_CUDA, why) | offers(FERRY_MEM_ROCM, why);
+    bool any = offers(FERRY_MEM_CUDA, why) || offers(FERRY_MEM_ROCM, why);
     if (!any) return;
     {
         std::lock_guard lock(mutex_);

@@ -173,3 +173,62 @@ TEST_F(CudaStagingTest, ABarePointerToCudaMallocdMemoryIsRegisteredAsGpuMemory) 
     for (uint64_t i = 0; i < host.size(); ++i) ASSERT_EQ(host[i], test::peer_pattern(4096 + i)) << "byte " << i;
     cudaFree(dev);
 }
+
+// GPU -> GPU over tcp.so between two processes: the target serves its GPU memory through the
+// host staging calls (FERRY_CAP_STAGED_DEVICE), the initiator stages through its pipeline.
+TEST_F(CudaStagingTest, GpuToGpuOverTcpBetweenTwoProcesses) {
+    constexpr uint64_t kSize = 64 << 20;
+    PeerProcess peer({std::to_string(kSize), "0", "tcp"}, FERRY_GPU_TEST_PEER_BIN);
+    std::istringstream ready(peer.ready_line);
+    std::string word, segment, a0, a1;
+    ready >> word >> segment >> a0 >> a1;
+    ASSERT_EQ(word, "READY") << peer.ready_line;
+    uint64_t r0 = std::stoull(a0, nullptr, 16), r1 = std::stoull(a1, nullptr, 16);
+    auto engine = Engine::create({{"plugins", "tcp"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    bool staged = false;
+    for (auto &t : (*engine)->transports()) staged |= t.name == "tcp" && (t.caps & (1ull << 17));
+    if (!staged) GTEST_SKIP() << "SKIPPED: tcp.so does not serve staged device memory yet (no FERRY_CAP_STAGED_DEVICE)";
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), kSize));
+    ASSERT_TRUE((*engine)->register_memory(dev, kSize, {MemoryKind::Auto}));
+    auto seg = (*engine)->open_segment(segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    std::string transport;
+    auto r = run(**engine, {{Opcode::Read, dev, *seg, r0, kSize, ""}}, &transport);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(transport, "tcp");
+    std::vector<uint8_t> host(kSize);
+    CUDA_OR_DIE(cudaMemcpy(host.data(), dev, kSize, cudaMemcpyDeviceToHost));
+    for (uint64_t i = 0; i < kSize; ++i) ASSERT_EQ(host[i], test::peer_pattern(4096 + i)) << "READ byte " << i;
+    std::vector<uint8_t> expected(2 * kSize);
+    for (uint64_t i = 0; i < kSize; ++i) {
+        expected[i] = test::peer_pattern(4096 + i);
+        expected[kSize + i] = test::peer_pattern(2 * 4096 + kSize + i);
+    }
+    for (uint64_t i = 0; i < kSize; ++i) host[i] = static_cast<uint8_t>(i * 11 + 3);
+    CUDA_OR_DIE(cudaMemcpy(dev, host.data(), kSize, cudaMemcpyHostToDevice));
+    ASSERT_TRUE(run(**engine, {{Opcode::Write, dev + 7, *seg, r1 + 7, kSize - 20, ""}}));
+    memcpy(expected.data() + kSize + 7, host.data() + 7, kSize - 20);
+    EXPECT_EQ(peer.command("sum"), sum_line(expected));
+
+    // Figures against host -> host tcp.so in the same run (printed, not enforced).
+    PeerProcess hpeer({"--size", std::to_string(kSize)});
+    ASSERT_TRUE(hpeer.ok) << hpeer.error;
+    auto hseg = (*engine)->open_segment(hpeer.segment);
+    ASSERT_TRUE(hseg);
+    std::vector<uint8_t> local(kSize);
+    ASSERT_TRUE((*engine)->register_memory(local.data(), kSize));
+    for (uint64_t block : {uint64_t{1} << 20, uint64_t{16} << 20}) {
+        int ops = static_cast<int>(std::min<uint64_t>(64, kSize / block)), rounds = block == (1u << 20) ? 10 : 5;
+        for (Opcode op : {Opcode::Write, Opcode::Read}) {
+            double h = rate(**engine, op, local.data(), *hseg, hpeer.base, block, ops, rounds);
+            double g = rate(**engine, op, dev, *seg, op == Opcode::Read ? r0 : r1, block, ops, rounds);
+            std::printf("GPU->GPU %s %" PRIu64 " KiB x %d: host->host %.2f GB/s, GPU->GPU %.2f GB/s, ratio %.2f\n",
+                        op == Opcode::Read ? "READ" : "WRITE", block >> 10, ops, h, g, h > 0 ? g / h : 0.0);
+        }
+    }
+    std::printf("initiator peak pinned %" PRIu64 " of %" PRIu64 "\n", (*engine)->staging_stats().peak_lent_bytes,
+                (*engine)->staging_stats().max_bytes);
+    cudaFree(dev);
+}
