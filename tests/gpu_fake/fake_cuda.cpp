@@ -77,7 +77,7 @@ struct State {
     std::map<uintptr_t, size_t> pinned;      // host address -> bytes
     std::atomic<uint64_t> copies{0};
     std::atomic<uint64_t> fail_copy{0};
-    unsigned delay_us = 0;
+    std::atomic<unsigned> delay_us{0};
 } g;
 
 int g_context_tag;
@@ -134,7 +134,7 @@ void Stream::run() {
         lock.unlock();
         int error = kSuccess;
         if (!t.event) {
-            if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us));
+            if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
             if (t.fail) error = kIllegalAddress;
             else std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), t.bytes);
         }
@@ -168,6 +168,7 @@ CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
     uint64_t fail_at = g.fail_copy.load();
     t.fail = fail_at != 0 && n == fail_at;
     if (!s) { // the legacy default stream: synchronous here
+        if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
         if (t.fail) return kIllegalAddress;
         std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), bytes);
         return kSuccess;
@@ -451,3 +452,5 @@ FAKE_API uint64_t ferry_fake_cuda_copies() { return g.copies.load(); }
 // For tests in one process: fail the n-th async copy from now (1: the next one), as
 // FERRY_FAKE_CUDA_FAIL_COPY does from the start.
 FAKE_API void ferry_fake_cuda_fail_copy(uint64_t n) { g.fail_copy = n ? g.copies.load() + n : 0; }
+// As FERRY_FAKE_CUDA_COPY_DELAY_US, from now on (0: no delay).
+FAKE_API void ferry_fake_cuda_copy_delay_us(unsigned us) { g.delay_us = us; }

@@ -43,6 +43,7 @@ struct FakeCuda {
         sym(htod_, "cuMemcpyHtoD_v2");
         sym(dtoh_, "cuMemcpyDtoH_v2");
         sym(fail_copy, "ferry_fake_cuda_fail_copy");
+        sym(copy_delay_us, "ferry_fake_cuda_copy_delay_us");
         void *ctx = nullptr;
         ok = init(0) == 0 && retain(&ctx, 0) == 0 && push(ctx) == 0; // current on the test thread
     }
@@ -64,6 +65,7 @@ struct FakeCuda {
     int (*htod_)(uintptr_t, const void *, size_t) = nullptr;
     int (*dtoh_)(void *, uintptr_t, size_t) = nullptr;
     void (*fail_copy)(uint64_t) = nullptr;
+    void (*copy_delay_us)(unsigned) = nullptr;
 };
 
 FakeCuda &cuda() {
@@ -221,6 +223,35 @@ TEST_F(GpuStagingTest, AFailedGpuCopyFailsItsOpWithTheRuntimesErrorAndReturnsThe
     cuda().put(dev, zero.data(), kSize);
     ASSERT_TRUE(run(*engine, {{Opcode::Read, dev, *seg, peer.base, kSize, ""}}));
     EXPECT_TRUE(cuda().get(dev, kSize) == want);
+    cuda().free(dev);
+}
+
+// Before: submit ran each staged WRITE's GPU copy synchronously (cuMemcpy) and so took at least
+// as long as the copy. Now submit only starts it.
+TEST_F(GpuStagingTest, SubmitReturnsWithoutWaitingForAGpuCopy) {
+    PeerProcess peer({"--size", "1048576"});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = make(256 << 10, 1 << 20);
+    ASSERT_TRUE(engine);
+    char *dev = cuda().alloc(1 << 20);
+    ASSERT_TRUE(engine->register_memory(dev, 1 << 20, {MemoryKind::Cuda, 0}));
+    auto seg = engine->open_segment(peer.segment);
+    ASSERT_TRUE(seg);
+    ASSERT_TRUE(run(*engine, {{Opcode::Write, dev, *seg, peer.base, 4096, ""}})) << "connected and slices pinned";
+    cuda().copy_delay_us(1500000); // every GPU copy takes 1.5 s
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Request> reqs = {{Opcode::Write, dev, *seg, peer.base, 256 << 10, ""}};
+    auto b = engine->submit(reqs);
+    double submit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(b) << b.error().message;
+    auto w = engine->wait(*b, std::chrono::seconds(60));
+    double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cuda().copy_delay_us(0);
+    ASSERT_TRUE(w) << w.error().message;
+    (void)engine->free_batch(*b);
+    EXPECT_LT(submit_s, 0.75) << "submit waited for the GPU copy";
+    EXPECT_GE(total_s, 1.5) << "the op completed only after its copy";
+    std::printf("submit %.3f s, op done after %.3f s (copy 1.5 s)\n", submit_s, total_s);
     cuda().free(dev);
 }
 
