@@ -46,12 +46,9 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
     batch->remaining.store(requests.size(), std::memory_order_relaxed);
 
     std::vector<Group> groups;
-    // A refused batch hands back the staging buffers its earlier ops took.
-    auto abandon = [&](std::unexpected<Error> e) {
-        for (size_t k = 0; k < batch->size; ++k)
-            if (batch->ops[k].staging) give_staging(batch->ops[k].staging->buffer);
-        return e;
-    };
+    std::vector<std::shared_ptr<StagedOp>> staged_ops; // started once the batch is registered
+    // A refused batch has taken nothing yet: staged ops start only after planning.
+    auto abandon = [&](std::unexpected<Error> e) { return e; };
     {
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
@@ -118,12 +115,18 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
                 else if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
                 else if (!tr->reaches(seg->same_host)) why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
                 else if (!rr->key_for(tr->name()))
-                    why = rr->kind == FERRY_MEM_HOST ? "the peer did not register the remote region with it"
-                                                     : "the remote region is GPU memory, which it cannot serve";
-                else if (!lr->handles[t]) {
-                    // GPU memory on a host-only transport goes through a pinned staging buffer.
+                    why = rr->kind == FERRY_MEM_HOST
+                              ? "the peer did not register the remote region with it"
+                              : cat("the remote region is ", rr->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm", " memory of device ",
+                                    rr->device, ", which it cannot serve (load cuda_ipc for same-host GPU peers, or "
+                                    "register the target's GPU memory with staging enabled: gpu_staging_max_bytes > 0, "
+                                    "a GPU runtime the target's engine loads, and a transport serving staged device "
+                                    "memory such as tcp)");
+                else if (!lr->handles[t] || !tr->moves(lr->kind)) {
+                    // GPU memory on a host-only transport goes through pinned slices (staging.cpp);
+                    // a handle there only serves peers' access to it.
                     std::string no_stager;
-                    if (lr->kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && stager(lr->kind, no_stager)) stage = true;
+                    if (lr->kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && staging->offers(lr->kind, no_stager)) stage = true;
                     else why = "cannot move the local memory kind" + (no_stager.empty() ? "" : " (" + no_stager + ")");
                 }
                 if (why.empty()) {
@@ -170,19 +173,22 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
             x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
             x.local_addr = local;
             if (staged) {
-                auto buf = take_staging(*chosen, lr->kind, lr->device, rq.length);
-                if (!buf) return (bad(buf.error().code, "staging GPU memory: " + buf.error().message));
-                op.staging = Staging{*buf, rq.local, rq.length, rq.opcode == Opcode::Read};
-                if (rq.opcode == Opcode::Write) {
-                    std::string why;
-                    if (auto c = stager(lr->kind, why)->copy(lr->device, buf->ptr, rq.local, rq.length); !c)
-                        return (bad(c.error().code, "staging GPU memory: " + c.error().message));
-                }
-                x.local_addr = reinterpret_cast<uintptr_t>(buf->ptr);
-                x.local_mem = buf->handle;
-            } else {
-                x.local_mem = *lr->handles[*chosen];
+                auto st = std::make_shared<StagedOp>();
+                st->record = &op;
+                st->transport = *chosen;
+                st->peer = peer;
+                st->remote_addr = rq.remote;
+                st->remote_mem = *remote_mem;
+                st->kind = lr->kind;
+                st->device = lr->device;
+                st->gpu = static_cast<char *>(rq.local);
+                st->length = rq.length;
+                st->read = rq.opcode == Opcode::Read;
+                op.staged = st;
+                staged_ops.push_back(std::move(st));
+                continue;
             }
+            x.local_mem = *lr->handles[*chosen];
             x.remote_addr = rq.remote;
             x.remote_mem = *remote_mem;
             x.length = rq.length;
@@ -208,6 +214,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
             for (auto &x : g.ops) complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
         }
     }
+    for (auto &st : staged_ops) stage_start(st); // GPU copies are started here, never waited for
     return batch->id;
 }
 
@@ -216,18 +223,6 @@ void Engine::Impl::complete(OpRecord &op, int code, std::string_view message_in)
     if (op.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(OpState::Pending)) {
         FERRY_ERROR("transport ", transports[op.transport]->name(), " completed an op twice; ignored");
         return;
-    }
-    if (op.staging) {
-        auto &st = *op.staging;
-        if (code == 0 && st.read) {
-            std::string why;
-            auto *s = stager(st.buffer.kind, why);
-            if (auto c = s->copy(st.buffer.device, st.gpu, st.buffer.ptr, st.length); !c) {
-                code = c.error().code;
-                message = c.error().message;
-            }
-        }
-        give_staging(st.buffer);
     }
     if (code != 0) {
         op.code = code < 0 ? code : -code;
@@ -259,6 +254,12 @@ size_t Engine::Impl::drain(size_t t) {
         }
         for (size_t i = 0; i < *n; ++i) {
             out[i].message[sizeof out[i].message - 1] = '\0';
+            if (out[i].user_data & 1) { // one slice of a staged GPU op (staging.cpp)
+                auto &slice = *reinterpret_cast<StagedSlice *>(out[i].user_data & ~uint64_t{1});
+                stage_wire_done(slice, out[i].status,
+                                out[i].status ? cat(transports[t]->name(), ": ", out[i].message) : std::string());
+                continue;
+            }
             auto &op = *reinterpret_cast<OpRecord *>(out[i].user_data);
             if (out[i].status == 0) complete(op, 0, {});
             else complete(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));

@@ -111,6 +111,15 @@ int ferry_register(ferry_engine_t *e, void *addr, uint64_t length, uint32_t kind
     });
 }
 
+int ferry_staging_stats(ferry_engine_t *e, ferry_staging_stats_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out) return set_error(-EINVAL, "ferry_staging_stats: out is NULL");
+    auto st = e->engine->staging_stats();
+    *out = ferry_staging_stats_t{st.max_bytes, st.slice_bytes, st.lent_bytes, st.peak_lent_bytes,
+                                 st.acquire_refused, st.copies, st.copy_failures};
+    return 0;
+}
+
 int ferry_unregister(ferry_engine_t *e, void *addr) {
     REQUIRE_ENGINE(e);
     return guarded(__func__, [&] { return check(e->engine->unregister_memory(addr)); });

@@ -39,6 +39,8 @@ const std::map<std::string, std::string> kEngineKeys = {
     {"control_max_connections_per_peer", "control connections open at once from one IP address"},
     {"control_idle_timeout_ms", "an authenticated control connection that sends nothing this long is closed"},
     {"control_log_interval_ms", "repeated control-server warnings: one line, then one count per interval"},
+    {"gpu_staging_max_bytes", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
+    {"gpu_staging_slice_bytes", "bytes one staging copy moves: a power of two, 4096..gpu_staging_max_bytes"},
 };
 
 void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
@@ -177,10 +179,24 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             auto v = parse_unsigned(key, value, 1u << 24);
             if (!v || *v == 0) return fail(-EINVAL, cat("config key 'notification_queue_max' = '", value, "'; use 1..16777216"));
             s.notification_queue_max = *v;
+        } else if (key == "gpu_staging_max_bytes") {
+            auto v = parse_unsigned(key, value, 1ull << 40);
+            if (!v) return fail(-EINVAL, cat("config key 'gpu_staging_max_bytes' = '", value,
+                                             "'; use 0 (no staging) or a byte count up to 1 TiB, e.g. 67108864"));
+            s.gpu_staging_max_bytes = *v;
+        } else if (key == "gpu_staging_slice_bytes") {
+            auto v = parse_unsigned(key, value, 1ull << 30);
+            if (!v || *v < 4096 || (*v & (*v - 1)) != 0)
+                return fail(-EINVAL, cat("config key 'gpu_staging_slice_bytes' = '", value,
+                                         "'; use a power of two from 4096 to 1073741824, e.g. 4194304"));
+            s.gpu_staging_slice_bytes = *v;
         } else if (auto c = parse_control_limit(key, value, s.control); !c) {
             return std::unexpected(c.error());
         }
     }
+    if (s.gpu_staging_max_bytes != 0 && s.gpu_staging_slice_bytes > s.gpu_staging_max_bytes)
+        return fail(-EINVAL, cat("gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes, ") is larger than gpu_staging_max_bytes (",
+                                 s.gpu_staging_max_bytes, "): no slice could ever be lent; raise the bound or shrink the slice"));
     if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());
     auto auth = resolve_auth_secret(auth_secret, auth_secret_file);
     if (!auth) return std::unexpected(auth.error());

@@ -34,6 +34,10 @@ struct EngineSettings {
     AuthSettings auth;                    // cluster secret (config, then environment)
     size_t notification_queue_max = 65536; // notifications waiting to be taken
     ControlLimits control;
+    // GPU staging through pinned host memory (stage_service.hpp): the bound on pinned memory
+    // lent out at once (0 disables staging) and the slice one copy moves.
+    uint64_t gpu_staging_max_bytes = 64ull << 20;
+    uint64_t gpu_staging_slice_bytes = 4ull << 20;
 };
 
 // Rejects unknown keys and bad values with a message naming the key.

@@ -31,10 +31,11 @@ Engine::Impl::~Impl() {
     // into go away; the metadata server stops first so no peer learns of a dying engine.
     metadata.reset();
     control.reset();
-    auto staging = release_staging();
-    transports.clear(); // their threads may touch staging memory until they are joined
-    for (auto &b : staging)
-        if (auto it = stagers.find(b.kind); it != stagers.end()) it->second->free_pinned(b.device, b.ptr);
+    // Started GPU copies report first; the pinned slices are freed only after the transports,
+    // whose threads may touch lent slices until they are joined.
+    if (staging) stop_staging();
+    transports.clear();
+    staging.reset();
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -66,6 +67,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         if (const char *env = std::getenv("FERRY_PLUGINS")) selection = env;
     loader.selection = PluginSelection::parse(selection);
     for (auto &[name, opts] : s.plugin_options) loader.plugin_options[name] = opts;
+    impl->staging = std::make_unique<StagingService>(s.gpu_staging_max_bytes, s.gpu_staging_slice_bytes);
+    impl->staging->set_on_release([im = impl.get()] { im->stage_retry_waiters(); });
     impl->plugin_report = load_plugins(loader);
     auto &report = impl->plugin_report;
     if (!report.errors.empty()) {
@@ -89,7 +92,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
                            "remove it (plugins=^", rec.name, ") where peers may be hostile (see docs/DESIGN.md, "
                            "\"Authentication and access rights\")");
         }
-        auto t = Transport::create(rec.plugin, opts);
+        auto t = Transport::create(rec.plugin, opts, impl->staging.get());
         if (!t) {
             if (loader.selection.requested(rec.name)) {
                 FERRY_ERROR(t.error().message);
@@ -156,6 +159,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
 
 const std::string &Engine::segment_name() const { return impl_->metadata->segment_name(); }
 
+StagingStats Engine::staging_stats() const { return impl_->staging->stats(); }
+
 std::vector<TransportInfo> Engine::transports() const {
     std::vector<TransportInfo> out;
     for (auto i : impl_->priority) {
@@ -206,12 +211,53 @@ std::shared_ptr<const std::vector<uint8_t>> Engine::Impl::encoded_descriptor() {
     return encoded;
 }
 
-Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {
+// MemoryKind::Auto: which memory `addr` is, as the GPU runtimes say (CUDA first, then HIP).
+static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_t length, MemoryOptions options) {
+    uint64_t a = reinterpret_cast<uintptr_t>(addr);
+    std::string asked;
+    bool cuda_loaded = false;
+    for (uint32_t kind : {uint32_t{FERRY_MEM_CUDA}, uint32_t{FERRY_MEM_ROCM}}) {
+        std::string why;
+        // HIP only where no CUDA driver loads: both runtimes in one process abort (two LLVMs).
+        if (kind == FERRY_MEM_ROCM && cuda_loaded) break;
+        GpuStager *s = im.stager(kind, why);
+        if (!s) {
+            asked += cat(asked.empty() ? "" : "; ", kind_name(kind), ": ", why);
+            continue;
+        }
+        cuda_loaded |= kind == FERRY_MEM_CUDA;
+        auto device = s->device_of(addr);
+        if (!device) {
+            asked += cat(asked.empty() ? "" : "; ", kind_name(kind), ": not its memory");
+            continue;
+        }
+        if (options.device >= 0 && *device != options.device)
+            return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") is memory of ", kind_name(kind), " device ",
+                                     *device, ", not of device ", options.device, " as asked"));
+        options.kind = static_cast<MemoryKind>(kind);
+        options.device = *device;
+        return options;
+    }
+    if (options.device >= 0)
+        return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") is not memory of device ", options.device,
+                                 " for any loaded GPU runtime (", asked, "); pass the memory kind explicitly"));
+    FERRY_DEBUG("register_memory: ", hex(a), " is host memory (", asked, ")");
+    options.kind = MemoryKind::Host;
+    return options;
+}
+
+Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options_in) {
     auto &im = *impl_;
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
-    uint32_t kind = static_cast<uint32_t>(options.kind);
     if (!addr || length == 0) return fail(-EINVAL, "register_memory: address is null or length is 0");
     if (a + length < a) return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") wraps around"));
+    MemoryOptions options = options_in;
+    if (options.kind == MemoryKind::Auto) {
+        auto detected = detect_memory(im, addr, length, options);
+        if (!detected) return std::unexpected(detected.error());
+        options = *detected;
+    }
+    uint32_t kind = static_cast<uint32_t>(options.kind);
     if (kind > FERRY_MEM_ROCM) return fail(-EINVAL, cat("register_memory: unknown memory kind ", kind));
     if (options.access & ~(kRemoteRead | kRemoteWrite))
         return fail(-EINVAL, cat("register_memory: access ", options.access, " has bits other than read (1) and write (2)"));
@@ -239,10 +285,18 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
         for (size_t j = 0; j < im.transports.size(); ++j)
             if (region.handles[j]) (void)im.transports[j]->deregister_mem(*region.handles[j]);
     };
+    // Device memory that staging-capable host transports will serve (their keys go into the
+    // descriptor) must really be that device's: their copies start from these addresses.
+    std::string no_staging;
+    bool staged = kind != FERRY_MEM_HOST && im.staging->offers(kind, no_staging);
+    if (staged)
+        if (auto c = im.stager(kind, no_staging)->check_device_memory(addr, length, options.device); !c)
+            return fail(c.error().code, "register_memory: " + c.error().message);
     std::string unable;
     for (size_t i = 0; i < im.transports.size(); ++i) {
         auto &t = im.transports[i];
-        if (!t->moves(kind)) {
+        bool serves = staged && t->serves_staged() && t->moves(FERRY_MEM_HOST);
+        if (!t->moves(kind) && !serves) {
             unable += (unable.empty() ? "" : ", ") + t->name();
             continue;
         }
@@ -264,12 +318,13 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
         std::string why;
         bool host_transport = std::any_of(im.transports.begin(), im.transports.end(),
                                           [](auto &t) { return t->moves(FERRY_MEM_HOST); });
-        GpuStager *stager = kind == FERRY_MEM_HOST || !host_transport ? nullptr : im.stager(kind, why);
+        GpuStager *stager = kind == FERRY_MEM_HOST || !host_transport || !im.staging->offers(kind, why) ? nullptr
+                                                                                                 : im.stager(kind, why);
         if (!stager)
             return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind), " memory (loaded: ",
                                       unable, ")", why.empty() ? "" : cat(", and it cannot be staged: ", why),
                                       "; install the plugin for it (see ferry-info)"));
-        if (auto c = stager->check_device_memory(addr, length, options.device); !c)
+        if (auto c = staged ? Result<void>{} : stager->check_device_memory(addr, length, options.device); !c)
             return fail(c.error().code, "register_memory: " + c.error().message);
     }
     im.regions.emplace(a, std::move(region));

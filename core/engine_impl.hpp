@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,7 @@
 #include "descriptor.hpp"
 #include "fd.hpp"
 #include "gpu_staging.hpp"
+#include "stage_service.hpp"
 #include "ferry/engine.hpp"
 #include "metadata.hpp"
 #include "plugin_loader.hpp"
@@ -65,22 +68,38 @@ struct RemoteSegment {
     std::optional<ControlClient> control; // guarded by control_mutex
 };
 
-// A pinned host buffer registered with one transport, standing in for GPU memory that
-// transport cannot touch.
-struct StagingBuffer {
-    void *ptr = nullptr;
-    uint64_t size = 0;
-    uint32_t kind = 0;
-    int device = -1;
-    size_t transport = 0;
-    uint64_t handle = 0;
+struct OpRecord;
+
+// One GPU op on a host-only transport, moved through pinned slices (staging.cpp): WRITE copies
+// slice k from the GPU while slice k-1 is on the wire; READ receives slice k into pinned memory
+// while slice k-1 is copied to the GPU. The op completes once every slice did, or once a failed
+// one and every other started one are done (no byte lands after the failure is reported).
+struct StagedSlice {
+    std::shared_ptr<struct StagedOp> op; // keeps the op alive while the slice is in flight
+    void *buf = nullptr;
+    uint64_t handle = 0; // the slice's registration with the op's transport
+    uint64_t offset = 0;
+    uint64_t length = 0;
 };
 
-struct Staging {
-    StagingBuffer buffer;
-    void *gpu = nullptr; // the op's GPU address
+struct StagedOp {
+    OpRecord *record = nullptr;
+    size_t transport = 0;
+    uint64_t peer = 0, remote_addr = 0, remote_mem = 0;
+    uint32_t kind = 0;
+    int device = -1;
+    char *gpu = nullptr;
     uint64_t length = 0;
-    bool read = false;   // READ: copy to the GPU once the transport is done
+    bool read = false;
+
+    std::mutex mutex; // guards everything below
+    uint64_t next = 0, done = 0; // bytes started, bytes finished
+    unsigned in_flight = 0;      // slices holding a pinned buffer
+    bool waiting = false;        // queued for a pinned buffer
+    bool finished = false;
+    int code = 0;
+    std::string message;         // the first failure
+    std::list<StagedSlice> slices; // in flight; a slice's address (low bit set) is its user_data
 };
 
 struct Batch;
@@ -91,7 +110,7 @@ struct OpRecord {
     int code = 0;
     uint16_t transport = 0;
     std::string message; // written before state is released as Failed
-    std::optional<Staging> staging;
+    std::shared_ptr<StagedOp> staged; // set for GPU ops staged through pinned slices
 };
 
 struct Batch {
@@ -138,12 +157,13 @@ struct Engine::Impl {
     bool progress_driver = false;
     Fd wake_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}; // wakes the driver when another thread finishes a batch
 
-    // GPU staging (gpu_staging.hpp), opened on first use per memory kind.
-    std::mutex staging_mutex;
-    std::map<uint32_t, std::unique_ptr<GpuStager>> stagers;
-    std::map<uint32_t, std::string> stager_errors;
-    std::multimap<std::tuple<size_t, uint32_t, int, uint64_t>, StagingBuffer> staging_free;
-    std::vector<StagingBuffer> staging_all;
+    // GPU staging (stage_service.hpp): pinned slices and async copies for both ends.
+    std::unique_ptr<StagingService> staging;
+    std::mutex slice_handles_mutex;
+    std::map<std::pair<void *, size_t>, uint64_t> slice_handles; // (slice, transport) -> registration
+    std::mutex staging_waiters_mutex;
+    std::deque<std::shared_ptr<StagedOp>> staging_waiters; // ops waiting for a pinned slice
+    std::atomic<bool> stopping{false};
 
     ~Impl();
 
@@ -159,10 +179,14 @@ struct Engine::Impl {
 
     // staging.cpp
     GpuStager *stager(uint32_t kind, std::string &why);
-    Result<StagingBuffer> take_staging(size_t transport, uint32_t kind, int device, uint64_t length);
-    void give_staging(const StagingBuffer &buffer);
-    // Deregisters every staging buffer; the caller frees them once the transports are gone.
-    std::vector<StagingBuffer> release_staging();
+    // Starts moving a staged op's slices; never blocks on a GPU copy.
+    // True when it took a slice or queued itself for one (so a slice given back was used).
+    bool stage_start(const std::shared_ptr<StagedOp> &op);
+    void stage_retry_waiters();
+    // A transport completion of one slice (user_data with the low bit set).
+    void stage_wire_done(StagedSlice &slice, int code, std::string_view message);
+    // Deregisters every slice from the transports and stops the copies (engine teardown).
+    void stop_staging();
 
     // batch.cpp
     Result<BatchId> submit(std::span<const Request> requests);

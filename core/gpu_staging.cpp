@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -23,19 +25,26 @@ bool resolve(void *lib, const char *name, Fn &fn, std::string &why) {
 class CudaStager final : public GpuStager {
 public:
     static std::unique_ptr<GpuStager> open(std::string &why) {
-        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        const char *name = cuda_driver_library();
+        void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            why = std::string("no NVIDIA driver: ") + (e ? e : "libcuda.so.1 not found");
+            why = cat("no NVIDIA driver: ", e ? e : cat(name, " not found"));
             return nullptr;
         }
         auto s = std::unique_ptr<CudaStager>(new CudaStager(lib));
         if (!resolve(lib, "cuInit", s->init_, why) || !resolve(lib, "cuDeviceGet", s->device_get_, why) ||
             !resolve(lib, "cuDevicePrimaryCtxRetain", s->retain_, why) ||
             !resolve(lib, "cuCtxPushCurrent_v2", s->push_, why) || !resolve(lib, "cuCtxPopCurrent_v2", s->pop_, why) ||
-            !resolve(lib, "cuMemAllocHost_v2", s->alloc_host_, why) || !resolve(lib, "cuMemFreeHost", s->free_host_, why) ||
-            !resolve(lib, "cuMemcpy", s->memcpy_, why) || !resolve(lib, "cuGetErrorString", s->error_string_, why) ||
-            !resolve(lib, "cuPointerGetAttribute", s->pointer_attribute_, why))
+            !resolve(lib, "cuMemHostAlloc", s->host_alloc_, why) || !resolve(lib, "cuMemFreeHost", s->free_host_, why) ||
+            !resolve(lib, "cuMemcpyAsync", s->memcpy_async_, why) || !resolve(lib, "cuGetErrorString", s->error_string_, why) ||
+            !resolve(lib, "cuStreamCreate", s->stream_create_, why) ||
+            !resolve(lib, "cuStreamDestroy_v2", s->stream_destroy_, why) ||
+            !resolve(lib, "cuEventCreate", s->event_create_, why) || !resolve(lib, "cuEventRecord", s->event_record_, why) ||
+            !resolve(lib, "cuEventSynchronize", s->event_sync_, why) ||
+            !resolve(lib, "cuEventDestroy_v2", s->event_destroy_, why) ||
+            !resolve(lib, "cuPointerGetAttribute", s->pointer_attribute_, why) ||
+            !resolve(lib, "cuPointerGetAttributes", s->pointer_attributes_, why))
             return nullptr;
         if (int rc = s->init_(0); rc != 0) {
             why = s->text(rc, "cuInit");
@@ -43,10 +52,15 @@ public:
         }
         return s;
     }
-    ~CudaStager() override { dlclose(lib_); }
+    ~CudaStager() override {
+        for (auto &[device, stream] : streams_) {
+            Scope scope(*this, device);
+            if (scope.ok) stream_destroy_(stream);
+        }
+        dlclose(lib_);
+    }
 
     Result<void> check_device_memory(const void *ptr, size_t bytes, int device) override {
-        constexpr int kMemoryType = 2, kDeviceOrdinal = 9, kMemoryTypeDevice = 2;
         unsigned type = 0;
         int ordinal = -1;
         uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
@@ -59,27 +73,57 @@ public:
         return {};
     }
 
+    std::optional<int> device_of(const void *ptr) override {
+        // The plural call leaves zeros for memory CUDA does not know instead of failing.
+        unsigned type = 0;
+        int ordinal = -1;
+        int attrs[] = {kMemoryType, kDeviceOrdinal};
+        void *data[] = {&type, &ordinal};
+        if (pointer_attributes_(2, attrs, data, reinterpret_cast<uintptr_t>(ptr)) != 0 || type != kMemoryTypeDevice)
+            return std::nullopt;
+        return ordinal;
+    }
+
     Result<void *> alloc_pinned(int device, size_t bytes) override {
         Scope scope(*this, device);
         if (!scope.ok) return fail(-ENODEV, scope.error);
         void *p = nullptr;
-        if (int rc = alloc_host_(&p, bytes); rc != 0) return fail(-ENOMEM, text(rc, "cuMemAllocHost"));
+        constexpr unsigned kPortable = 1; // usable from every context, like cudaHostAllocPortable
+        if (int rc = host_alloc_(&p, bytes, kPortable); rc != 0) return fail(-ENOMEM, text(rc, "cuMemHostAlloc"));
         return p;
     }
     void free_pinned(int device, void *ptr) override {
         Scope scope(*this, device);
         free_host_(ptr);
     }
-    Result<void> copy(int device, void *dst, const void *src, size_t bytes) override {
+    Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) override {
         Scope scope(*this, device);
         if (!scope.ok) return fail(-ENODEV, scope.error);
-        if (int rc = memcpy_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes); rc != 0)
-            return fail(-EIO, text(rc, "cuMemcpy"));
+        void *stream = stream_for(device);
+        if (!stream) return fail(-ENODEV, scope.error.empty() ? "cuStreamCreate failed" : scope.error);
+        if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes, stream); rc != 0)
+            return fail(-EIO, text(rc, "cuMemcpyAsync"));
+        void *event = nullptr;
+        constexpr unsigned kDisableTiming = 2;
+        if (int rc = event_create_(&event, kDisableTiming); rc != 0) return fail(-EIO, text(rc, "cuEventCreate"));
+        if (int rc = event_record_(event, stream); rc != 0) {
+            event_destroy_(event);
+            return fail(-EIO, text(rc, "cuEventRecord"));
+        }
+        return event;
+    }
+    Result<void> wait(int device, void *event) override {
+        Scope scope(*this, device);
+        int rc = event_sync_(event);
+        event_destroy_(event);
+        if (rc != 0) return fail(-EIO, text(rc, "copying between GPU and pinned memory"));
         return {};
     }
 
 private:
     using CUctx = void *;
+    static constexpr int kMemoryType = 2, kDeviceOrdinal = 9;
+    static constexpr unsigned kMemoryTypeDevice = 2;
     // Makes the device's primary context current for one call and restores the caller's.
     struct Scope {
         Scope(CudaStager &s, int device) : s_(s) {
@@ -119,20 +163,39 @@ private:
         if (error_string_) error_string_(rc, &s);
         return cat(call, ": ", s ? s : "unknown error", " (CUDA driver error ", rc, ")");
     }
+    // One non-blocking stream per device, created with its context current.
+    void *stream_for(int device) {
+        std::lock_guard lock(mutex_);
+        auto it = streams_.find(device);
+        if (it != streams_.end()) return it->second;
+        void *stream = nullptr;
+        constexpr unsigned kNonBlocking = 1;
+        if (stream_create_(&stream, kNonBlocking) != 0) return nullptr;
+        streams_.emplace(device, stream);
+        return stream;
+    }
 
     void *lib_;
     std::mutex mutex_;
     std::map<int, CUctx> contexts_;
+    std::map<int, void *> streams_;
     int (*init_)(unsigned) = nullptr;
     int (*device_get_)(int *, int) = nullptr;
     int (*retain_)(CUctx *, int) = nullptr;
     int (*push_)(CUctx) = nullptr;
     int (*pop_)(CUctx *) = nullptr;
-    int (*alloc_host_)(void **, size_t) = nullptr;
+    int (*host_alloc_)(void **, size_t, unsigned) = nullptr;
     int (*free_host_)(void *) = nullptr;
-    int (*memcpy_)(uintptr_t, uintptr_t, size_t) = nullptr;
+    int (*memcpy_async_)(uintptr_t, uintptr_t, size_t, void *) = nullptr;
+    int (*stream_create_)(void **, unsigned) = nullptr;
+    int (*stream_destroy_)(void *) = nullptr;
+    int (*event_create_)(void **, unsigned) = nullptr;
+    int (*event_record_)(void *, void *) = nullptr;
+    int (*event_sync_)(void *) = nullptr;
+    int (*event_destroy_)(void *) = nullptr;
     int (*error_string_)(int, const char **) = nullptr;
     int (*pointer_attribute_)(void *, int, uintptr_t) = nullptr;
+    int (*pointer_attributes_)(unsigned, int *, void **, uintptr_t) = nullptr;
 };
 
 class HipStager final : public GpuStager {
@@ -152,35 +215,80 @@ public:
             why = cat("no HIP runtime: ", name, " (", rt.rocm_choice, ") does not load: ", e ? e : "unknown dlopen error");
             return nullptr;
         }
-        auto s = std::unique_ptr<HipStager>(new HipStager(lib));
+        auto s = std::unique_ptr<HipStager>(new HipStager(lib, *rt.rocm_variant));
         if (!resolve(lib, "hipGetDevice", s->get_device_, why) || !resolve(lib, "hipSetDevice", s->set_device_, why) ||
             !resolve(lib, "hipHostMalloc", s->host_malloc_, why) || !resolve(lib, "hipHostFree", s->host_free_, why) ||
-            !resolve(lib, "hipMemcpy", s->memcpy_, why) || !resolve(lib, "hipGetErrorString", s->error_string_, why))
+            !resolve(lib, "hipMemcpyAsync", s->memcpy_async_, why) ||
+            !resolve(lib, "hipStreamCreateWithFlags", s->stream_create_, why) ||
+            !resolve(lib, "hipStreamDestroy", s->stream_destroy_, why) ||
+            !resolve(lib, "hipEventCreateWithFlags", s->event_create_, why) ||
+            !resolve(lib, "hipEventRecord", s->event_record_, why) ||
+            !resolve(lib, "hipEventSynchronize", s->event_sync_, why) ||
+            !resolve(lib, "hipEventDestroy", s->event_destroy_, why) ||
+            !resolve(lib, "hipPointerGetAttributes", s->pointer_attributes_, why) ||
+            !resolve(lib, "hipGetErrorString", s->error_string_, why))
             return nullptr;
         return s;
     }
-    ~HipStager() override { dlclose(lib_); }
+    ~HipStager() override {
+        for (auto &[device, stream] : streams_) {
+            Scope scope(*this, device);
+            stream_destroy_(stream);
+        }
+        dlclose(lib_);
+    }
 
     Result<void> check_device_memory(const void *, size_t, int) override {
-        // hipPointerAttribute_t changed layout between ROCm 5 and 6; hip_ipc.so checks this
-        // with the headers of its own ROCm, the stager trusts the registration.
+        // hipPointerAttribute_t changed between ROCm 5 and 6; hip_ipc.so checks this with the
+        // headers of its own ROCm, the stager trusts the registration.
         return {};
+    }
+
+    std::optional<int> device_of(const void *ptr) override {
+        // hipPointerAttribute_t starts {memory type, int device} in ROCm 5 and 6 alike; the
+        // type's values changed (ROCm 6: device 2, managed 3; ROCm 5: device 1, managed 4?).
+        alignas(8) unsigned char attr[128] = {};
+        if (pointer_attributes_(attr, ptr) != 0) return std::nullopt;
+        int type, device;
+        std::memcpy(&type, attr, sizeof type);
+        std::memcpy(&device, attr + 4, sizeof device);
+        bool on_device = major_ >= 6 ? (type == 2 || type == 3) : type == 1;
+        if (!on_device) return std::nullopt;
+        return device;
     }
 
     Result<void *> alloc_pinned(int device, size_t bytes) override {
         Scope scope(*this, device);
         void *p = nullptr;
-        if (int rc = host_malloc_(&p, bytes, 0); rc != 0) return fail(-ENOMEM, text(rc, "hipHostMalloc"));
+        constexpr unsigned kPortable = 1;
+        if (int rc = host_malloc_(&p, bytes, kPortable); rc != 0) return fail(-ENOMEM, text(rc, "hipHostMalloc"));
         return p;
     }
     void free_pinned(int device, void *ptr) override {
         Scope scope(*this, device);
         host_free_(ptr);
     }
-    Result<void> copy(int device, void *dst, const void *src, size_t bytes) override {
+    Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) override {
         Scope scope(*this, device);
+        void *stream = stream_for(device);
+        if (!stream) return fail(-ENODEV, "hipStreamCreateWithFlags failed");
         constexpr int kHipMemcpyDefault = 4;
-        if (int rc = memcpy_(dst, src, bytes, kHipMemcpyDefault); rc != 0) return fail(-EIO, text(rc, "hipMemcpy"));
+        if (int rc = memcpy_async_(dst, src, bytes, kHipMemcpyDefault, stream); rc != 0)
+            return fail(-EIO, text(rc, "hipMemcpyAsync"));
+        void *event = nullptr;
+        constexpr unsigned kDisableTiming = 2;
+        if (int rc = event_create_(&event, kDisableTiming); rc != 0) return fail(-EIO, text(rc, "hipEventCreateWithFlags"));
+        if (int rc = event_record_(event, stream); rc != 0) {
+            event_destroy_(event);
+            return fail(-EIO, text(rc, "hipEventRecord"));
+        }
+        return event;
+    }
+    Result<void> wait(int device, void *event) override {
+        Scope scope(*this, device);
+        int rc = event_sync_(event);
+        event_destroy_(event);
+        if (rc != 0) return fail(-EIO, text(rc, "copying between GPU and pinned memory"));
         return {};
     }
 
@@ -197,21 +305,46 @@ private:
         int saved = 0;
         bool ok = false;
     };
-    explicit HipStager(void *lib) : lib_(lib) {}
+    HipStager(void *lib, int major) : lib_(lib), major_(major) {}
     std::string text(int rc, const char *call) {
         const char *s = error_string_ ? error_string_(rc) : nullptr;
         return cat(call, ": ", s ? s : "unknown error", " (HIP error ", rc, ")");
     }
+    void *stream_for(int device) {
+        std::lock_guard lock(mutex_);
+        auto it = streams_.find(device);
+        if (it != streams_.end()) return it->second;
+        void *stream = nullptr;
+        constexpr unsigned kNonBlocking = 1;
+        if (stream_create_(&stream, kNonBlocking) != 0) return nullptr;
+        streams_.emplace(device, stream);
+        return stream;
+    }
     void *lib_;
+    int major_;
+    std::mutex mutex_;
+    std::map<int, void *> streams_;
     int (*get_device_)(int *) = nullptr;
     int (*set_device_)(int) = nullptr;
     int (*host_malloc_)(void **, size_t, unsigned) = nullptr;
     int (*host_free_)(void *) = nullptr;
-    int (*memcpy_)(void *, const void *, size_t, int) = nullptr;
+    int (*memcpy_async_)(void *, const void *, size_t, int, void *) = nullptr;
+    int (*stream_create_)(void **, unsigned) = nullptr;
+    int (*stream_destroy_)(void *) = nullptr;
+    int (*event_create_)(void **, unsigned) = nullptr;
+    int (*event_record_)(void *, void *) = nullptr;
+    int (*event_sync_)(void *) = nullptr;
+    int (*event_destroy_)(void *) = nullptr;
+    int (*pointer_attributes_)(void *, const void *) = nullptr;
     const char *(*error_string_)(int) = nullptr;
 };
 
 } // namespace
+
+const char *cuda_driver_library() {
+    const char *override_name = std::getenv("FERRY_LIBCUDA");
+    return override_name && *override_name ? override_name : "libcuda.so.1";
+}
 
 std::unique_ptr<GpuStager> GpuStager::open(uint32_t kind, std::string &why) {
     if (kind == static_cast<uint32_t>(MemoryKind::Cuda)) return CudaStager::open(why);

@@ -1,16 +1,20 @@
 // Copies between GPU memory and pinned host memory, for transports that move host memory only
-// (tcp, shm, efa without HMEM): the engine stages a GPU op through a pinned buffer. The GPU
-// runtime is found at run time (the CUDA driver API in libcuda.so.1, or the libamdhip64.so.N of
-// the ROCm variant runtime_probe chose, the one hip_ipc.so links);
-// nothing GPU-specific is compiled into the core.
+// (tcp, shm, efa without HMEM): the engine stages a GPU op through pinned buffers. The GPU
+// runtime is found at run time (the CUDA driver API in libcuda.so.1, or $FERRY_LIBCUDA when set,
+// for tests; or the libamdhip64.so.N of the ROCm variant runtime_probe chose, the one hip_ipc.so
+// links); nothing GPU-specific is compiled into the core.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ferry/engine.hpp"
 
 namespace ferry {
+
+// The CUDA driver library to load: $FERRY_LIBCUDA when set (tests' fake runtime), else libcuda.so.1.
+const char *cuda_driver_library();
 
 class GpuStager {
 public:
@@ -20,10 +24,16 @@ public:
 
     // Ok when [ptr, ptr+bytes) is device memory of `device`; a clear error otherwise.
     virtual Result<void> check_device_memory(const void *ptr, size_t bytes, int device) = 0;
+    // The device ordinal when `ptr` is device memory of this runtime, nullopt when it is not.
+    virtual std::optional<int> device_of(const void *ptr) = 0;
     virtual Result<void *> alloc_pinned(int device, size_t bytes) = 0;
     virtual void free_pinned(int device, void *ptr) = 0;
-    // Synchronous copy in either direction between `device` memory and pinned host memory.
-    virtual Result<void> copy(int device, void *dst, const void *src, size_t bytes) = 0;
+    // Starts a copy (either direction, device memory <-> pinned host memory) on the device's
+    // non-blocking stream and records an event after it; returns the event. Copies started on
+    // one device run in the order they were started.
+    virtual Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) = 0;
+    // Blocks until the event's copies are done, then frees the event: ok or the runtime's error.
+    virtual Result<void> wait(int device, void *event) = 0;
 };
 
 } // namespace ferry

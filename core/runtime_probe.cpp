@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "gpu_staging.hpp"
 #include "library_path.hpp"
 #include "log.hpp"
 
@@ -31,7 +32,7 @@ std::string missing_hip(const InstalledRuntimes &rt, int major);
 
 void probe_cuda(InstalledRuntimes &rt) {
     std::string error;
-    void *lib = open_library("libcuda.so.1", error);
+    void *lib = open_library(cuda_driver_library(), error); // $FERRY_LIBCUDA for tests
     if (!lib) {
         rt.cuda_detail = "no NVIDIA driver: " + error;
         return;

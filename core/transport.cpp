@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "log.hpp"
+#include "stage_service.hpp"
 
 namespace ferry {
 namespace {
@@ -17,11 +18,13 @@ void host_log(void *, int level, const char *plugin, const char *message) {
 } // namespace
 
 Result<std::unique_ptr<Transport>> Transport::create(std::shared_ptr<LoadedPlugin> plugin,
-                                                      const PluginOptions &options) {
+                                                      const PluginOptions &options, StagingService *staging) {
     auto host = std::make_unique<ferry_host_api_t>();
     host->struct_size = sizeof(ferry_host_api_t);
     host->log = host_log;
     host->log_level = static_cast<int>(log::level());
+    if (staging && (plugin->api->caps & FERRY_CAP_STAGED_DEVICE) && (plugin->api->caps & FERRY_CAP_MEM_HOST))
+        staging->fill_host_api(*host);
     std::vector<ferry_kv_t> kv;
     for (const auto &[k, v] : options) kv.push_back({k.c_str(), v.c_str()});
     ferry_error_t err{};
@@ -32,6 +35,7 @@ Result<std::unique_ptr<Transport>> Transport::create(std::shared_ptr<LoadedPlugi
         return fail(rc ? rc : -EFAULT, cat(plugin->name, ": create failed: ", err.message));
     }
     std::unique_ptr<Transport> t(new Transport(plugin, instance));
+    t->staged_ = host->stage_copy != nullptr;
     t->host_ = std::move(host);
     if (plugin->api->completion_fd) {
         int fd = -1;

@@ -14,12 +14,17 @@
 
 namespace ferry {
 
+class StagingService;
+
 using PluginOptions = std::vector<std::pair<std::string, std::string>>;
 
 class Transport {
 public:
+    // `staging`: offered to plugins with FERRY_CAP_STAGED_DEVICE (ABI 1.1 stage_* calls) when
+    // it has a GPU runtime; it must outlive the transport.
     static Result<std::unique_ptr<Transport>> create(std::shared_ptr<LoadedPlugin> plugin,
-                                                     const PluginOptions &options);
+                                                     const PluginOptions &options,
+                                                     StagingService *staging = nullptr);
     ~Transport();
     Transport(const Transport &) = delete;
     Transport &operator=(const Transport &) = delete;
@@ -29,6 +34,8 @@ public:
     const char *version() const { return plugin_->api->version; }
     uint64_t caps() const { return plugin_->api->caps; }
     bool moves(uint32_t memory_kind) const;
+    // Serves device memory through the host's staging calls (it was offered them).
+    bool serves_staged() const { return staged_; }
     bool reaches(bool same_host) const;
 
     Result<std::vector<uint8_t>> endpoint();
@@ -53,6 +60,7 @@ private:
     std::unique_ptr<ferry_host_api_t> host_;
     ferry_transport_t *instance_ = nullptr;
     int completion_fd_ = -1;
+    bool staged_ = false;
 };
 
 } // namespace ferry

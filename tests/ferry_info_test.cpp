@@ -38,7 +38,9 @@ protected:
 
 TEST_F(FerryInfoTest, WithoutADriverThePlainCopyLoadsAndVariantsSaySo) {
     int status = 0;
-    std::string out = ferry_info(path + ":/nonexistent", "", &status);
+    // LD_LIBRARY_PATH alone cannot hide an installed driver (the loader cache still finds
+    // libcuda.so.1); FERRY_LIBCUDA names the driver library the core loads.
+    std::string out = ferry_info(path + ":/nonexistent FERRY_LIBCUDA=/nonexistent/libcuda.so.1", "", &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("fake_gpu  [loaded]  " + (dir / "fake_gpu.so").string()), std::string::npos) << out;
     EXPECT_NE(out.find("[variant-skipped]  " + (dir / "cuda13/fake_gpu.so").string()), std::string::npos) << out;

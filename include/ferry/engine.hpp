@@ -34,7 +34,11 @@ inline std::unexpected<Error> fail(int code, std::string message) {
 }
 
 enum class Opcode : uint32_t { Read = 0, Write = 1 };
-enum class MemoryKind : uint32_t { Host = 0, Cuda = 1, Rocm = 2 };
+// Auto (register_memory only): ask the loaded GPU runtimes (CUDA's cuPointerGetAttributes,
+// HIP's hipPointerGetAttributes) whether the address is device memory, and register it as that
+// device's memory or as host memory accordingly; `device` is then ignored unless >= 0, when
+// the memory must be that device's.
+enum class MemoryKind : uint32_t { Host = 0, Cuda = 1, Rocm = 2, Auto = 255 };
 
 inline constexpr uint32_t kRemoteRead = 1;
 inline constexpr uint32_t kRemoteWrite = 2;
@@ -85,6 +89,18 @@ struct Notification {
 };
 inline constexpr size_t kMaxNotificationBytes = 1u << 20;
 
+// Pinned host memory the GPU staging lends out (to the plugins serving peers' access to our GPU
+// memory, and to our own initiator-side pipeline), for tests and benches.
+struct StagingStats {
+    uint64_t max_bytes = 0;       // gpu_staging_max_bytes: the bound (0: staging disabled)
+    uint64_t slice_bytes = 0;     // gpu_staging_slice_bytes: one slice
+    uint64_t lent_bytes = 0;      // lent out now
+    uint64_t peak_lent_bytes = 0; // most lent out at once since the engine started
+    uint64_t acquire_refused = 0; // slices refused at the bound (the asker waits or fails)
+    uint64_t copies = 0;          // GPU <-> pinned copies started
+    uint64_t copy_failures = 0;   // of those, failed
+};
+
 struct TransportInfo {
     std::string name;
     std::string plugin_path;
@@ -104,6 +120,7 @@ public:
 
     const std::string &segment_name() const;
     std::vector<TransportInfo> transports() const;
+    StagingStats staging_stats() const;
 
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
     Result<void> unregister_memory(void *addr);

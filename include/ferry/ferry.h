@@ -33,7 +33,12 @@ typedef uint64_t ferry_batch_id_t;
 enum {
     FERRY_MEMORY_HOST = 0,
     FERRY_MEMORY_CUDA = 1,
-    FERRY_MEMORY_ROCM = 2
+    FERRY_MEMORY_ROCM = 2,
+    /* ferry_register only: ask the loaded GPU runtimes (CUDA's cuPointerGetAttributes, HIP's
+     * hipPointerGetAttributes) and register the memory as that GPU's, or as host memory. Pass
+     * device -1 (or the ordinal it must be on, checked). For bare integer addresses (Mooncake's
+     * register_memory(ptr, length)). */
+    FERRY_MEMORY_AUTO = 255
 };
 
 enum {
@@ -86,6 +91,19 @@ FERRY_C_API int ferry_engine_segment_name(ferry_engine_t *engine, char *buf, siz
 FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length,
                                uint32_t memory_kind, int32_t device, uint32_t access);
 FERRY_C_API int ferry_unregister(ferry_engine_t *engine, void *addr);
+
+/* Pinned host memory the GPU staging lends out (engine keys gpu_staging_max_bytes and
+ * gpu_staging_slice_bytes), both ends together. */
+typedef struct ferry_staging_stats {
+    uint64_t max_bytes;       /* the bound; 0: staging disabled */
+    uint64_t slice_bytes;     /* one slice */
+    uint64_t lent_bytes;      /* lent out now */
+    uint64_t peak_lent_bytes; /* most lent out at once since the engine started */
+    uint64_t acquire_refused; /* slices refused at the bound */
+    uint64_t copies;          /* GPU <-> pinned copies started */
+    uint64_t copy_failures;   /* of those, failed */
+} ferry_staging_stats_t;
+FERRY_C_API int ferry_staging_stats(ferry_engine_t *engine, ferry_staging_stats_t *out);
 
 FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name,
                                    ferry_segment_id_t *segment);

@@ -18,9 +18,10 @@ int main(int argc, char **argv) {
     int device = 0;
     if (argc > 1) size = std::strtoull(argv[1], nullptr, 0);
     if (argc > 2) device = std::atoi(argv[2]);
+    std::string plugins = argc > 3 ? argv[3] : "cuda_ipc"; // e.g. cuda_ipc,tcp: tcp serves it through staging
     CUDA_OR_DIE(cudaSetDevice(device));
     const uint64_t gap = 4096;
-    auto engine = ferry::Engine::create({{"plugins", "cuda_ipc"}});
+    auto engine = ferry::Engine::create({{"plugins", plugins}});
     if (!engine) {
         std::printf("ERROR %s\n", engine.error().message.c_str());
         return 1;

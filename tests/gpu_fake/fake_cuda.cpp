@@ -1,0 +1,456 @@
+// A strict stand-in for the subset of the CUDA driver API (libcuda.so.1) that libferry dlopens,
+// for CI hosts without a GPU. Tests point the core at it with FERRY_LIBCUDA=<path of this .so>.
+//
+// "Device" memory lives in a memfd mapped twice: the addresses handed out come from a PROT_NONE
+// mapping, so any code that dereferences device memory directly crashes (as it would on a real
+// GPU), and the fake copies through a second, read-write alias of the same pages. Async copies
+// and event records run on one worker thread per stream, in order, so code that reads a pinned
+// buffer before its event completed sees stale bytes (or a race under TSan), as on a real GPU.
+// Calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none is current.
+//
+// Fault injection (environment, read at cuInit):
+//   FERRY_FAKE_CUDA_FAIL_COPY=n   the n-th async copy (from 1) copies nothing and the next event
+//                                 recorded on its stream completes with CUDA_ERROR_ILLEGAL_ADDRESS
+//   FERRY_FAKE_CUDA_COPY_DELAY_US=us  each async copy takes at least this long
+//   FERRY_FAKE_CUDA_HEAP_MB=mb    size of the device heap (default 2048, sparse)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#define FAKE_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using CUresult = int;
+using CUdeviceptr = uintptr_t;
+constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
+                   kInvalidContext = 201, kInvalidHandle = 400, kNotReady = 600, kIllegalAddress = 700;
+constexpr int kAttrContext = 1, kAttrMemoryType = 2, kAttrDevicePointer = 3, kAttrHostPointer = 4,
+              kAttrDeviceOrdinal = 9;
+constexpr unsigned kMemTypeHost = 1, kMemTypeDevice = 2;
+
+struct Event;
+struct Task {
+    uintptr_t dst = 0, src = 0; // translated (the alias for device memory)
+    size_t bytes = 0;
+    bool fail = false;
+    Event *event = nullptr; // set: an event record, else a copy
+    uint64_t generation = 0;
+};
+
+struct Event {
+    std::mutex m;
+    std::condition_variable cv;
+    uint64_t recorded = 0, completed = 0;
+    int status = kSuccess;
+};
+
+struct Stream {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<Task> tasks;
+    bool stop = false;
+    int pending_error = kSuccess;
+    std::thread worker;
+    void run();
+};
+
+struct State {
+    std::mutex m;
+    bool initialised = false;
+    int fd = -1;
+    char *device = nullptr; // PROT_NONE: what callers get
+    char *alias = nullptr;  // read-write: what the fake copies through
+    size_t heap = 0, next = 0;
+    std::map<uintptr_t, size_t> allocations; // device address -> bytes
+    std::map<uintptr_t, size_t> pinned;      // host address -> bytes
+    std::atomic<uint64_t> copies{0};
+    std::atomic<uint64_t> fail_copy{0};
+    std::atomic<unsigned> delay_us{0};
+} g;
+
+int g_context_tag;
+void *const kContext = &g_context_tag;
+thread_local std::deque<void *> t_contexts;
+
+bool have_context() { return !t_contexts.empty() && t_contexts.back() == kContext; }
+
+uint64_t env_u64(const char *name, uint64_t fallback) {
+    const char *v = std::getenv(name);
+    return v && *v ? std::strtoull(v, nullptr, 0) : fallback;
+}
+
+bool in_device(uintptr_t p) {
+    auto d = reinterpret_cast<uintptr_t>(g.device);
+    return g.device && p >= d && p < d + g.heap;
+}
+
+// The allocation holding [p, p+n), or false.
+bool device_range(uintptr_t p, size_t n) {
+    std::lock_guard lock(g.m);
+    auto it = g.allocations.upper_bound(p);
+    if (it == g.allocations.begin()) return false;
+    --it;
+    return p >= it->first && p + n <= it->first + it->second;
+}
+
+bool pinned_ptr(uintptr_t p) {
+    std::lock_guard lock(g.m);
+    auto it = g.pinned.upper_bound(p);
+    if (it == g.pinned.begin()) return false;
+    --it;
+    return p < it->first + it->second;
+}
+
+// Device addresses become the alias; anything else is host memory the caller owns.
+bool translate(uintptr_t p, size_t n, uintptr_t &out) {
+    if (in_device(p)) {
+        if (!device_range(p, n)) return false;
+        out = reinterpret_cast<uintptr_t>(g.alias) + (p - reinterpret_cast<uintptr_t>(g.device));
+        return true;
+    }
+    if (in_device(p + n - 1)) return false;
+    out = p;
+    return true;
+}
+
+void Stream::run() {
+    std::unique_lock lock(m);
+    for (;;) {
+        cv.wait(lock, [&] { return stop || !tasks.empty(); });
+        if (tasks.empty()) return;
+        Task t = tasks.front();
+        lock.unlock();
+        int error = kSuccess;
+        if (!t.event) {
+            if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
+            if (t.fail) error = kIllegalAddress;
+            else std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), t.bytes);
+        }
+        lock.lock();
+        tasks.pop_front();
+        if (error) pending_error = error;
+        if (t.event) {
+            int status = pending_error;
+            pending_error = kSuccess;
+            lock.unlock();
+            {
+                std::lock_guard el(t.event->m);
+                if (t.generation > t.event->completed) t.event->completed = t.generation;
+                t.event->status = status;
+            }
+            t.event->cv.notify_all();
+            lock.lock();
+        }
+        cv.notify_all();
+    }
+}
+
+CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
+    if (!g.initialised) return kNotInitialized;
+    if (!have_context()) return kInvalidContext;
+    Task t;
+    if (bytes == 0) return kSuccess;
+    if (!translate(dst, bytes, t.dst) || !translate(src, bytes, t.src)) return kInvalidValue;
+    t.bytes = bytes;
+    uint64_t n = g.copies.fetch_add(1) + 1;
+    uint64_t fail_at = g.fail_copy.load();
+    t.fail = fail_at != 0 && n == fail_at;
+    if (!s) { // the legacy default stream: synchronous here
+        if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
+        if (t.fail) return kIllegalAddress;
+        std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), bytes);
+        return kSuccess;
+    }
+    std::lock_guard lock(s->m);
+    s->tasks.push_back(t);
+    s->cv.notify_all();
+    return kSuccess;
+}
+
+} // namespace
+
+FAKE_API CUresult cuInit(unsigned) {
+    std::lock_guard lock(g.m);
+    if (g.initialised) return kSuccess;
+    g.heap = env_u64("FERRY_FAKE_CUDA_HEAP_MB", 2048) << 20;
+    g.fail_copy = env_u64("FERRY_FAKE_CUDA_FAIL_COPY", 0);
+    g.delay_us = static_cast<unsigned>(env_u64("FERRY_FAKE_CUDA_COPY_DELAY_US", 0));
+    g.fd = memfd_create("fake-cuda-heap", MFD_CLOEXEC);
+    if (g.fd < 0 || ftruncate(g.fd, static_cast<off_t>(g.heap)) != 0) return kOutOfMemory;
+    void *d = mmap(nullptr, g.heap, PROT_NONE, MAP_SHARED | MAP_NORESERVE, g.fd, 0);
+    void *a = mmap(nullptr, g.heap, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, g.fd, 0);
+    if (d == MAP_FAILED || a == MAP_FAILED) return kOutOfMemory;
+    g.device = static_cast<char *>(d);
+    g.alias = static_cast<char *>(a);
+    g.initialised = true;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuDriverGetVersion(int *v) {
+    *v = 12040;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuGetErrorString(CUresult rc, const char **s) {
+    switch (rc) {
+    case kSuccess: *s = "no error"; break;
+    case kInvalidValue: *s = "invalid argument"; break;
+    case kOutOfMemory: *s = "out of memory"; break;
+    case kNotInitialized: *s = "initialization error"; break;
+    case kInvalidDevice: *s = "invalid device ordinal"; break;
+    case kInvalidContext: *s = "invalid device context"; break;
+    case kInvalidHandle: *s = "invalid resource handle"; break;
+    case kNotReady: *s = "device not ready"; break;
+    case kIllegalAddress: *s = "an illegal memory access was encountered"; break;
+    default: *s = nullptr; return kInvalidValue;
+    }
+    return kSuccess;
+}
+
+FAKE_API CUresult cuDeviceGetCount(int *n) {
+    if (!g.initialised) return kNotInitialized;
+    *n = 1;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuDeviceGet(int *dev, int ordinal) {
+    if (!g.initialised) return kNotInitialized;
+    if (ordinal != 0) return kInvalidDevice;
+    *dev = 0;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    if (!g.initialised) return kNotInitialized;
+    if (dev != 0) return kInvalidDevice;
+    *ctx = kContext;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
+
+FAKE_API CUresult cuCtxPushCurrent_v2(void *ctx) {
+    if (ctx != kContext) return kInvalidContext;
+    t_contexts.push_back(ctx);
+    return kSuccess;
+}
+
+FAKE_API CUresult cuCtxPopCurrent_v2(void **ctx) {
+    if (t_contexts.empty()) return kInvalidContext;
+    if (ctx) *ctx = t_contexts.back();
+    t_contexts.pop_back();
+    return kSuccess;
+}
+
+FAKE_API CUresult cuCtxSetCurrent(void *ctx) {
+    if (!t_contexts.empty()) t_contexts.pop_back();
+    if (ctx) t_contexts.push_back(ctx);
+    return kSuccess;
+}
+
+FAKE_API CUresult cuCtxGetCurrent(void **ctx) {
+    *ctx = t_contexts.empty() ? nullptr : t_contexts.back();
+    return kSuccess;
+}
+
+FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    if (!g.initialised) return kNotInitialized;
+    if (!have_context()) return kInvalidContext;
+    std::lock_guard lock(g.m);
+    size_t rounded = (bytes + 0xfffff) & ~size_t(0xfffff); // 1 MiB granules, like cudaMalloc's
+    if (bytes == 0 || g.next + rounded > g.heap) return kOutOfMemory;
+    *p = reinterpret_cast<uintptr_t>(g.device) + g.next;
+    g.allocations[*p] = bytes;
+    g.next += rounded;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) {
+    std::lock_guard lock(g.m);
+    auto it = g.allocations.find(p);
+    if (it == g.allocations.end()) return kInvalidValue;
+    off_t off = static_cast<off_t>(p - reinterpret_cast<uintptr_t>(g.device));
+    fallocate(g.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, static_cast<off_t>(it->second));
+    g.allocations.erase(it);
+    return kSuccess;
+}
+
+FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned) {
+    if (!g.initialised) return kNotInitialized;
+    if (!have_context()) return kInvalidContext;
+    void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return kOutOfMemory;
+    std::lock_guard lock(g.m);
+    g.pinned[reinterpret_cast<uintptr_t>(m)] = bytes;
+    *p = m;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
+
+FAKE_API CUresult cuMemFreeHost(void *p) {
+    std::lock_guard lock(g.m);
+    auto it = g.pinned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == g.pinned.end()) return kInvalidValue;
+    munmap(p, it->second);
+    g.pinned.erase(it);
+    return kSuccess;
+}
+
+FAKE_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) { return enqueue_copy(dst, src, bytes, nullptr); }
+FAKE_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    return enqueue_copy(dst, reinterpret_cast<uintptr_t>(src), bytes, nullptr);
+}
+FAKE_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    return enqueue_copy(reinterpret_cast<uintptr_t>(dst), src, bytes, nullptr);
+}
+FAKE_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream) {
+    return enqueue_copy(dst, src, bytes, static_cast<Stream *>(stream));
+}
+FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream) {
+    return enqueue_copy(dst, reinterpret_cast<uintptr_t>(src), bytes, static_cast<Stream *>(stream));
+}
+FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
+    return enqueue_copy(reinterpret_cast<uintptr_t>(dst), src, bytes, static_cast<Stream *>(stream));
+}
+
+FAKE_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
+    if (!have_context()) return kInvalidContext;
+    uintptr_t p;
+    if (!in_device(dst) || !translate(dst, bytes, p)) return kInvalidValue;
+    std::memset(reinterpret_cast<void *>(p), value, bytes);
+    return kSuccess;
+}
+
+FAKE_API CUresult cuStreamCreate(void **stream, unsigned) {
+    if (!g.initialised) return kNotInitialized;
+    if (!have_context()) return kInvalidContext;
+    auto *s = new Stream;
+    s->worker = std::thread([s] { s->run(); });
+    *stream = s;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuStreamSynchronize(void *stream) {
+    auto *s = static_cast<Stream *>(stream);
+    if (!s) return kSuccess;
+    std::unique_lock lock(s->m);
+    s->cv.wait(lock, [&] { return s->tasks.empty(); });
+    int e = s->pending_error;
+    s->pending_error = kSuccess;
+    return e;
+}
+
+FAKE_API CUresult cuStreamDestroy_v2(void *stream) {
+    auto *s = static_cast<Stream *>(stream);
+    if (!s) return kInvalidHandle;
+    {
+        std::lock_guard lock(s->m);
+        s->stop = true;
+    }
+    s->cv.notify_all();
+    s->worker.join();
+    delete s;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuEventCreate(void **event, unsigned) {
+    if (!g.initialised) return kNotInitialized;
+    if (!have_context()) return kInvalidContext;
+    *event = new Event;
+    return kSuccess;
+}
+
+FAKE_API CUresult cuEventRecord(void *event, void *stream) {
+    auto *e = static_cast<Event *>(event);
+    auto *s = static_cast<Stream *>(stream);
+    if (!e || !s) return kInvalidHandle;
+    if (!have_context()) return kInvalidContext;
+    Task t;
+    t.event = e;
+    {
+        std::lock_guard el(e->m);
+        t.generation = ++e->recorded;
+    }
+    std::lock_guard lock(s->m);
+    s->tasks.push_back(t);
+    s->cv.notify_all();
+    return kSuccess;
+}
+
+FAKE_API CUresult cuEventQuery(void *event) {
+    auto *e = static_cast<Event *>(event);
+    std::lock_guard lock(e->m);
+    if (e->completed < e->recorded) return kNotReady;
+    return e->status;
+}
+
+FAKE_API CUresult cuEventSynchronize(void *event) {
+    auto *e = static_cast<Event *>(event);
+    if (!e) return kInvalidHandle;
+    std::unique_lock lock(e->m);
+    e->cv.wait(lock, [&] { return e->completed >= e->recorded; });
+    return e->status;
+}
+
+FAKE_API CUresult cuEventDestroy_v2(void *event) {
+    delete static_cast<Event *>(event);
+    return kSuccess;
+}
+
+// Unlike cuPointerGetAttribute, the plural call succeeds on memory CUDA does not know, leaving
+// zeros (as the real driver documents): how a caller tells host memory apart.
+static CUresult attribute(void *data, int attr, CUdeviceptr p, bool strict) {
+    bool dev = in_device(p) && device_range(p, 1);
+    bool host = !dev && pinned_ptr(p);
+    if (!dev && !host) {
+        if (strict) return kInvalidValue;
+        switch (attr) {
+        case kAttrContext: case kAttrDevicePointer: case kAttrHostPointer: *static_cast<void **>(data) = nullptr; break;
+        case kAttrDeviceOrdinal: *static_cast<int *>(data) = -2; break;
+        default: *static_cast<unsigned *>(data) = 0;
+        }
+        return kSuccess;
+    }
+    switch (attr) {
+    case kAttrContext: *static_cast<void **>(data) = kContext; break;
+    case kAttrMemoryType: *static_cast<unsigned *>(data) = dev ? kMemTypeDevice : kMemTypeHost; break;
+    case kAttrDevicePointer: *static_cast<uintptr_t *>(data) = p; break;
+    case kAttrHostPointer: *static_cast<uintptr_t *>(data) = dev ? 0 : p; break;
+    case kAttrDeviceOrdinal: *static_cast<int *>(data) = 0; break;
+    default: return kInvalidValue;
+    }
+    return kSuccess;
+}
+
+FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+    if (!g.initialised) return kNotInitialized;
+    return attribute(data, attr, p, true);
+}
+
+FAKE_API CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    if (!g.initialised) return kNotInitialized;
+    for (unsigned i = 0; i < n; ++i)
+        if (CUresult rc = attribute(data[i], attrs[i], p, false); rc != kSuccess) return rc;
+    return kSuccess;
+}
+
+// For tests: how many copies were started. Not part of CUDA.
+FAKE_API uint64_t ferry_fake_cuda_copies() { return g.copies.load(); }
+// For tests in one process: fail the n-th async copy from now (1: the next one), as
+// FERRY_FAKE_CUDA_FAIL_COPY does from the start.
+FAKE_API void ferry_fake_cuda_fail_copy(uint64_t n) { g.fail_copy = n ? g.copies.load() + n : 0; }
+// As FERRY_FAKE_CUDA_COPY_DELAY_US, from now on (0: no delay).
+FAKE_API void ferry_fake_cuda_copy_delay_us(unsigned us) { g.delay_us = us; }
