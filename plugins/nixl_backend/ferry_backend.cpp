@@ -4,9 +4,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
 
 #include "common/nixl_log.h"
+#include "config_sources.hpp"
 #include "wire_format.hpp"
+
+extern char **environ;
 
 namespace ferry_nixl {
 namespace {
@@ -68,17 +73,49 @@ bool library_present(const char *soname) {
     return true;
 }
 
+const char *sync_name(nixl_thread_sync_t mode) {
+    switch (mode) {
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_NONE: return "NONE";
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT: return "STRICT";
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_RW: return "RW";
+    }
+    return "?";
+}
+
+// NIXL's progress-thread and sync settings change nothing here; say so once per process.
+void note_unused_settings(const nixlBackendInitParams *init) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+        NIXL_INFO << "FERRY backend: enableProgTh=" << (init->enableProgTh ? "true" : "false")
+                  << " pthrDelay=" << init->pthrDelay << "us syncMode=" << sync_name(init->syncMode)
+                  << " do not apply: Ferry's transports complete ops on their own threads (checkXfer"
+                     " only reads their status) and the backend locks its own state under every syncMode";
+    });
+}
+
 } // namespace
 
+std::string bundle_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void *>(&bundle_directory), &info) == 0 || !info.dli_fname) return {};
+    std::error_code ec;
+    auto path = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    return (ec ? std::filesystem::path(info.dli_fname) : path).parent_path().string();
+}
+
 nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nixlBackendEngine(init_params) {
+    note_unused_settings(init_params);
+    const auto &host_params = getCustomParams();
+    LayeredConfig layered = layer_config({host_params.begin(), host_params.end()}, environ);
     std::string error;
-    auto parsed = parse_backend_params(getCustomParams(), error);
+    auto parsed = parse_backend_params(layered.values, layered.origin, error);
     if (!parsed) {
-        NIXL_ERROR << "FERRY backend: " << error;
+        NIXL_ERROR << "FERRY backend: " << error << " (configuration from " << layered.describe() << ")";
         initErr = true;
         return;
     }
     params_ = std::move(*parsed);
+    params_.config_file = layered.config_file;
 
     std::vector<const char *> keys, values;
     for (const auto &[k, v] : params_.ferry_config) {
@@ -92,7 +129,7 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
                                                  keys.size(), &engine);
     if (rc != 0) {
         NIXL_ERROR << "FERRY backend: creating the Ferry engine for agent '" << localAgent
-                   << "' failed: " << last_error();
+                   << "' failed: " << last_error() << " (configuration from " << layered.describe() << ")";
         initErr = true;
         return;
     }
@@ -105,7 +142,19 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
         return;
     }
     segment_name_ = name;
-    NIXL_DEBUG << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_;
+    // What getBackendParams shows: the values taken from the environment, and where things came from.
+    for (const auto &[key, from] : layered.origin)
+        if (from != "parameter") (void)setInitParam(key, layered.values[key]);
+    if (!layered.config_file.empty()) (void)setInitParam("config_file", layered.config_file);
+    const std::string dir = bundle_directory();
+    (void)setInitParam("note.sources", layered.describe());
+    (void)setInitParam("note.plugin_dir", dir.empty() ? "(unknown)" : dir);
+    (void)setInitParam("note.transport_dir", dir.empty() ? "(unknown)" : dir + "/ferry/plugins");
+    (void)setInitParam("note.segment", segment_name_);
+    NIXL_INFO << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_
+              << "; Ferry " << ferry_version() << " is linked into " << dir
+              << "/libplugin_FERRY.so, transports searched in plugin_path, FERRY_PLUGIN_PATH, then " << dir
+              << "/ferry/plugins; configuration from " << layered.describe();
 }
 
 nixlFerryEngine::~nixlFerryEngine() = default; // ferry_engine_destroy closes segments and batches
