@@ -95,7 +95,7 @@ void note_unused_settings(const nixlBackendInitParams *init) {
 
 } // namespace
 
-std::string bundle_directory() {
+static std::string bundle_directory() {
     Dl_info info{};
     if (dladdr(reinterpret_cast<void *>(&bundle_directory), &info) == 0 || !info.dli_fname) return {};
     std::error_code ec;
@@ -371,7 +371,7 @@ nixl_status_t nixlFerryEngine::unloadMD(nixlBackendMD *input) {
 
 nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_dlist_t &local,
                                         const nixl_meta_dlist_t &remote, const std::string &remote_agent,
-                                        nixlBackendReqH *&handle, const nixl_opt_b_args_t *) const {
+                                        nixlBackendReqH *&handle, const nixl_opt_b_args_t *opt_args) const {
     if (operation != NIXL_READ && operation != NIXL_WRITE) {
         NIXL_ERROR << "FERRY backend: prepXfer: operation " << int(operation) << " is neither NIXL_READ nor NIXL_WRITE";
         return NIXL_ERR_INVALID_PARAM;
@@ -389,6 +389,7 @@ nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const n
         return NIXL_ERR_INVALID_PARAM;
     }
     auto xfer = std::make_unique<FerryTransfer>();
+    if (!apply_custom_param(opt_args, *xfer)) return NIXL_ERR_INVALID_PARAM;
     xfer->remote_agent = remote_agent;
     xfer->requests.reserve(local.descCount());
     for (int i = 0; i < local.descCount(); ++i) {
@@ -412,8 +413,10 @@ nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const n
         req.segment = target->segment;
         req.remote_addr = r.addr;
         req.length = l.len;
-        req.transport = nullptr; // Ferry picks by its protocol priority
+        // Ferry picks by its protocol priority unless customParam forced one (xfer owns the text).
+        req.transport = xfer->forced_transport.empty() ? nullptr : xfer->forced_transport.c_str();
         xfer->requests.push_back(req);
+        xfer->bytes += l.len;
     }
     handle = xfer.release();
     return NIXL_SUCCESS;
@@ -461,6 +464,7 @@ nixl_status_t nixlFerryEngine::postXfer(const nixl_xfer_op_t &operation, const n
     xfer->batch = batch;
     xfer->has_batch = true;
     xfer->state = FerryTransfer::State::Posted;
+    xfer->posted_at = std::chrono::steady_clock::now();
     return NIXL_IN_PROG;
 }
 
@@ -497,8 +501,11 @@ nixl_status_t nixlFerryEngine::checkXfer(nixlBackendReqH *handle) const {
             xfer->failure = to_nixl(status.error);
             return xfer->failure;
         }
+        status.transport[sizeof status.transport - 1] = '\0';
+        xfer->transport = status.transport;
         ++xfer->next_unfinished;
     }
+    record_throughput(*xfer);
     return finish(*xfer);
 }
 
