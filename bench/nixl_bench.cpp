@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/program_options.hpp>
@@ -54,6 +55,7 @@ int main(int argc, char **argv) {
     size_t batch_size;
     double duration;
     bool json = false;
+    unsigned poll_sleep_us = 0;
     std::vector<std::string> options;
     po::options_description desc("nixl_bench: a NIXL backend's throughput through NIXL's agent API");
     desc.add_options()("help", "this text")
@@ -66,6 +68,8 @@ int main(int argc, char **argv) {
         ("duration", po::value(&duration)->default_value(10), "seconds")
         ("report_unit", po::value(&report_unit)->default_value("GB"), "GB GiB MB MiB Gb")
         ("json", po::bool_switch(&json), "one JSON line")
+        ("poll_sleep_us", po::value(&poll_sleep_us)->default_value(0),
+         "sleep between getXferStatus calls (0: busy poll, as NIXL hosts do; NIXL has no blocking wait)")
         ("option", po::value(&options)->composing(), "backend parameter key=value (repeatable)")
         ("file", po::value(&file_path)->default_value("/tmp/nixl_bench.data"), "POSIX only: the file");
     po::variables_map vm;
@@ -147,7 +151,10 @@ int main(int argc, char **argv) {
         nixlXferReqH *req = reqs[batches % nreqs];
         auto b0 = Clock::now();
         nixl_status_t st = initiator.postXferReq(req);
-        while (st == NIXL_IN_PROG) st = initiator.getXferStatus(req);
+        while (st == NIXL_IN_PROG) {
+            if (poll_sleep_us) std::this_thread::sleep_for(std::chrono::microseconds(poll_sleep_us));
+            st = initiator.getXferStatus(req);
+        }
         if (st != NIXL_SUCCESS) die(std::string("transfer failed: ") + nixlEnumStrings::statusStr(st));
         worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - b0).count());
         ++batches;
@@ -156,10 +163,10 @@ int main(int argc, char **argv) {
     double tput = static_cast<double>(batches) * static_cast<double>(span) / secs / unit;
     if (json)
         printf("{\"backend\":\"%s\",\"protocol\":\"%s\",\"operation\":\"%s\",\"block_size\":%llu,\"batch_size\":%zu,"
-               "\"duration_s\":%.3f,\"batches\":%llu,\"throughput\":%.3f,\"unit\":\"%s/s\",\"worst_batch_ms\":%.3f}\n",
+               "\"poll_sleep_us\":%u,\"duration_s\":%.3f,\"batches\":%llu,\"throughput\":%.3f,\"unit\":\"%s/s\",\"worst_batch_ms\":%.3f}\n",
                backend_name.c_str(), backend_name == "FERRY" ? protocol.c_str() : "", operation.c_str(),
-               static_cast<unsigned long long>(block_size), batch_size, secs, static_cast<unsigned long long>(batches),
-               tput, report_unit.c_str(), worst_ms);
+               static_cast<unsigned long long>(block_size), batch_size, poll_sleep_us, secs,
+               static_cast<unsigned long long>(batches), tput, report_unit.c_str(), worst_ms);
     else
         printf("backend=%s%s operation=%s block_size=%llu batch_size=%zu: %llu batches in %.2f s, %.2f %s/s, "
                "worst batch %.2f ms\n",
