@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 
 #include "common/nixl_log.h"
 #include "config_sources.hpp"
@@ -71,26 +70,6 @@ bool library_present(const char *soname) {
     if (!h) return false;
     dlclose(h);
     return true;
-}
-
-const char *sync_name(nixl_thread_sync_t mode) {
-    switch (mode) {
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_NONE: return "NONE";
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT: return "STRICT";
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_RW: return "RW";
-    }
-    return "?";
-}
-
-// NIXL's progress-thread and sync settings change nothing here; say so once per process.
-void note_unused_settings(const nixlBackendInitParams *init) {
-    static std::once_flag once;
-    std::call_once(once, [&] {
-        NIXL_INFO << "FERRY backend: enableProgTh=" << (init->enableProgTh ? "true" : "false")
-                  << " pthrDelay=" << init->pthrDelay << "us syncMode=" << sync_name(init->syncMode)
-                  << " do not apply: Ferry's transports complete ops on their own threads (checkXfer"
-                     " only reads their status) and the backend locks its own state under every syncMode";
-    });
 }
 
 } // namespace

@@ -72,6 +72,9 @@ struct Throughput {
     std::string transport;
 };
 
+// Logs once per process that enableProgTh, pthrDelay and syncMode change nothing (xfer_cost.cpp).
+void note_unused_settings(const nixlBackendInitParams *init);
+
 class nixlFerryEngine : public nixlBackendEngine {
 public:
     explicit nixlFerryEngine(const nixlBackendInitParams *init_params);

@@ -1,7 +1,9 @@
 // The NIXL calls beyond moving bytes: estimateXferCost (from the bandwidth measured on completed
 // transfers to the same agent, else the configured est_bandwidth_mbps), prepMemView (refused:
-// no Ferry transport offers GPU-initiated transfers), and prepXfer's customParam.
+// no Ferry transport offers GPU-initiated transfers), prepXfer's customParam, and NIXL's
+// progress-thread and sync settings (which do not apply).
 #include <cmath>
+#include <mutex>
 #include <string_view>
 
 #include "common/nixl_log.h"
@@ -24,7 +26,27 @@ nixl_status_t refuse_mem_view() {
     return NIXL_ERR_NOT_SUPPORTED;
 }
 
+const char *sync_name(nixl_thread_sync_t mode) {
+    switch (mode) {
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_NONE: return "NONE";
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT: return "STRICT";
+    case nixl_thread_sync_t::NIXL_THREAD_SYNC_RW: return "RW";
+    }
+    return "?";
+}
+
 } // namespace
+
+// NIXL's progress-thread and sync settings change nothing here; say so once per process.
+void note_unused_settings(const nixlBackendInitParams *init) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+        NIXL_INFO << "FERRY backend: enableProgTh=" << (init->enableProgTh ? "true" : "false")
+                  << " pthrDelay=" << init->pthrDelay << "us syncMode=" << sync_name(init->syncMode)
+                  << " do not apply: Ferry's transports complete ops on their own threads (checkXfer"
+                     " only reads their status) and the backend locks its own state under every syncMode";
+    });
+}
 
 nixl_status_t nixlFerryEngine::prepMemView(const nixl_remote_meta_dlist_t &, nixlMemViewH &,
                                            const nixl_opt_b_args_t *) const {
