@@ -4,9 +4,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "common/nixl_log.h"
+#include "config_sources.hpp"
 #include "wire_format.hpp"
+
+extern char **environ;
 
 namespace ferry_nixl {
 namespace {
@@ -70,15 +74,27 @@ bool library_present(const char *soname) {
 
 } // namespace
 
+static std::string bundle_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void *>(&bundle_directory), &info) == 0 || !info.dli_fname) return {};
+    std::error_code ec;
+    auto path = std::filesystem::weakly_canonical(info.dli_fname, ec);
+    return (ec ? std::filesystem::path(info.dli_fname) : path).parent_path().string();
+}
+
 nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nixlBackendEngine(init_params) {
+    note_unused_settings(init_params);
+    const auto &host_params = getCustomParams();
+    LayeredConfig layered = layer_config({host_params.begin(), host_params.end()}, environ);
     std::string error;
-    auto parsed = parse_backend_params(getCustomParams(), error);
+    auto parsed = parse_backend_params(layered.values, layered.origin, error);
     if (!parsed) {
-        NIXL_ERROR << "FERRY backend: " << error;
+        NIXL_ERROR << "FERRY backend: " << error << " (configuration from " << layered.describe() << ")";
         initErr = true;
         return;
     }
     params_ = std::move(*parsed);
+    params_.config_file = layered.config_file;
 
     std::vector<const char *> keys, values;
     for (const auto &[k, v] : params_.ferry_config) {
@@ -92,7 +108,7 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
                                                  keys.size(), &engine);
     if (rc != 0) {
         NIXL_ERROR << "FERRY backend: creating the Ferry engine for agent '" << localAgent
-                   << "' failed: " << last_error();
+                   << "' failed: " << last_error() << " (configuration from " << layered.describe() << ")";
         initErr = true;
         return;
     }
@@ -105,7 +121,19 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
         return;
     }
     segment_name_ = name;
-    NIXL_DEBUG << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_;
+    // What getBackendParams shows: the values taken from the environment, and where things came from.
+    for (const auto &[key, from] : layered.origin)
+        if (from != "parameter") (void)setInitParam(key, layered.values[key]);
+    if (!layered.config_file.empty()) (void)setInitParam("config_file", layered.config_file);
+    const std::string dir = bundle_directory();
+    (void)setInitParam("note.sources", layered.describe());
+    (void)setInitParam("note.plugin_dir", dir.empty() ? "(unknown)" : dir);
+    (void)setInitParam("note.transport_dir", dir.empty() ? "(unknown)" : dir + "/ferry/plugins");
+    (void)setInitParam("note.segment", segment_name_);
+    NIXL_INFO << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_
+              << "; Ferry " << ferry_version() << " is linked into " << dir
+              << "/libplugin_FERRY.so, transports searched in plugin_path, FERRY_PLUGIN_PATH, then " << dir
+              << "/ferry/plugins; configuration from " << layered.describe();
 }
 
 nixlFerryEngine::~nixlFerryEngine() = default; // ferry_engine_destroy closes segments and batches
@@ -322,7 +350,7 @@ nixl_status_t nixlFerryEngine::unloadMD(nixlBackendMD *input) {
 
 nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_dlist_t &local,
                                         const nixl_meta_dlist_t &remote, const std::string &remote_agent,
-                                        nixlBackendReqH *&handle, const nixl_opt_b_args_t *) const {
+                                        nixlBackendReqH *&handle, const nixl_opt_b_args_t *opt_args) const {
     if (operation != NIXL_READ && operation != NIXL_WRITE) {
         NIXL_ERROR << "FERRY backend: prepXfer: operation " << int(operation) << " is neither NIXL_READ nor NIXL_WRITE";
         return NIXL_ERR_INVALID_PARAM;
@@ -340,6 +368,7 @@ nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const n
         return NIXL_ERR_INVALID_PARAM;
     }
     auto xfer = std::make_unique<FerryTransfer>();
+    if (!apply_custom_param(opt_args, *xfer)) return NIXL_ERR_INVALID_PARAM;
     xfer->remote_agent = remote_agent;
     xfer->requests.reserve(local.descCount());
     for (int i = 0; i < local.descCount(); ++i) {
@@ -363,8 +392,10 @@ nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const n
         req.segment = target->segment;
         req.remote_addr = r.addr;
         req.length = l.len;
-        req.transport = nullptr; // Ferry picks by its protocol priority
+        // Ferry picks by its protocol priority unless customParam forced one (xfer owns the text).
+        req.transport = xfer->forced_transport.empty() ? nullptr : xfer->forced_transport.c_str();
         xfer->requests.push_back(req);
+        xfer->bytes += l.len;
     }
     handle = xfer.release();
     return NIXL_SUCCESS;
@@ -412,6 +443,7 @@ nixl_status_t nixlFerryEngine::postXfer(const nixl_xfer_op_t &operation, const n
     xfer->batch = batch;
     xfer->has_batch = true;
     xfer->state = FerryTransfer::State::Posted;
+    xfer->posted_at = std::chrono::steady_clock::now();
     return NIXL_IN_PROG;
 }
 
@@ -448,8 +480,11 @@ nixl_status_t nixlFerryEngine::checkXfer(nixlBackendReqH *handle) const {
             xfer->failure = to_nixl(status.error);
             return xfer->failure;
         }
+        status.transport[sizeof status.transport - 1] = '\0';
+        xfer->transport = status.transport;
         ++xfer->next_unfinished;
     }
+    record_throughput(*xfer);
     return finish(*xfer);
 }
 

@@ -3,6 +3,7 @@
 // a NIXL notification a Ferry control-channel notification.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -57,7 +58,22 @@ public:
     bool notify = false;           // send `notif_message` once every op is done
     std::string notif_message;
     nixl_status_t failure = NIXL_SUCCESS;
+    std::string forced_transport;  // customParam "transport=<name>": every op over it
+    uint64_t bytes = 0;            // payload of all ops, for the measured bandwidth
+    std::chrono::steady_clock::time_point posted_at;
+    std::string transport;         // what carried the last op (Ferry's status)
 };
+
+// Measured throughput of completed transfers to one agent (estimateXferCost).
+struct Throughput {
+    double bytes_per_us = 0;  // moving average over transfers of at least kMinSampleBytes
+    double deviation = 0;     // moving average of |sample - average|, for the error margin
+    uint64_t samples = 0;
+    std::string transport;
+};
+
+// Logs once per process that enableProgTh, pthrDelay and syncMode change nothing (xfer_cost.cpp).
+void note_unused_settings(const nixlBackendInitParams *init);
 
 class nixlFerryEngine : public nixlBackendEngine {
 public:
@@ -96,6 +112,22 @@ public:
     nixl_status_t checkXfer(nixlBackendReqH *handle) const override;
     nixl_status_t releaseReqH(nixlBackendReqH *handle) const override;
 
+    // GPU-initiated transfers (NIXL's device API): no Ferry transport offers them; refused
+    // with the alternative named (xfer_cost.cpp).
+    nixl_status_t prepMemView(const nixl_remote_meta_dlist_t &, nixlMemViewH &,
+                              const nixl_opt_b_args_t * = nullptr) const override;
+    nixl_status_t prepMemView(const nixl_meta_dlist_t &, nixlMemViewH &,
+                              const nixl_opt_b_args_t * = nullptr) const override;
+    void releaseMemView(nixlMemViewH) const override {}
+
+    // From the bandwidth measured on completed transfers to the agent, else the configured
+    // est_bandwidth_mbps (xfer_cost.cpp).
+    nixl_status_t estimateXferCost(const nixl_xfer_op_t &operation, const nixl_meta_dlist_t &local,
+                                   const nixl_meta_dlist_t &remote, const std::string &remote_agent,
+                                   nixlBackendReqH *const &handle, std::chrono::microseconds &duration,
+                                   std::chrono::microseconds &err_margin, nixl_cost_t &method,
+                                   const nixl_opt_args_t *extra_params = nullptr) const override;
+
     nixl_status_t getNotifs(notif_list_t &notif_list) override;
     nixl_status_t genNotif(const std::string &remote_agent, const std::string &msg) const override;
 
@@ -105,6 +137,9 @@ private:
     nixl_status_t send_notification(const std::string &remote_agent, const std::string &msg) const;
     nixl_status_t finish(FerryTransfer &xfer) const;
     uint32_t vram_memory_kind();
+    // customParam of prepXfer: "" or "transport=<name>"; false (logged) for anything else.
+    bool apply_custom_param(const nixl_opt_b_args_t *opt_args, FerryTransfer &xfer) const;
+    void record_throughput(const FerryTransfer &xfer) const;
 
     BackendParams params_;
     EnginePtr engine_;
@@ -115,6 +150,7 @@ private:
     bool has_self_segment_ = false;
     ferry_segment_id_t self_segment_ = 0;
     mutable std::deque<std::pair<std::string, std::string>> self_notifications_; // genNotif to itself
+    mutable std::unordered_map<std::string, Throughput> throughput_; // by remote agent
     bool vram_kind_known_ = false;
     uint32_t vram_kind_ = FERRY_MEMORY_CUDA;
 };

@@ -1,7 +1,13 @@
 // ferry-nixl-info: what a NIXL host sees of libplugin_FERRY.so. Lists the backend plugins NIXL
 // finds (NIXL_PLUGIN_DIR or <dir of libnixl>/plugins), the FERRY backend's memory types and
 // parameters, then creates a FERRY backend with the given key=value parameters.
+// It says where things were found: NIXL's plugin directory, the libplugin_FERRY.so it loaded
+// (Ferry's core is linked into it), the ferry/plugins directory of transports beside it, and
+// which configuration came from parameters, the environment (FERRY_<KEY>) and FERRY_CONFIG.
 // Exit status 0 when the backend was created, 1 when it was not found or failed to start.
+#include <dlfcn.h>
+#include <link.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +39,16 @@ void print_params(const nixl_mem_list_t &mems, const nixl_b_params_t &params) {
     for (const auto &[k, v] : sorted) printf("  %-20s %s\n", k.c_str(), v.empty() ? "(unset)" : v.c_str());
 }
 
+// Where NIXL looks when NIXL_PLUGIN_DIR is unset: <dir of libnixl.so>/plugins.
+std::string libnixl_path() {
+    void *h = dlopen("libnixl.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return "(libnixl.so not found)";
+    link_map *map = nullptr;
+    std::string path = dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map ? map->l_name : "(unknown)";
+    dlclose(h);
+    return path;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -47,6 +63,7 @@ int main(int argc, char **argv) {
     }
     const char *dir = getenv("NIXL_PLUGIN_DIR");
     printf("NIXL_PLUGIN_DIR: %s\n", dir ? dir : "(unset: NIXL looks in <dir of libnixl.so>/plugins)");
+    printf("libnixl.so: %s\n", libnixl_path().c_str());
 
     nixlAgent agent("ferry-nixl-info", nixlAgentConfig(false));
     std::vector<nixl_backend_t> plugins;
@@ -80,5 +97,8 @@ int main(int argc, char **argv) {
     agent.getBackendParams(backend, mems, used);
     printf("FERRY: backend created with:\n");
     print_params(mems, used);
+    printf("found:\n  plugin      %s/libplugin_FERRY.so (Ferry's core linked in)\n  transports  plugin_path, "
+           "FERRY_PLUGIN_PATH, then %s\n  config      %s\n",
+           used["note.plugin_dir"].c_str(), used["note.transport_dir"].c_str(), used["note.sources"].c_str());
     return 0;
 }

@@ -264,7 +264,79 @@ TEST(NixlFerry, PluginIsDiscoveredWithItsParameters) {
     EXPECT_NE(std::find(mems.begin(), mems.end(), VRAM_SEG), mems.end());
     for (const char *key : {"metadata", "local_ip", "protocols", "plugin_path", "remote_access"})
         EXPECT_EQ(params.count(key), 1u) << key;
-    EXPECT_EQ(params["metadata"], "P2PHANDSHAKE");
+    // Empty: the environment (FERRY_METADATA), then FERRY_CONFIG's file, then Ferry's default
+    // (P2PHANDSHAKE) decide; a value here would hide them when a host passes the defaults back.
+    EXPECT_EQ(params["metadata"], "");
+    EXPECT_NE(params["note.progress_thread"].find("does not apply"), std::string::npos);
+    EXPECT_NE(params["note.sync_mode"].find("does not apply"), std::string::npos);
+}
+
+// vLLM's NixlConnector creates backends with no parameters: the environment configures them.
+TEST(NixlFerry, EnvironmentConfiguresABackendCreatedWithoutParameters) {
+    setenv("FERRY_LOCAL_IP", "127.0.0.7", 1);
+    setenv("FERRY_PROTOCOLS", g_protocols.c_str(), 1);
+    nixlAgent agent("from-env", nixlAgentConfig(false));
+    nixlBackendH *backend = nullptr;
+    nixl_status_t created = agent.createBackend("FERRY", {}, backend);
+    unsetenv("FERRY_LOCAL_IP");
+    unsetenv("FERRY_PROTOCOLS");
+    ASSERT_EQ(created, NIXL_SUCCESS);
+    nixl_mem_list_t mems;
+    nixl_b_params_t used;
+    ASSERT_EQ(agent.getBackendParams(backend, mems, used), NIXL_SUCCESS);
+    EXPECT_EQ(used["local_ip"], "127.0.0.7");
+    EXPECT_EQ(used["note.segment"].rfind("127.0.0.7:", 0), 0u) << used["note.segment"];
+    EXPECT_NE(used["note.sources"].find("FERRY_LOCAL_IP"), std::string::npos) << used["note.sources"];
+    // A host parameter still wins over the environment.
+    setenv("FERRY_LOCAL_IP", "127.0.0.7", 1);
+    nixlAgent agent2("from-param", nixlAgentConfig(false));
+    created = agent2.createBackend("FERRY", {{"local_ip", "127.0.0.8"}, {"protocols", g_protocols}}, backend);
+    unsetenv("FERRY_LOCAL_IP");
+    ASSERT_EQ(created, NIXL_SUCCESS);
+    ASSERT_EQ(agent2.getBackendParams(backend, mems, used), NIXL_SUCCESS);
+    EXPECT_EQ(used["note.segment"].rfind("127.0.0.8:", 0), 0u) << used["note.segment"];
+}
+
+// estimateXferCost: refused until something was measured or configured, then from the
+// measured bandwidth; prepMemView refused; customParam "transport=<name>" or refused.
+TEST(NixlFerry, CostMemViewAndCustomParam) {
+    nixlAgent agent("costs", nixlAgentConfig(false));
+    nixlBackendH *backend = nullptr;
+    ASSERT_EQ(agent.createBackend("FERRY", backend_params(), backend), NIXL_SUCCESS);
+    std::vector<uint8_t> a(kRegionSize), b(kRegionSize, 0);
+    fill(a, 5);
+    ASSERT_EQ(agent.registerMem(region(a)), NIXL_SUCCESS);
+    ASSERT_EQ(agent.registerMem(region(b)), NIXL_SUCCESS);
+
+    nixlXferReqH *req = nullptr;
+    ASSERT_EQ(agent.createXferReq(NIXL_WRITE, chunked(a), chunked(b), "costs", req), NIXL_SUCCESS);
+    std::chrono::microseconds duration{0}, margin{0};
+    nixl_cost_t method;
+    EXPECT_EQ(agent.estimateXferCost(req, duration, margin, method), NIXL_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(wait_xfer(agent, req, agent.postXferReq(req)), NIXL_SUCCESS);
+    ASSERT_EQ(agent.estimateXferCost(req, duration, margin, method), NIXL_SUCCESS);
+    EXPECT_GT(duration.count(), 0);
+    EXPECT_GE(margin.count(), 0);
+    EXPECT_EQ(method, nixl_cost_t::ANALYTICAL_BACKEND);
+    EXPECT_EQ(agent.releaseXferReq(req), NIXL_SUCCESS);
+
+    nixl_opt_args_t forced;
+    forced.customParam = "transport=" + g_protocols.substr(0, g_protocols.find(','));
+    std::fill(b.begin(), b.end(), 0);
+    ASSERT_EQ(agent.createXferReq(NIXL_WRITE, chunked(a), chunked(b), "costs", req, &forced), NIXL_SUCCESS);
+    EXPECT_EQ(wait_xfer(agent, req, agent.postXferReq(req)), NIXL_SUCCESS);
+    EXPECT_EQ(first_mismatch(b, 5), std::nullopt);
+    EXPECT_EQ(agent.releaseXferReq(req), NIXL_SUCCESS);
+    nixl_opt_args_t bogus;
+    bogus.customParam = "lanes=9";
+    EXPECT_NE(agent.createXferReq(NIXL_WRITE, chunked(a), chunked(b), "costs", req, &bogus), NIXL_SUCCESS);
+
+    nixl_local_dlist_t view_list(DRAM_SEG);
+    view_list.addDesc(nixlBasicDesc(reinterpret_cast<uintptr_t>(a.data()), a.size(), 0));
+    nixlMemViewH view = nullptr;
+    EXPECT_NE(agent.prepMemView(view_list, view), NIXL_SUCCESS);
+    EXPECT_EQ(agent.deregisterMem(region(a)), NIXL_SUCCESS);
+    EXPECT_EQ(agent.deregisterMem(region(b)), NIXL_SUCCESS);
 }
 
 TEST(NixlFerry, BadParametersFailCreateBackend) {
