@@ -12,6 +12,7 @@ from . import _capi
 from ._config import flatten_config
 from ._memory import MEMORY_HOST, MEMORY_CUDA, MEMORY_ROCM, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout, error_for_code
+from ._notify import NotificationWaits, hand_over as _hand_over
 
 READ = 0
 WRITE = 1
@@ -353,7 +354,7 @@ class Batch:
         return "<ferry.Batch id=%d ops=%d%s>" % (self.id, self.count, " freed" if self._freed else "")
 
 
-class Engine:
+class Engine(NotificationWaits):
     """A Ferry engine.
 
         Engine()                                       # defaults (README "Configuration")
@@ -518,13 +519,7 @@ class Engine:
         count = ffi.new("size_t *")
         _check(lib.ferry_take_notifications(_handle(self._state), out, count),
                "ferry_take_notifications")
-        try:
-            # `from` is a Python keyword: read the field with getattr.
-            return [Notification(ffi.string(getattr(n, "from")).decode("utf-8", "replace"),
-                                 bytes(ffi.buffer(n.data, n.length)) if n.length else b"")
-                    for n in out[0][0:count[0]]]
-        finally:
-            lib.ferry_free_notifications(out[0], count[0])
+        return _hand_over(ffi, lib, out, count)
 
     # -- transfers ------------------------------------------------------------------------
     def submit(self, requests):
