@@ -96,6 +96,11 @@ ControlServer::~ControlServer() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(stop_.get(), &one, sizeof one);
     if (thread_.joinable()) thread_.join();
+    // Threads blocked in wait_notifications return (-ECANCELED) before the queue goes away.
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    queued_cv_.notify_all();
+    queued_cv_.wait(lock, [&] { return waiters_ == 0; });
 }
 
 void ControlServer::publish(std::vector<uint8_t> descriptor) {
@@ -108,9 +113,17 @@ std::vector<Notification> ControlServer::take_notifications() {
     return take_locked();
 }
 
-std::vector<Notification> ControlServer::wait_notifications(Clock::time_point deadline) {
+Result<std::vector<Notification>> ControlServer::wait_notifications(Clock::time_point deadline) {
     std::unique_lock lock(mutex_);
-    queued_cv_.wait_until(lock, deadline, [&] { return !queue_.empty(); });
+    auto queued = [&] { return !queue_.empty() || closing_; };
+    ++waiters_;
+    if (deadline == Clock::time_point::max()) queued_cv_.wait(lock, queued);
+    else queued_cv_.wait_until(lock, deadline, queued);
+    --waiters_;
+    if (closing_) {
+        queued_cv_.notify_all(); // the destructor waits for the last waiter
+        return fail(-ECANCELED, "wait_notifications: the engine is being destroyed");
+    }
     return take_locked();
 }
 

@@ -54,8 +54,8 @@ public:
     // Drains the notifications received so far, oldest first.
     std::vector<Notification> take_notifications();
     // As take_notifications, but first waits until at least one is queued or `deadline`
-    // passes (then returns none).
-    std::vector<Notification> wait_notifications(Clock::time_point deadline);
+    // passes (then returns none); -ECANCELED when the server is destroyed meanwhile.
+    Result<std::vector<Notification>> wait_notifications(Clock::time_point deadline);
     // An eventfd that is readable exactly while notifications are queued (level-triggered;
     // every arrival also writes to it, so edge-triggered epoll sees each one). Drained by
     // take/wait_notifications; callers only poll it.
@@ -102,7 +102,9 @@ private:
     std::deque<Notification> queue_;
     size_t queue_bytes_ = 0;
     bool full_logged_ = false;
-    std::condition_variable queued_cv_; // signalled when a notification is queued
+    std::condition_variable queued_cv_; // signalled when a notification is queued or on closing
+    size_t waiters_ = 0;                // threads in wait_notifications
+    bool closing_ = false;
     Fd queued_fd_;                      // counter > 0 exactly while queue_ is not empty
 
     std::thread thread_;

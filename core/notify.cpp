@@ -78,9 +78,11 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
 std::vector<Notification> Engine::take_notifications() { return impl_->control->take_notifications(); }
 
 Result<std::vector<Notification>> Engine::wait_notifications(std::chrono::milliseconds timeout) {
-    auto deadline = timeout.count() < 0 ? Clock::time_point::max() : Clock::now() + timeout;
-    auto got = impl_->control->wait_notifications(deadline);
-    if (got.empty())
+    // Beyond a year is forever (and now + INT64_MAX ms would overflow the clock).
+    auto forever = timeout.count() < 0 || timeout > std::chrono::hours(24 * 365);
+    auto got = impl_->control->wait_notifications(forever ? Clock::time_point::max() : Clock::now() + timeout);
+    if (!got) return got;
+    if (got->empty())
         return fail(kWaitPending, cat("wait_notifications: none arrived within ", timeout.count(), " ms"));
     return got;
 }

@@ -5,6 +5,12 @@
 // wait()'s message when several ops fail.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <optional>
 
 #include <cerrno>
 #include <chrono>
@@ -238,6 +244,37 @@ TEST(NotifyWait, AnEngineDestroyedWithANotificationPendingTearsDownCleanly) {
         if (round % 2) (void)sender->status(*b, 0); // sometimes drive it part of the way
     } // destroyed with the batch (and maybe its notification) in flight
     (void)target->take_notifications();
+}
+
+// A server thread blocked without a timeout is released when its engine is destroyed.
+TEST(NotifyWait, AWaiterIsReleasedWhenItsEngineIsDestroyed) {
+    auto engine = make_engine();
+    ASSERT_TRUE(engine);
+    std::atomic<pid_t> tid{0};
+    std::optional<Result<std::vector<Notification>>> result;
+    std::thread waiter([&] {
+        tid = static_cast<pid_t>(::syscall(SYS_gettid));
+        result = engine->wait_notifications(milliseconds(-1));
+    });
+    // Destroy only once the waiter sleeps (state S): after publishing its id it does nothing
+    // but enter wait_notifications, so it sleeps on the condition variable there.
+    bool blocked = false;
+    for (auto until = Clock::now() + std::chrono::seconds(30); !blocked && Clock::now() < until;) {
+        if (pid_t t = tid.load()) {
+            std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
+            std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+            auto paren = line.rfind(')');
+            blocked = paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'S';
+        }
+        if (!blocked) std::this_thread::sleep_for(milliseconds(5)); // polling the waiter's state
+    }
+    ASSERT_TRUE(blocked) << "the waiter never blocked";
+    engine.reset();
+    waiter.join();
+    ASSERT_TRUE(result.has_value());
+    ASSERT_FALSE(*result);
+    EXPECT_EQ(result->error().code, -ECANCELED);
+    EXPECT_NE(result->error().message.find("destroyed"), std::string::npos) << result->error().message;
 }
 
 TEST(NotifyWait, AFloodingPeerIsHeldToTheQueueBound) {

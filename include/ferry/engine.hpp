@@ -132,7 +132,8 @@ public:
     // Drains what peers sent so far, oldest first; empty when nothing arrived.
     std::vector<Notification> take_notifications();
     // As take_notifications, but blocks until at least one is queued (it returns as soon as
-    // one is) or `timeout` (< 0: forever) passes: then kWaitPending (-EINPROGRESS).
+    // one is) or `timeout` (< 0: forever) passes: then kWaitPending (-EINPROGRESS). A wait
+    // blocked when another thread destroys the engine returns -ECANCELED first.
     Result<std::vector<Notification>> wait_notifications(std::chrono::milliseconds timeout);
     // A descriptor for poll/epoll/select that is readable exactly while notifications are
     // queued (level-triggered; each arrival also signals it anew, so edge-triggered epoll

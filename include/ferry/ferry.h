@@ -149,7 +149,9 @@ FERRY_C_API int ferry_take_notifications(ferry_engine_t *engine,
 FERRY_C_API void ferry_free_notifications(ferry_notification_t *notifications, size_t count);
 /* As ferry_take_notifications, but blocks until at least one is queued (returning as soon as
  * one is, *count >= 1) or timeout_ms (< 0: forever) passes: then -EINPROGRESS, with the output
- * parameters untouched. Free the array with ferry_free_notifications. (C API version 3.) */
+ * parameters untouched; -ECANCELED when another thread destroys the engine meanwhile (the call
+ * returns before the engine is gone). Free the array with ferry_free_notifications. (C API
+ * version 3.) */
 FERRY_C_API int ferry_wait_notifications(ferry_engine_t *engine, int64_t timeout_ms,
                                          ferry_notification_t **notifications, size_t *count);
 /* A descriptor for poll/epoll/select, readable exactly while notifications are queued
