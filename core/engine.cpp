@@ -433,7 +433,9 @@ Result<void> Engine::free_batch(BatchId id) {
     auto it = im.batches.find(id);
     if (it == im.batches.end()) return fail(-ENOENT, cat("free_batch: batch ", id, " does not exist"));
     if (size_t left = it->second->remaining.load(std::memory_order_acquire))
-        return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight; wait for them first"));
+        return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight",
+                                it->second->notification ? " (its notification counts as one until delivered)" : "",
+                                "; wait for them first"));
     im.batches.erase(it);
     return {};
 }
