@@ -364,7 +364,7 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
     lock.unlock();
     if (auto failed = failures(*batch); !failed) return failed;
     if (auto &n = batch->notification; n && n->code != 0)
-        return fail(n->code, cat("wait: every op of batch ", id, " (", batch->size, ") succeeded, but its notification to segment ",
+        return fail(n->code, cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
                                  n->segment->name, " was not delivered: ", n->error));
     return {};
 }

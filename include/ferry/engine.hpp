@@ -146,7 +146,7 @@ public:
     // memory. When any op fails it is not sent. wait() returns only after it was delivered;
     // its error then is the ops' (the message ends "the batch's notification was not sent"),
     // or, when every op succeeded but delivering failed (e.g. -ENOBUFS: the target's queue is
-    // full), that failure ("every op of batch N succeeded, but its notification ... was not
+    // full), that failure ("all N ops of batch B succeeded, but its notification ... was not
     // delivered: ..."). Until then the batch counts as in flight (free_batch: -EBUSY).
     // -EMSGSIZE beyond kMaxNotificationBytes, -ENOENT when `target` is not open.
     Result<BatchId> submit_with_notification(std::span<const Request> requests, SegmentId target,

@@ -164,8 +164,8 @@ FERRY_C_API int ferry_notification_fd(ferry_engine_t *engine, int *fd);
  * every WRITE's bytes are in the target's memory. When any op fails it is not sent.
  * ferry_wait_batch returns only once it was delivered: 0; the ops' failure when one failed
  * (ferry_last_error ends "the batch's notification was not sent"); or, when every op succeeded
- * but delivering it failed (e.g. -ENOBUFS: the target's queue is full), that error ("every op
- * of batch N succeeded, but its notification ... was not delivered: ..."). Until then the batch
+ * but delivering it failed (e.g. -ENOBUFS: the target's queue is full), that error ("all N ops
+ * of batch B succeeded, but its notification ... was not delivered: ..."). Until then the batch
  * is in flight (ferry_free_batch: -EBUSY). (C API version 3.) */
 FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const ferry_request_t *requests,
                                                size_t count, ferry_segment_id_t target, const void *data,
