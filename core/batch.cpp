@@ -21,6 +21,41 @@ constexpr std::chrono::seconds kRetryUnusable{1};
 
 const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
 
+// wait()'s error for a finished batch: how many ops failed and the first few, bounded.
+constexpr size_t kFailuresShown = 3;
+constexpr size_t kFailureMessageMax = 240;
+
+Result<void> failures(const Batch &batch) {
+    size_t failed = 0;
+    int code = 0;
+    std::string shown;
+    for (size_t i = 0; i < batch.size; ++i) {
+        const auto &op = batch.ops[i];
+        if (op.state.load(std::memory_order_acquire) != static_cast<uint32_t>(OpState::Failed)) continue;
+        if (++failed == 1) code = op.code;
+        if (failed > kFailuresShown) continue;
+        std::string why = op.message.size() > kFailureMessageMax ? op.message.substr(0, kFailureMessageMax) + "..." : op.message;
+        shown += cat(failed == 1 ? "" : "; ", "op ", i, " failed (", op_name(op.opcode), " ", op.length, " bytes): ", why);
+    }
+    if (failed == 0) return {};
+    std::string message = batch.size == 1 ? shown : cat(failed, " of ", batch.size, " ops failed: ", shown);
+    if (failed > kFailuresShown) message += cat("; and ", failed - kFailuresShown, " more (status() gives each op's error)");
+    if (batch.notification) message += "; the batch's notification was not sent";
+    return fail(code, std::move(message));
+}
+
+std::string still_pending(const Batch &batch, std::chrono::milliseconds timeout) {
+    size_t pending = 0;
+    for (size_t i = 0; i < batch.size; ++i)
+        if (batch.ops[i].state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Pending)) ++pending;
+    if (pending == 0 && batch.notification)
+        return cat("wait: every op of batch ", batch.id, " finished but its notification to segment ",
+                   batch.notification->segment->name, " is still being delivered after ", timeout.count(),
+                   " ms; the batch stays valid");
+    return cat("wait: batch ", batch.id, " still has ", pending, " of ", batch.size, " ops in flight after ",
+               timeout.count(), " ms; the batch stays valid");
+}
+
 struct Group {
     size_t transport;
     uint64_t peer;
@@ -35,7 +70,8 @@ std::shared_ptr<Batch> Engine::Impl::find_batch(BatchId id) {
     return it == batches.end() ? nullptr : it->second;
 }
 
-Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
+Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
+                                     std::unique_ptr<PendingNotification> notification) {
     if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
     if (requests.size() >= kMaxBatchOps)
         return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
@@ -43,7 +79,13 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests) {
     batch->id = next_batch.fetch_add(1);
     batch->size = requests.size();
     batch->ops = std::make_unique<OpRecord[]>(requests.size());
-    batch->remaining.store(requests.size(), std::memory_order_relaxed);
+    // Set before any op can complete: the notification holds a share of `remaining`.
+    batch->notification = std::move(notification);
+    batch->remaining.store(requests.size() + (batch->notification ? 1 : 0), std::memory_order_relaxed);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        batch->ops[i].opcode = requests[i].opcode;
+        batch->ops[i].length = requests[i].length;
+    }
 
     std::vector<Group> groups;
     std::vector<std::shared_ptr<StagedOp>> staged_ops; // started once the batch is registered
@@ -231,7 +273,17 @@ void Engine::Impl::complete(OpRecord &op, int code, std::string_view message_in)
         op.message = message.empty() ? strerror(-op.code) : message;
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
-    if (op.batch->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    release_share(*op.batch);
+}
+
+void Engine::Impl::release_share(Batch &batch) {
+    size_t before = batch.remaining.fetch_sub(1, std::memory_order_acq_rel);
+    // Only the notification's share left: every op's state is visible here (acq_rel).
+    if (before == 2 && batch.notification) {
+        batch_ops_finished(batch);
+        return;
+    }
+    if (before == 1) {
         std::lock_guard lock(progress_mutex);
         if (progress_driver) {
             uint64_t one = 1;
@@ -296,9 +348,7 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
     std::unique_lock lock(progress_mutex);
     while (batch->remaining.load(std::memory_order_acquire) > 0) {
         auto now = std::chrono::steady_clock::now();
-        if (now >= deadline)
-            return fail(kWaitPending, cat("wait: batch ", id, " still has ", batch->remaining.load(), " of ", batch->size,
-                                          " ops in flight after ", timeout.count(), " ms; the batch stays valid"));
+        if (now >= deadline) return fail(kWaitPending, still_pending(*batch, timeout));
         auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
         int slice_ms = static_cast<int>(std::clamp<int64_t>(slice, 1, 100));
         if (!progress_driver) {
@@ -313,11 +363,10 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
         }
     }
     lock.unlock();
-    for (size_t i = 0; i < batch->size; ++i) {
-        auto &op = batch->ops[i];
-        if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Failed))
-            return fail(op.code, cat("op ", i, " failed: ", op.message));
-    }
+    if (auto failed = failures(*batch); !failed) return failed;
+    if (auto &n = batch->notification; n && n->code != 0)
+        return fail(n->code, cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
+                                 n->segment->name, " was not delivered: ", n->error));
     return {};
 }
 

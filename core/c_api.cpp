@@ -64,6 +64,45 @@ int copy_string(const std::string &s, char *buf, size_t len) {
     return 0;
 }
 
+std::vector<ferry::Request> to_requests(const ferry_request_t *requests, size_t count) {
+    std::vector<ferry::Request> reqs(count);
+    for (size_t i = 0; i < count; ++i) {
+        const auto &r = requests[i];
+        reqs[i] = {static_cast<ferry::Opcode>(r.opcode), r.local_addr, r.segment, r.remote_addr, r.length,
+                   r.transport ? std::string(r.transport) : std::string()};
+    }
+    return reqs;
+}
+
+// One allocation holds the array, then every sender name and message: one free releases all.
+int hand_out(const std::vector<ferry::Notification> &taken, ferry_notification_t **out, size_t *count) {
+    if (taken.empty()) {
+        *out = nullptr;
+        *count = 0;
+        last_error.clear();
+        return 0;
+    }
+    size_t bytes = taken.size() * sizeof(ferry_notification_t);
+    for (const auto &n : taken) bytes += n.from.size() + 1 + n.message.size();
+    auto *block = static_cast<ferry_notification_t *>(std::malloc(bytes));
+    if (!block) throw std::bad_alloc(); // -ENOMEM, as for any allocation failing here
+    char *tail = reinterpret_cast<char *>(block + taken.size());
+    for (size_t i = 0; i < taken.size(); ++i) {
+        const auto &n = taken[i];
+        memcpy(tail, n.from.c_str(), n.from.size() + 1);
+        block[i].from = tail;
+        tail += n.from.size() + 1;
+        block[i].length = n.message.size();
+        block[i].data = n.message.empty() ? nullptr : reinterpret_cast<const uint8_t *>(tail);
+        if (!n.message.empty()) memcpy(tail, n.message.data(), n.message.size());
+        tail += n.message.size();
+    }
+    *out = block;
+    *count = taken.size();
+    last_error.clear();
+    return 0;
+}
+
 #define REQUIRE_ENGINE(e)                                                                 \
     if (!(e) || !(e)->engine) return set_error(-EINVAL, std::string(__func__) + ": engine is NULL")
 
@@ -145,13 +184,23 @@ int ferry_submit(ferry_engine_t *e, const ferry_request_t *requests, size_t coun
     REQUIRE_ENGINE(e);
     if (!out || (!requests && count)) return set_error(-EINVAL, "ferry_submit: requests or output pointer is NULL");
     return guarded(__func__, [&] {
-        std::vector<ferry::Request> reqs(count);
-        for (size_t i = 0; i < count; ++i) {
-            const auto &r = requests[i];
-            reqs[i] = {static_cast<ferry::Opcode>(r.opcode), r.local_addr, r.segment, r.remote_addr, r.length,
-                       r.transport ? std::string(r.transport) : std::string()};
-        }
-        auto b = e->engine->submit(reqs);
+        auto b = e->engine->submit(to_requests(requests, count));
+        if (!b) return set_error(b.error());
+        *out = *b;
+        return 0;
+    });
+}
+
+int ferry_submit_with_notification(ferry_engine_t *e, const ferry_request_t *requests, size_t count,
+                                   ferry_segment_id_t target, const void *data, size_t length, ferry_batch_id_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out || (!requests && count))
+        return set_error(-EINVAL, "ferry_submit_with_notification: requests or output pointer is NULL");
+    if (!data && length)
+        return set_error(-EINVAL, "ferry_submit_with_notification: data is NULL but length is not 0");
+    return guarded(__func__, [&] {
+        auto b = e->engine->submit_with_notification(to_requests(requests, count), target,
+                                                     {static_cast<const uint8_t *>(data), length});
         if (!b) return set_error(b.error());
         *out = *b;
         return 0;
@@ -219,38 +268,28 @@ int ferry_send_notification(ferry_engine_t *e, ferry_segment_id_t segment, const
     });
 }
 
-// One allocation holds the array, then every sender name and message: one free releases all.
 int ferry_take_notifications(ferry_engine_t *e, ferry_notification_t **out, size_t *count) {
     REQUIRE_ENGINE(e);
     if (!out || !count) return set_error(-EINVAL, "ferry_take_notifications: output pointer is NULL");
+    return guarded(__func__, [&] { return hand_out(e->engine->take_notifications(), out, count); });
+}
+
+int ferry_wait_notifications(ferry_engine_t *e, int64_t timeout_ms, ferry_notification_t **out, size_t *count) {
+    REQUIRE_ENGINE(e);
+    if (!out || !count) return set_error(-EINVAL, "ferry_wait_notifications: output pointer is NULL");
     return guarded(__func__, [&] {
-        auto taken = e->engine->take_notifications();
-        if (taken.empty()) {
-            *out = nullptr;
-            *count = 0;
-            last_error.clear();
-            return 0;
-        }
-        size_t bytes = taken.size() * sizeof(ferry_notification_t);
-        for (const auto &n : taken) bytes += n.from.size() + 1 + n.message.size();
-        auto *block = static_cast<ferry_notification_t *>(std::malloc(bytes));
-        if (!block) throw std::bad_alloc(); // -ENOMEM, as for any allocation failing here
-        char *tail = reinterpret_cast<char *>(block + taken.size());
-        for (size_t i = 0; i < taken.size(); ++i) {
-            const auto &n = taken[i];
-            memcpy(tail, n.from.c_str(), n.from.size() + 1);
-            block[i].from = tail;
-            tail += n.from.size() + 1;
-            block[i].length = n.message.size();
-            block[i].data = n.message.empty() ? nullptr : reinterpret_cast<const uint8_t *>(tail);
-            if (!n.message.empty()) memcpy(tail, n.message.data(), n.message.size());
-            tail += n.message.size();
-        }
-        *out = block;
-        *count = taken.size();
-        last_error.clear();
-        return 0;
+        auto taken = e->engine->wait_notifications(std::chrono::milliseconds(timeout_ms));
+        if (!taken) return set_error(taken.error());
+        return hand_out(*taken, out, count);
     });
+}
+
+int ferry_notification_fd(ferry_engine_t *e, int *fd) {
+    REQUIRE_ENGINE(e);
+    if (!fd) return set_error(-EINVAL, "ferry_notification_fd: output pointer is NULL");
+    *fd = e->engine->notification_fd();
+    last_error.clear();
+    return 0;
 }
 
 void ferry_free_notifications(ferry_notification_t *notifications, size_t) { std::free(notifications); }

@@ -73,7 +73,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
     std::string host = options.local_ip.find(':') != std::string::npos ? "[" + options.local_ip + "]" : options.local_ip;
     std::unique_ptr<ControlServer> server(
         new ControlServer(std::move(options), std::move(*listener), cat(host, ":", port)));
-    if (!server->stop_) return fail(-errno, cat("control server: eventfd: ", std::strerror(errno)));
+    if (!server->stop_ || !server->queued_fd_) return fail(-errno, cat("control server: eventfd: ", std::strerror(errno)));
     // Non-blocking, so accepting until EAGAIN never waits for a peer that already left.
     if (::fcntl(server->listener_.get(), F_SETFL, ::fcntl(server->listener_.get(), F_GETFL) | O_NONBLOCK) != 0)
         return fail(-errno, cat("control server: fcntl: ", std::strerror(errno)));
@@ -89,12 +89,18 @@ ControlServer::ControlServer(ControlServerOptions options, Fd listener, std::str
       stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), address_(std::move(address)),
       bad_log_{log::Limiter(options_.log_interval), "control connections closed for protocol errors or deadlines"},
       refused_log_{log::Limiter(options_.log_interval), "control connections refused (a connection limit or out of descriptors)"},
-      accept_log_{log::Limiter(options_.log_interval), "failed accepts on the control port"} {}
+      accept_log_{log::Limiter(options_.log_interval), "failed accepts on the control port"},
+      queued_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 ControlServer::~ControlServer() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(stop_.get(), &one, sizeof one);
     if (thread_.joinable()) thread_.join();
+    // Threads blocked in wait_notifications return (-ECANCELED) before the queue goes away.
+    std::unique_lock lock(mutex_);
+    closing_ = true;
+    queued_cv_.notify_all();
+    queued_cv_.wait(lock, [&] { return waiters_ == 0; });
 }
 
 void ControlServer::publish(std::vector<uint8_t> descriptor) {
@@ -110,10 +116,33 @@ void ControlServer::serve_descriptor(std::function<std::shared_ptr<const std::ve
 
 std::vector<Notification> ControlServer::take_notifications() {
     std::lock_guard lock(mutex_);
+    return take_locked();
+}
+
+Result<std::vector<Notification>> ControlServer::wait_notifications(Clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    auto queued = [&] { return !queue_.empty() || closing_; };
+    ++waiters_;
+    if (deadline == Clock::time_point::max()) queued_cv_.wait(lock, queued);
+    else queued_cv_.wait_until(lock, deadline, queued);
+    --waiters_;
+    if (closing_) {
+        queued_cv_.notify_all(); // the destructor waits for the last waiter
+        return fail(-ECANCELED, "wait_notifications: the engine is being destroyed");
+    }
+    return take_locked();
+}
+
+// Under mutex_: the eventfd is reset together with the queue, so it is readable exactly while
+// notifications wait.
+std::vector<Notification> ControlServer::take_locked() {
+    if (queue_.empty()) return {};
     std::vector<Notification> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
     queue_.clear();
     queue_bytes_ = 0;
     full_logged_ = false;
+    uint64_t count;
+    [[maybe_unused]] auto n = ::read(queued_fd_.get(), &count, sizeof count);
     return out;
 }
 
@@ -450,8 +479,11 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
             } else {
                 queue_bytes_ += payload.size();
                 queue_.push_back(Notification{c.client_name, std::move(payload)});
+                uint64_t one = 1;
+                [[maybe_unused]] auto n = ::write(queued_fd_.get(), &one, sizeof one);
             }
         }
+        if (why.empty()) queued_cv_.notify_all();
         if (!why.empty()) {
             reply(c, ENOBUFS, {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
             return true;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -56,6 +57,13 @@ public:
     void serve_descriptor(std::function<std::shared_ptr<const std::vector<uint8_t>>()> source);
     // Drains the notifications received so far, oldest first.
     std::vector<Notification> take_notifications();
+    // As take_notifications, but first waits until at least one is queued or `deadline`
+    // passes (then returns none); -ECANCELED when the server is destroyed meanwhile.
+    Result<std::vector<Notification>> wait_notifications(Clock::time_point deadline);
+    // An eventfd that is readable exactly while notifications are queued (level-triggered;
+    // every arrival also writes to it, so edge-triggered epoll sees each one). Drained by
+    // take/wait_notifications; callers only poll it.
+    int notification_fd() const { return queued_fd_.get(); }
 
     struct Connection;
 
@@ -74,6 +82,7 @@ private:
     void warn(CountedWarning &w, const std::string &message, Clock::time_point now);
     void flush_counts(Clock::time_point now);
     void close_connection(size_t index);
+    std::vector<Notification> take_locked(); // under mutex_
     void set_deadline(Connection &c, Clock::time_point now, bool progress);
     bool on_readable(Connection &c, Clock::time_point now); // false: close it
     bool on_writable(Connection &c, Clock::time_point now);
@@ -98,6 +107,10 @@ private:
     std::deque<Notification> queue_;
     size_t queue_bytes_ = 0;
     bool full_logged_ = false;
+    std::condition_variable queued_cv_; // signalled when a notification is queued or on closing
+    size_t waiters_ = 0;                // threads in wait_notifications
+    bool closing_ = false;
+    Fd queued_fd_;                      // counter > 0 exactly while queue_ is not empty
 
     std::thread thread_;
 };

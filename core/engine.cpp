@@ -29,6 +29,8 @@ ferry_mem_region_t to_abi(const RegionDescriptor &r) {
 Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
     // into go away; the metadata server stops first so no peer learns of a dying engine.
+    // Batch notifications not yet sent are dropped first: they point into batches.
+    stop_notifier();
     metadata.reset();
     control.reset();
     // Started GPU copies report first; the pinned slices are freed only after the transports,
@@ -479,61 +481,6 @@ Result<uint64_t> Engine::Impl::import_for(RemoteSegment &seg, size_t transport, 
     return *handle;
 }
 
-Result<void> Engine::send_notification(SegmentId id, std::span<const uint8_t> message) {
-    auto &im = *impl_;
-    if (message.size() > kMaxNotificationBytes)
-        return fail(-EMSGSIZE, cat("send_notification: ", message.size(), " bytes exceed the limit of ",
-                                   kMaxNotificationBytes, " bytes; send larger data with a WRITE and notify after it"));
-    auto seg = im.segment(id);
-    if (!seg) return fail(-ENOENT, cat("send_notification: segment id ", id, " is not open; open_segment it first"));
-    auto control_address = [&]() -> Result<std::string> {
-        std::lock_guard lock(seg->mutex);
-        if (!seg->descriptor.control.empty()) return seg->descriptor.control;
-        return fail(-EPROTONOSUPPORT, cat("send_notification: segment ", seg->name,
-                                          " publishes no control address (its engine runs an older Ferry); upgrade it"));
-    };
-    auto address = control_address();
-    if (!address) return std::unexpected(address.error());
-    auto deadline = Clock::now() + im.settings.metadata.timeout;
-    auto label = cat("segment '", seg->name, "'");
-    std::lock_guard lock(seg->control_mutex);
-    if (seg->control && (seg->control->address() != *address || seg->control->broken())) seg->control.reset();
-    auto connect = [&]() -> Result<void> {
-        auto client = ControlClient::connect(*address, label, im.metadata->segment_name(), im.settings.auth.secret, deadline);
-        if (!client && client.error().code != -EACCES && client.error().code != -EUSERS) {
-            // The peer may have restarted elsewhere: re-read its descriptor once and retry.
-            std::lock_guard seg_lock(seg->mutex);
-            if (im.refresh_segment(*seg) && !seg->descriptor.control.empty() && seg->descriptor.control != *address) {
-                *address = seg->descriptor.control;
-                client = ControlClient::connect(*address, label, im.metadata->segment_name(), im.settings.auth.secret, deadline);
-            }
-        }
-        if (!client) return fail(client.error().code, "send_notification: " + client.error().message);
-        seg->control.emplace(std::move(*client));
-        return {};
-    };
-    const bool reused = seg->control.has_value();
-    if (!reused)
-        if (auto c = connect(); !c) return c;
-    auto reply = seg->control->call(control::kNotify, message, deadline);
-    // A kept connection the server closed as idle just as we sent (EOF or reset before any
-    // reply) never delivered the request: the server closes only connections with nothing
-    // unread. Otherwise not retried after the request left: the peer may have queued it, and
-    // a duplicate is worse than a reported failure.
-    if (!reply && reused && (reply.error().code == -ECONNRESET || reply.error().code == -EPIPE)) {
-        seg->control.reset();
-        if (auto c = connect(); !c) return c;
-        reply = seg->control->call(control::kNotify, message, deadline);
-    }
-    if (!reply) {
-        if (reply.error().code != -ENOBUFS) seg->control.reset();
-        return fail(reply.error().code, "send_notification: " + reply.error().message);
-    }
-    return {};
-}
-
-std::vector<Notification> Engine::take_notifications() { return impl_->control->take_notifications(); }
-
 Result<BatchId> Engine::submit(std::span<const Request> requests) { return impl_->submit(requests); }
 
 Result<OpStatus> Engine::status(BatchId id, size_t index) {
@@ -561,7 +508,9 @@ Result<void> Engine::free_batch(BatchId id) {
     auto it = im.batches.find(id);
     if (it == im.batches.end()) return fail(-ENOENT, cat("free_batch: batch ", id, " does not exist"));
     if (size_t left = it->second->remaining.load(std::memory_order_acquire))
-        return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight; wait for them first"));
+        return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight",
+                                it->second->notification ? " (its notification counts as one until delivered)" : "",
+                                "; wait for them first"));
     im.batches.erase(it);
     return {};
 }

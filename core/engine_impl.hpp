@@ -13,6 +13,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -111,13 +112,26 @@ struct OpRecord {
     uint16_t transport = 0;
     std::string message; // written before state is released as Failed
     std::shared_ptr<StagedOp> staged; // set for GPU ops staged through pinned slices
+    Opcode opcode = Opcode::Read; // what the op was, for wait()'s message
+    uint64_t length = 0;
+};
+
+// submit_with_notification: sent to `segment` once every op of its batch succeeded. It holds
+// one share of the batch's `remaining` until it was delivered or dropped, so wait() and
+// free_batch see the batch in flight until then.
+struct PendingNotification {
+    std::shared_ptr<RemoteSegment> segment;
+    std::vector<uint8_t> message;
+    int code = 0;      // the outcome; written before the last share is released
+    std::string error;
 };
 
 struct Batch {
     BatchId id = 0;
     size_t size = 0;
     std::unique_ptr<OpRecord[]> ops;
-    std::atomic<size_t> remaining{0};
+    std::atomic<size_t> remaining{0}; // ops in flight, plus one while `notification` is unsent
+    std::unique_ptr<PendingNotification> notification;
 };
 
 struct Engine::Impl {
@@ -165,6 +179,14 @@ struct Engine::Impl {
     std::deque<std::shared_ptr<StagedOp>> staging_waiters; // ops waiting for a pinned slice
     std::atomic<bool> stopping{false};
 
+    // Batch notifications go out on their own thread (notify.cpp), so that a slow receiver
+    // never holds up the progress of other batches.
+    std::mutex notifier_mutex;
+    std::condition_variable notifier_cv;
+    std::deque<Batch *> notifier_queue; // batches whose ops all succeeded, oldest first
+    bool notifier_stopped = false;
+    std::thread notifier;
+
     ~Impl();
 
     // engine.cpp
@@ -189,10 +211,22 @@ struct Engine::Impl {
     void stop_staging();
 
     // batch.cpp
-    Result<BatchId> submit(std::span<const Request> requests);
+    Result<BatchId> submit(std::span<const Request> requests,
+                           std::unique_ptr<PendingNotification> notification = nullptr);
     void progress(int timeout_ms);
     size_t drain(size_t transport);
     void complete(OpRecord &op, int code, std::string_view message);
+    // Releases one share of batch.remaining (an op's or the notification's); wakes waiters on
+    // the last one.
+    void release_share(Batch &batch);
+
+    // notify.cpp
+    Result<void> send_notification(RemoteSegment &seg, std::span<const uint8_t> message);
+    // Every op of a batch with a notification finished: queue it for the notifier, or drop it
+    // when an op failed.
+    void batch_ops_finished(Batch &batch);
+    void notifier_loop();
+    void stop_notifier(); // drops what is queued; the first thing ~Impl does
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
 };

@@ -5,9 +5,15 @@
 //   notify <segment> <text>  -> sends a notification, "OK" or "ERROR <code> <message>"
 //   writenotify <segment> <hex addr> <length> <byte> <text>
 //          -> WRITEs length bytes of value byte there, waits, then notifies; "OK" or "ERROR ..."
+//   batchnotify <segment> <byte> <text> <hex addr>:<length> ...
+//          -> one WRITE of value byte per range, submitted with the notification <text>
+//             (submit_with_notification), then waits; "OK" or "ERROR <code> <message>"
+//   flood <segment> <count> -> sends count notifications as fast as it can;
+//          "FLOODED <queued> <refused with ENOBUFS> <other failures>"
 //   take   -> "TAKEN <n> <from>|<text> ..." (notifications received so far)
 //   quit   -> exits
 // Options: --access r|w|rw sets the buffer's remote access rights (default rw).
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +89,46 @@ int main(int argc, char **argv) {
             }();
             if (reply) std::printf("OK\n");
             else std::printf("ERROR %d %s\n", reply.error().code, reply.error().message.c_str());
+        } else if (cmd.rfind("batchnotify ", 0) == 0) {
+            std::istringstream in(cmd);
+            std::string verb, segment, text, range;
+            unsigned value = 0;
+            in >> verb >> segment >> value >> text;
+            auto reply = [&]() -> ferry::Result<void> {
+                auto seg = (*engine)->open_segment(segment);
+                if (!seg) return std::unexpected(seg.error());
+                std::vector<ferry::Request> writes;
+                while (in >> range) {
+                    auto colon = range.find(':');
+                    uint64_t length = std::strtoull(range.c_str() + colon + 1, nullptr, 0);
+                    if (length > size) return ferry::fail(-EINVAL, "range longer than the peer's buffer");
+                    writes.push_back({ferry::Opcode::Write, buffer.data(), *seg,
+                                      std::strtoull(range.substr(0, colon).c_str(), nullptr, 16), length, ""});
+                }
+                std::memset(buffer.data(), static_cast<int>(value), size);
+                auto batch = (*engine)->submit_with_notification(
+                    writes, *seg, {reinterpret_cast<const uint8_t *>(text.data()), text.size()});
+                if (!batch) return std::unexpected(batch.error());
+                auto done = (*engine)->wait(*batch);
+                (void)(*engine)->free_batch(*batch);
+                return done;
+            }();
+            if (reply) std::printf("OK\n");
+            else std::printf("ERROR %d %s\n", reply.error().code, reply.error().message.c_str());
+        } else if (cmd.rfind("flood ", 0) == 0) {
+            std::istringstream in(cmd);
+            std::string verb, segment;
+            size_t count = 0, queued = 0, refused = 0, other = 0;
+            in >> verb >> segment >> count;
+            auto seg = (*engine)->open_segment(segment);
+            std::vector<uint8_t> message(1024, 'f');
+            for (size_t i = 0; seg && i < count; ++i) {
+                auto r = (*engine)->send_notification(*seg, message);
+                if (r) ++queued;
+                else if (r.error().code == -ENOBUFS) ++refused;
+                else ++other;
+            }
+            std::printf("FLOODED %zu %zu %zu\n", queued, refused, seg ? other : count);
         } else if (cmd == "take") {
             auto notes = (*engine)->take_notifications();
             std::printf("TAKEN %zu", notes.size());

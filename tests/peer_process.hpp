@@ -77,11 +77,17 @@ public:
     uint64_t size = 0;
 
 private:
+    // The whole line, however long (a long reply must not spill into the next command's).
     std::string read_line() {
+        std::string s;
         char buf[1024];
-        if (!out_ || !fgets(buf, sizeof buf, out_)) return "";
-        std::string s(buf);
-        if (!s.empty() && s.back() == '\n') s.pop_back();
+        while (out_ && fgets(buf, sizeof buf, out_)) {
+            s += buf;
+            if (s.back() == '\n') {
+                s.pop_back();
+                break;
+            }
+        }
         return s;
     }
     pid_t pid_ = -1;

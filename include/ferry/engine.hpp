@@ -132,8 +132,10 @@ public:
 
     Result<BatchId> submit(std::span<const Request> requests);
     Result<OpStatus> status(BatchId batch, size_t index);
-    // Ok when every op succeeded; the first failed op's error otherwise (its own code, e.g.
-    // -ETIMEDOUT when that op timed out); kWaitPending (-EINPROGRESS) when `timeout` (< 0:
+    // Ok when every op succeeded; otherwise the first failed op's code (e.g. -ETIMEDOUT when
+    // that op timed out) with a message naming how many failed and the first three ("3 of
+    // 128 ops failed: op 4 failed (WRITE 65536 bytes): ...; op 9 failed ..."), bounded in
+    // length (status() gives every op's); kWaitPending (-EINPROGRESS) when `timeout` (< 0:
     // forever) passed first, with the batch still valid.
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
     Result<void> free_batch(BatchId batch);
@@ -146,6 +148,26 @@ public:
     Result<void> send_notification(SegmentId segment, std::span<const uint8_t> message);
     // Drains what peers sent so far, oldest first; empty when nothing arrived.
     std::vector<Notification> take_notifications();
+    // As take_notifications, but blocks until at least one is queued (it returns as soon as
+    // one is) or `timeout` (< 0: forever) passes: then kWaitPending (-EINPROGRESS). A wait
+    // blocked when another thread destroys the engine returns -ECANCELED first.
+    Result<std::vector<Notification>> wait_notifications(std::chrono::milliseconds timeout);
+    // A descriptor for poll/epoll/select that is readable exactly while notifications are
+    // queued (level-triggered; each arrival also signals it anew, so edge-triggered epoll
+    // works too). Take them with take_notifications, which makes it unreadable again. Owned
+    // by the engine: never read, write or close it. Valid until the engine is destroyed.
+    int notification_fd() const;
+
+    // submit, plus a notification the engine sends to `target` (an open segment) once every
+    // op of the batch succeeded: it arrives after all the batch's WRITEs are in the target's
+    // memory. When any op fails it is not sent. wait() returns only after it was delivered;
+    // its error then is the ops' (the message ends "the batch's notification was not sent"),
+    // or, when every op succeeded but delivering failed (e.g. -ENOBUFS: the target's queue is
+    // full), that failure ("all N ops of batch B succeeded, but its notification ... was not
+    // delivered: ..."). Until then the batch counts as in flight (free_batch: -EBUSY).
+    // -EMSGSIZE beyond kMaxNotificationBytes, -ENOENT when `target` is not open.
+    Result<BatchId> submit_with_notification(std::span<const Request> requests, SegmentId target,
+                                             std::span<const uint8_t> message);
 
     struct Impl;
 

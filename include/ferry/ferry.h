@@ -13,8 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Version of this C API: 2 added ferry_wait_batch. Functions are only ever added. */
-#define FERRY_C_API_VERSION 2
+/* Version of this C API: 2 added ferry_wait_batch; 3 added ferry_wait_notifications,
+ * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
+ * FERRY_MEMORY_AUTO. Functions are only ever added. */
+#define FERRY_C_API_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -117,7 +119,8 @@ FERRY_C_API int ferry_get_status(ferry_engine_t *engine, ferry_batch_id_t batch,
                                  ferry_op_status_t *status);
 /* Wait until every op of the batch is done or failed, or timeout_ms (< 0: forever) passes.
  * Returns 0 when every op succeeded; the first failed op's own error when one failed (e.g.
- * -ETIMEDOUT: that op timed out in its transport; the batch is finished); -EINPROGRESS when
+ * -ETIMEDOUT: that op timed out in its transport; the batch is finished), ferry_last_error
+ * then naming how many failed and the first three, bounded in length; -EINPROGRESS when
  * timeout_ms passed first with ops still in flight (the batch stays valid: wait again). No op
  * ever fails with -EINPROGRESS, so the two cases cannot be confused. (C API version 2.) */
 FERRY_C_API int ferry_wait_batch(ferry_engine_t *engine, ferry_batch_id_t batch, int64_t timeout_ms);
@@ -163,6 +166,29 @@ FERRY_C_API int ferry_take_notifications(ferry_engine_t *engine,
                                          ferry_notification_t **notifications, size_t *count);
 /* Free what ferry_take_notifications returned; NULL is fine. */
 FERRY_C_API void ferry_free_notifications(ferry_notification_t *notifications, size_t count);
+/* As ferry_take_notifications, but blocks until at least one is queued (returning as soon as
+ * one is, *count >= 1) or timeout_ms (< 0: forever) passes: then -EINPROGRESS, with the output
+ * parameters untouched; -ECANCELED when another thread destroys the engine meanwhile (the call
+ * returns before the engine is gone). Free the array with ferry_free_notifications. (C API
+ * version 3.) */
+FERRY_C_API int ferry_wait_notifications(ferry_engine_t *engine, int64_t timeout_ms,
+                                         ferry_notification_t **notifications, size_t *count);
+/* A descriptor for poll/epoll/select, readable exactly while notifications are queued
+ * (level-triggered; each arrival signals it anew, so edge-triggered epoll works too). Take
+ * them with ferry_take_notifications, which makes it unreadable again. The engine owns it:
+ * never read, write or close it; valid until ferry_engine_destroy. (C API version 3.) */
+FERRY_C_API int ferry_notification_fd(ferry_engine_t *engine, int *fd);
+/* ferry_submit, plus `length` bytes (at most 1 MiB) the engine sends as a notification to the
+ * engine of the open segment `target` once every op of the batch succeeded, so it arrives after
+ * every WRITE's bytes are in the target's memory. When any op fails it is not sent.
+ * ferry_wait_batch returns only once it was delivered: 0; the ops' failure when one failed
+ * (ferry_last_error ends "the batch's notification was not sent"); or, when every op succeeded
+ * but delivering it failed (e.g. -ENOBUFS: the target's queue is full), that error ("all N ops
+ * of batch B succeeded, but its notification ... was not delivered: ..."). Until then the batch
+ * is in flight (ferry_free_batch: -EBUSY). (C API version 3.) */
+FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const ferry_request_t *requests,
+                                               size_t count, ferry_segment_id_t target, const void *data,
+                                               size_t length, ferry_batch_id_t *batch);
 
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);

@@ -14,6 +14,7 @@ from ._failures import batch_failure
 from ._config import flatten_config
 from ._memory import MEMORY_HOST, MEMORY_CUDA, MEMORY_ROCM, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout, error_for_code
+from ._notify import NotificationWaits, hand_over as _hand_over
 
 READ = 0
 WRITE = 1
@@ -357,7 +358,7 @@ class Batch:
         return "<ferry.Batch id=%d ops=%d%s>" % (self.id, self.count, " freed" if self._freed else "")
 
 
-class Engine:
+class Engine(NotificationWaits):
     """A Ferry engine.
 
         Engine()                                       # defaults (README "Configuration")
@@ -522,13 +523,7 @@ class Engine:
         count = ffi.new("size_t *")
         _check(lib.ferry_take_notifications(_handle(self._state), out, count),
                "ferry_take_notifications")
-        try:
-            # `from` is a Python keyword: read the field with getattr.
-            return [Notification(ffi.string(getattr(n, "from")).decode("utf-8", "replace"),
-                                 bytes(ffi.buffer(n.data, n.length)) if n.length else b"")
-                    for n in out[0][0:count[0]]]
-        finally:
-            lib.ferry_free_notifications(out[0], count[0])
+        return _hand_over(ffi, lib, out, count)
 
     # -- transfers ------------------------------------------------------------------------
     def submit(self, requests):
