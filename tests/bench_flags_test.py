@@ -346,21 +346,25 @@ class UseVramOnAFakeDriver(unittest.TestCase):
                 self.assertEqual((r["initiator_memory"], r["target_memory"], r["verified"]), ("cuda:0", "host", True))
 
     def test_gpu_target_served_or_refused_by_the_engine(self):
-        # A target in GPU memory: served where the engine stages it, else the engine's error and
-        # a non-zero exit, well before the 60 s op timeout (no hang).
+        # A target in GPU memory is served over tcp.so through the target's staging (both ends
+        # in the fake driver's PROT_NONE device memory, every byte verified); with staging off
+        # on the target its registration fails at once, naming why.
         with Target("--mode=target", "--protocol=tcp", "--use_vram", BUF, "--local_server_name=127.0.0.1",
                     env=self.env) as t:
             self.assertEqual(t.where, "cuda:0")
-            start = time.monotonic()
             rc, out, err = run("--mode=initiator", "--protocol=tcp", "--segment_id=" + t.segment, "--use_vram",
                                SHORT, BUF, "--verify", "--json", env=self.env)
-            if rc == 0:
-                r = json.loads(out)
-                self.assertEqual((r["initiator_memory"], r["target_memory"]), ("cuda:0", "cuda:0"))
-            else:
-                self.assertIn("GPU memory", err)
-                self.assertLess(time.monotonic() - start, 30, err)
-
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertEqual((r["initiator_memory"], r["target_memory"]), ("cuda:0", "cuda:0"))
+        # With staging off no loaded transport can move the target's GPU memory: registering
+        # it fails at once, naming the key that turned staging off.
+        start = time.monotonic()
+        rc, out, err = run("--mode=target", "--protocol=tcp", "--use_vram", BUF, "--local_server_name=127.0.0.1",
+                           "--option", "gpu_staging_max_bytes=0", env=self.env)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("gpu_staging_max_bytes = 0", err)
+        self.assertLess(time.monotonic() - start, 30, err)
 
 if __name__ == "__main__":
     BENCH = sys.argv.pop(1)
