@@ -114,6 +114,9 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
     if (r->device_id >= 0 && r->device_id != device)
         return fail(err, -EINVAL, hex(r->addr) + " lives on device " + std::to_string(device) + ", not on device " +
                                       std::to_string(r->device_id) + " as registered");
+    // The driver's range query needs a current context: the caller may hold none (memory from
+    // the driver API, or registered from a thread other than the allocating one).
+    if (int rc = rt_->set_device(device, e)) return fail(err, rc, e);
     uintptr_t base = 0;
     size_t size = 0;
     if (int rc = rt_->allocation_range(reinterpret_cast<void *>(r->addr), base, size, e)) return fail(err, rc, e);
@@ -122,7 +125,6 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
                                       rt_->name() + " allocation [" + hex(base) + ", +" + std::to_string(size) + ")");
     LocalRegion reg{*r, {}};
     reg.region.device_id = device;
-    if (int rc = rt_->set_device(device, e)) return fail(err, rc, e);
     if (int rc = rt_->ipc_export(reinterpret_cast<void *>(base), reg.key.handle, e)) return fail(err, rc, e);
     reg.key.owner_pid = pid_;
     reg.key.alloc_base = base;
