@@ -11,10 +11,9 @@ from array import array
 from . import _capi
 from .errors import InvalidArgument
 
-try:
-    import numpy as _np
-except ImportError:  # numpy is optional: array('Q') and memoryviews work without it
-    _np = None
+# numpy is optional (array('Q') and memoryviews work without it) and imported on the first
+# submit_arrays, not with the package: importing it costs ~0.1 s, most of a first Engine().
+_np = None
 
 _FIELDS = ("opcode", "reserved", "local_addr", "segment", "remote_addr", "length", "transport")
 _layout = None
@@ -42,8 +41,13 @@ class _Layout:
 
 
 def _get_layout(ffi):
-    global _layout
+    global _layout, _np
     if _layout is None:
+        try:
+            import numpy
+            _np = numpy
+        except ImportError:
+            pass
         _layout = _Layout(ffi)
     return _layout
 
