@@ -42,6 +42,7 @@ def plans():
                                 (r"^\.ci/test\.sh.*", "echo \"SKIPPED: .ci/test.sh (it runs this test, and every other)\"")]),
         "build/core/ferry-info ": ("run", []),
         "build/bench/transfer_engine_bench --loopback --protocol=tcp": ("run", bench),
+        "build/bench/transfer_engine_bench --mode=target --protocol=tcp --metadata_server": ("run", bench),
         "bench/tcp_vs_iperf3.sh build": ("run", [(r"^bench/tcp_vs_iperf3\.sh build",
                                                    "DURATION=1 REPEAT=1 IPERF_PORT=%d bench/tcp_vs_iperf3.sh build" % free_port()),
                                                   (r"^(build/bench/submit_poll_bench)", r"\1 --benchmark_min_time=0.01")]),
