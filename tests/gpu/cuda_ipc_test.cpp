@@ -16,20 +16,8 @@ using ferry::test::PeerProcess;
 
 namespace {
 
-class CudaTest : public ::testing::Test {
+class CudaTest : public test::CudaEngineTest {
 protected:
-    void SetUp() override {
-        std::string why = test::cuda_unavailable_reason();
-        if (!why.empty()) GTEST_SKIP() << "skipped: " << why;
-    }
-    static Result<void> run(Engine &e, const std::vector<Request> &reqs, std::string *transport = nullptr) {
-        auto b = e.submit(reqs);
-        if (!b) return std::unexpected(b.error());
-        auto w = e.wait(*b, std::chrono::seconds(60));
-        if (transport) *transport = e.status(*b, 0)->transport;
-        (void)e.free_batch(*b);
-        return w;
-    }
 };
 
 struct GpuPeer {

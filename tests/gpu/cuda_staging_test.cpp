@@ -21,20 +21,8 @@ using ferry::test::PeerProcess;
 
 namespace {
 
-class CudaStagingTest : public ::testing::Test {
+class CudaStagingTest : public test::CudaEngineTest {
 protected:
-    void SetUp() override {
-        std::string why = test::cuda_unavailable_reason();
-        if (!why.empty()) GTEST_SKIP() << "SKIPPED: " << why;
-    }
-    static Result<void> run(Engine &e, const std::vector<Request> &reqs, std::string *transport = nullptr) {
-        auto b = e.submit(reqs);
-        if (!b) return std::unexpected(b.error());
-        auto w = e.wait(*b, std::chrono::seconds(60));
-        if (transport) *transport = e.status(*b, 0)->transport;
-        (void)e.free_batch(*b);
-        return w;
-    }
     // GB/s of `rounds` batches of `ops` ops of `block` bytes from `local` to/from the peer.
     static double rate(Engine &e, Opcode op, uint8_t *local, SegmentId seg, uint64_t remote, uint64_t block, int ops, int rounds) {
         std::vector<Request> reqs;
