@@ -64,6 +64,9 @@ def test_metadata_and_host_forms(monkeypatch):
             _setup.metadata_url(bad)
     cfg = _setup.engine_config("127.0.0.1:17777", "P2PHANDSHAKE", "tcp", "")
     assert cfg["rpc_port"] == "17777" and "local_server_name" not in cfg
+    # tcp data goes over local_hostname's address too, not tcp.so's default 127.0.0.1.
+    assert _setup.engine_config("10.0.0.5", "P2PHANDSHAKE", "tcp", "")["tcp.bind_ip"] == "10.0.0.5"
+    assert "tcp.bind_ip" not in _setup.engine_config("10.0.0.5", "P2PHANDSHAKE", "rdma", "")
     cfg = _setup.engine_config("127.0.0.1:17777", "etcd://127.0.0.1:2379", "tcp", "")
     assert cfg["local_server_name"] == "127.0.0.1:17777"
     assert _setup.split_host("[::1]:80") == ("::1", 80)

@@ -169,6 +169,10 @@ def engine_config(local_hostname, metadata, protocol, device_name):
     if plugins:
         cfg["plugins"] = ",".join(plugins)
         cfg["protocols"] = ",".join(plugins)
+    if not plugins or "tcp" in plugins:
+        # Mooncake moves tcp data over local_hostname's address; tcp.so binds 127.0.0.1 unless
+        # told, which would leave peers on other nodes nothing to reach.
+        cfg["tcp.bind_ip"] = ip
     devices = [d.strip() for d in str(device_name or "").split(",") if d.strip()]
     if devices:
         if plugins and "rdma" not in plugins:
