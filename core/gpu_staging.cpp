@@ -1,6 +1,7 @@
 #include "gpu_staging.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -203,6 +204,15 @@ public:
     static std::unique_ptr<GpuStager> open(std::string &why) {
         // The HIP runtime of the variant the plugin loader chose (the one hip_ipc.so links), so
         // the process never holds two HIP majors.
+        // Without the amdgpu driver's /dev/kfd there is no HIP device memory to stage, and
+        // loading HIP (and its LLVM) would cost every engine on such a host ~15 ms, as hip_ipc's
+        // probe avoids. FERRY_TEST_KFD names another node, for tests with a fake runtime.
+        const char *kfd_override = std::getenv("FERRY_TEST_KFD");
+        std::string kfd = kfd_override && *kfd_override ? kfd_override : "/dev/kfd";
+        if (::access(kfd.c_str(), F_OK) != 0) {
+            why = "no HIP device: " + kfd + " does not exist (the amdgpu kernel driver is not loaded)";
+            return nullptr;
+        }
         InstalledRuntimes rt = probe_installed_runtimes();
         if (!rt.rocm_variant) {
             why = "no HIP runtime: " + rt.rocm_choice;

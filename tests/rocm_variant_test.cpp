@@ -10,6 +10,8 @@
 #include <memory>
 
 #include "ferry/engine.hpp"
+#include <unistd.h>
+
 #include "gpu_staging.hpp"
 #include "library_path.hpp"
 #include "test_util.hpp"
@@ -119,11 +121,32 @@ TEST_F(RocmVariantTest, GpuStagingUsesTheChosenVariantsRuntime) {
     add(FERRY_FAKE_HIP7, "libamdhip64.so.7");
     int status = 0;
     std::string out = ferry::test::run_command(
-        "env FERRY_TEST_STAGER_CHILD=1 LD_LIBRARY_PATH=" + lib.path().string() +
+        "env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD=" + lib.path().string() + " LD_LIBRARY_PATH=" + lib.path().string() +
             " /proc/" + std::to_string(getpid()) + "/exe --gtest_filter=RocmVariantTest.GpuStagingUsesTheChosenVariantsRuntime 2>&1",
         &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("STAGER: hipHostMalloc: fake HIP 6 (HIP error 606)"), std::string::npos) << out;
+}
+
+// Without /dev/kfd there is no HIP device memory: gpu_staging does not load HIP at all (its
+// runtime and LLVM cost every engine ~15 ms, and leak at load), whatever libamdhip64 is installed.
+TEST_F(RocmVariantTest, GpuStagingLeavesHipUnloadedWithoutAnAmdGpu) {
+    if (std::getenv("FERRY_TEST_STAGER_CHILD")) {
+        std::string why;
+        auto stager = ferry::GpuStager::open(static_cast<uint32_t>(ferry::MemoryKind::Rocm), why);
+        printf("STAGER: %s\n", stager ? "opened" : why.c_str());
+        return;
+    }
+    if (access("/dev/kfd", F_OK) == 0) GTEST_SKIP() << "SKIPPED: this host has /dev/kfd (an AMD GPU driver)";
+    add(FERRY_FAKE_ROCM_CORE6, "librocm-core.so.1");
+    add(FERRY_FAKE_HIP6, "libamdhip64.so.6");
+    int status = 0;
+    std::string out = ferry::test::run_command(
+        "env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD= LD_LIBRARY_PATH=" + lib.path().string() +
+            " /proc/" + std::to_string(getpid()) + "/exe --gtest_filter=RocmVariantTest.GpuStagingLeavesHipUnloadedWithoutAnAmdGpu 2>&1",
+        &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("STAGER: no HIP device: /dev/kfd does not exist"), std::string::npos) << out;
 }
 
 // The loader-path lookup the probe uses instead of dlopen (core/library_path.cpp).
