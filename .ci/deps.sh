@@ -11,7 +11,7 @@ packages=(
   python3-mesonpy python3-wheel python3-cffi python3-numpy python3-pytest python3-venv patchelf twine
   python3-matplotlib
   libfabric-dev libfabric-bin ucx-utils
-  clang libclang-rt-dev
+  clang libclang-rt-dev clang-format
   libibverbs-dev ibverbs-providers
   debootstrap
 )

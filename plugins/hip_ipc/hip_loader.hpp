@@ -16,12 +16,16 @@
 
 namespace ferry_gpu {
 
-#define FERRY_HIP_FUNCTIONS(X)                                                                          \
-    X(hipDeviceCanAccessPeer) X(hipDeviceEnablePeerAccess) X(hipEventCreateWithFlags) X(hipEventDestroy) \
-    X(hipEventQuery) X(hipEventRecord) X(hipEventSynchronize) X(hipGetDevice) X(hipGetDeviceCount)       \
-    X(hipGetErrorString) X(hipGetLastError) X(hipIpcCloseMemHandle) X(hipIpcGetMemHandle)               \
-    X(hipIpcOpenMemHandle) X(hipMemGetAddressRange) X(hipMemcpyAsync) X(hipPointerGetAttributes)       \
-    X(hipSetDevice) X(hipStreamCreateWithFlags) X(hipStreamDestroy)
+// clang-format cannot settle on a layout for an X-macro list.
+// clang-format off
+#define FERRY_HIP_FUNCTIONS(X)                                                                         \
+    X(hipDeviceCanAccessPeer) X(hipDeviceEnablePeerAccess)                                             \
+    X(hipEventCreateWithFlags) X(hipEventDestroy) X(hipEventQuery) X(hipEventRecord)                   \
+    X(hipEventSynchronize) X(hipGetDevice) X(hipGetDeviceCount) X(hipGetErrorString)                   \
+    X(hipGetLastError) X(hipIpcCloseMemHandle) X(hipIpcGetMemHandle) X(hipIpcOpenMemHandle)            \
+    X(hipMemGetAddressRange) X(hipMemcpyAsync) X(hipPointerGetAttributes) X(hipSetDevice)              \
+    X(hipStreamCreateWithFlags) X(hipStreamDestroy)
+// clang-format on
 
 struct HipApi {
 #define FERRY_HIP_MEMBER(name) decltype(&::name) name = nullptr;
@@ -49,11 +53,11 @@ inline bool load_hip(std::string &error) {
             return false;
         }
         HipApi &api = hip_api();
-#define FERRY_HIP_LOAD(name)                                                              \
-        if (!(api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)))) {     \
-            failure = soname + " has no " #name;                                          \
-            return false;                                                                 \
-        }
+#define FERRY_HIP_LOAD(name)                                                     \
+    if (!(api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name)))) { \
+        failure = soname + " has no " #name;                                     \
+        return false;                                                            \
+    }
         FERRY_HIP_FUNCTIONS(FERRY_HIP_LOAD)
 #undef FERRY_HIP_LOAD
         return true;
@@ -62,7 +66,7 @@ inline bool load_hip(std::string &error) {
     return loaded;
 }
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu
 
 // The HIP API by its usual names, through the table.
 #define hipDeviceCanAccessPeer(...) ::ferry_gpu::hip_api().hipDeviceCanAccessPeer(__VA_ARGS__)
