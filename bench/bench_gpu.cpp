@@ -59,7 +59,7 @@ public:
         need(c->free_, {"cuMemFree_v2", "cuMemFree"});
         c->htod_ = symbol<decltype(c->htod_)>(lib, {"cuMemcpyHtoD_v2", "cuMemcpyHtoD"});
         c->dtoh_ = symbol<decltype(c->dtoh_)>(lib, {"cuMemcpyDtoH_v2", "cuMemcpyDtoH"});
-        if (!c->htod_ || !c->dtoh_) need(c->memcpy_, {"cuMemcpy"}); // unified addressing does either
+        if (!c->htod_ || !c->dtoh_) need(c->memcpy_, {"cuMemcpy"});  // unified addressing does either
         if (!missing.empty()) {
             why = name + ": has no " + missing;
             return nullptr;
@@ -95,7 +95,8 @@ public:
         uint64_t p = 0;
         if (int rc = alloc_(&p, bytes); rc != 0)
             return ferry::fail(-ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes on CUDA device " +
-                                            std::to_string(device) + ": " + text(rc, "cuMemAlloc") + "; lower --buffer_size");
+                                            std::to_string(device) + ": " + text(rc, "cuMemAlloc") +
+                                            "; lower --buffer_size");
         return reinterpret_cast<void *>(p);
     }
     void free(int device, void *ptr) override {
@@ -133,7 +134,7 @@ private:
             {
                 std::lock_guard lock(c.mutex_);
                 auto it = c.contexts_.find(dev);
-                if (it == c.contexts_.end()) { // retained once per device, released with the runtime
+                if (it == c.contexts_.end()) {  // retained once per device, released with the runtime
                     if (int rc = c.retain_(&ctx, dev); rc != 0) {
                         error = c.text(rc, "cuDevicePrimaryCtxRetain");
                         return;
@@ -162,7 +163,7 @@ private:
     }
 
     void *lib_;
-    int devices_ = -1; // -1: the library cannot say (no cuDeviceGetCount)
+    int devices_ = -1;  // -1: the library cannot say (no cuDeviceGetCount)
     std::mutex mutex_;
     std::map<int, Ctx> contexts_;
     int (*init_)(unsigned) = nullptr;
@@ -246,7 +247,8 @@ public:
         void *p = nullptr;
         if (int rc = malloc_(&p, bytes); rc != 0)
             return ferry::fail(-ENOMEM, "cannot allocate " + std::to_string(bytes) + " bytes on HIP device " +
-                                            std::to_string(device) + ": " + text(rc, "hipMalloc") + "; lower --buffer_size");
+                                            std::to_string(device) + ": " + text(rc, "hipMalloc") +
+                                            "; lower --buffer_size");
         return p;
     }
     void free(int device, void *ptr) override {
@@ -261,11 +263,12 @@ public:
     }
 
 private:
-    static constexpr int kHostToDevice = 1, kDeviceToHost = 2; // hipMemcpyKind
-    struct Scope { // `device` current for one call; the caller's restored after it
+    static constexpr int kHostToDevice = 1, kDeviceToHost = 2;  // hipMemcpyKind
+    struct Scope {  // `device` current for one call; the caller's restored after it
         Scope(Hip &h, int device) : h_(h) {
             restore = h.get_device_(&saved) == 0;
-            if (int rc = h.set_device_(device); rc != 0) error = h.text(rc, "hipSetDevice(" + std::to_string(device) + ")");
+            if (int rc = h.set_device_(device); rc != 0)
+                error = h.text(rc, "hipSetDevice(" + std::to_string(device) + ")");
         }
         ~Scope() {
             if (restore) h_.set_device_(saved);
@@ -298,7 +301,7 @@ private:
     const char *(*error_string_)(int) = nullptr;
 };
 
-} // namespace
+}  // namespace
 
 std::unique_ptr<GpuRuntime> GpuRuntime::open(std::string &why) {
     std::string cuda_why, hip_why;
@@ -308,4 +311,4 @@ std::unique_ptr<GpuRuntime> GpuRuntime::open(std::string &why) {
     return nullptr;
 }
 
-} // namespace bench
+}  // namespace bench

@@ -10,12 +10,12 @@
 namespace bench {
 
 namespace {
-inline uint64_t pattern_word(uint64_t offset, uint64_t seed) { // offset % 8 == 0
+inline uint64_t pattern_word(uint64_t offset, uint64_t seed) {  // offset % 8 == 0
     uint64_t x = (offset >> 3) * 0x9E3779B97F4A7C15ull + seed;
     return x ^ (x >> 29);
 }
 constexpr bool kLittle = std::endian::native == std::endian::little;
-} // namespace
+}  // namespace
 
 // 1 GiB per side took seconds byte by byte, which every bench run paid before measuring.
 void fill_pattern(uint8_t *p, uint64_t len, uint64_t base, uint64_t seed) {
@@ -36,7 +36,7 @@ std::optional<uint64_t> find_mismatch(const uint8_t *p, uint64_t len, uint64_t b
     if constexpr (kLittle)
         for (; i + 8 <= len; i += 8) {
             uint64_t x = pattern_word(base + i, seed);
-            if (std::memcmp(p + i, &x, 8) != 0) break; // the byte loop below names the offset
+            if (std::memcmp(p + i, &x, 8) != 0) break;  // the byte loop below names the offset
         }
     for (; i < len; ++i)
         if (p[i] != pattern(base + i, seed)) return base + i;
@@ -47,15 +47,15 @@ std::string location_name(ferry::MemoryKind kind, int device) {
     if (kind == ferry::MemoryKind::Host) return "host";
     if (kind == ferry::MemoryKind::Cuda) return "cuda:" + std::to_string(device);
     if (kind == ferry::MemoryKind::Rocm) return "rocm:" + std::to_string(device);
-    return "memory kind " + std::to_string(static_cast<unsigned>(kind)); // a kind newer than this bench
+    return "memory kind " + std::to_string(static_cast<unsigned>(kind));  // a kind newer than this bench
 }
 
 // Pre-faulted, so the first pass does not measure page faults.
 ferry::Result<std::unique_ptr<Buffer>> Buffer::host(uint64_t len) {
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
-        return ferry::fail(-errno, "cannot allocate " + std::to_string(len) + " bytes of host memory: " + strerror(errno) +
-                                       "; lower --buffer_size");
+        return ferry::fail(-errno, "cannot allocate " + std::to_string(len) +
+                                       " bytes of host memory: " + strerror(errno) + "; lower --buffer_size");
     return std::unique_ptr<Buffer>(new Buffer(static_cast<uint8_t *>(p), len, nullptr, -1));
 }
 
@@ -88,7 +88,7 @@ ferry::Result<void> Buffer::fill(uint64_t seed) {
         fill_pattern(data_, size_, 0, seed);
         return {};
     }
-    constexpr uint64_t kChunk = 64ull << 20; // a multiple of 8: every chunk takes the word path
+    constexpr uint64_t kChunk = 64ull << 20;  // a multiple of 8: every chunk takes the word path
     std::vector<uint8_t> host(std::min(kChunk, size_));
     for (uint64_t off = 0; off < size_; off += kChunk) {
         uint64_t n = std::min(kChunk, size_ - off);
@@ -106,4 +106,4 @@ ferry::Result<void> Buffer::read(uint64_t offset, uint8_t *dst, uint64_t len) co
     return gpu_->to_host(device_, dst, data_ + offset, len);
 }
 
-} // namespace bench
+}  // namespace bench

@@ -71,8 +71,8 @@ private:
         : data_(data), size_(size), gpu_(gpu), device_(device) {}
     uint8_t *data_;
     uint64_t size_;
-    GpuRuntime *gpu_; // null: host memory
+    GpuRuntime *gpu_;  // null: host memory
     int device_;
 };
 
-} // namespace bench
+}  // namespace bench

@@ -35,7 +35,7 @@ struct Flag {
     std::string default_text;
     std::string help;
     Setter set;
-    bool mooncake; // a flag of Mooncake's transfer_engine_bench (listed first in --help)
+    bool mooncake;  // a flag of Mooncake's transfer_engine_bench (listed first in --help)
 };
 
 std::string lower(std::string s) {
@@ -96,17 +96,21 @@ Setter boolean(bool &target) {
 
 // Flags that exist elsewhere in Mooncake's tooling, each with what to use instead.
 const std::map<std::string, std::string> kElsewhere = {
-    {"segment_size", "is not a flag of Mooncake's transfer_engine_bench either (its ub transport docs show it); "
-                     "the size each side registers is --buffer_size"},
+    {"segment_size",
+     "is not a flag of Mooncake's transfer_engine_bench either (its ub transport docs show it); "
+     "the size each side registers is --buffer_size"},
 };
 const std::set<std::string> kTebench = {
-    "xport_type", "seg_type", "seg_type_mix", "local_gpu_id", "target_gpu_id", "op_type", "target_seg_name",
-    "seg_name", "metadata_type", "metadata_url_list", "total_buffer_size", "start_block_size", "max_block_size",
-    "start_batch_size", "max_batch_size", "start_num_threads", "max_num_threads", "check_consistency",
-    "target_offset", "target_range_size", "request_interval_us", "tent_intent_type"};
+    "xport_type",          "seg_type",          "seg_type_mix",      "local_gpu_id",
+    "target_gpu_id",       "op_type",           "target_seg_name",   "seg_name",
+    "metadata_type",       "metadata_url_list", "total_buffer_size", "start_block_size",
+    "max_block_size",      "start_batch_size",  "max_batch_size",    "start_num_threads",
+    "max_num_threads",     "check_consistency", "target_offset",     "target_range_size",
+    "request_interval_us", "tent_intent_type"};
 // glog's flags, which Mooncake's binaries take; Ferry logs through its own logger.
-const std::set<std::string> kGlog = {"v", "vmodule", "logtostderr", "alsologtostderr", "colorlogtostderr", "minloglevel",
-                                     "stderrthreshold", "log_dir", "logbuflevel", "logbufsecs", "max_log_size"};
+const std::set<std::string> kGlog = {
+    "v",       "vmodule",     "logtostderr", "alsologtostderr", "colorlogtostderr", "minloglevel", "stderrthreshold",
+    "log_dir", "logbuflevel", "logbufsecs",  "max_log_size"};
 
 size_t edit_distance(const std::string &a, const std::string &b) {
     std::vector<size_t> row(b.size() + 1);
@@ -173,35 +177,46 @@ Parser::Parser(Options &o) : o_(o) {
         "transport every request names: Ferry's tcp, shm, efa, rdma, cuda_ipc, hip_ipc, or Mooncake's names for "
         "them (nvlink_intra and nvlink: cuda_ipc, hip: hip_ipc)",
         string(o.protocol), true);
-    add("device_name", false, "", "RDMA NICs, comma-separated (rdma.devices); alone it selects --protocol=rdma, "
-        "Mooncake's default", string(o.device_name), true);
-    add("nic_priority_matrix", false, "", "Mooncake's NIC priority matrix (JSON file): the NICs it names become "
-        "rdma.devices", string(o.nic_priority_matrix), true);
-    add("auto_discovery", true, "false", "let the engine pick the transport for each request (every loaded plugin, "
-        "best first) instead of --protocol", boolean(o.auto_discovery), true);
+    add("device_name", false, "",
+        "RDMA NICs, comma-separated (rdma.devices); alone it selects --protocol=rdma, "
+        "Mooncake's default",
+        string(o.device_name), true);
+    add("nic_priority_matrix", false, "",
+        "Mooncake's NIC priority matrix (JSON file): the NICs it names become "
+        "rdma.devices",
+        string(o.nic_priority_matrix), true);
+    add("auto_discovery", true, "false",
+        "let the engine pick the transport for each request (every loaded plugin, "
+        "best first) instead of --protocol",
+        boolean(o.auto_discovery), true);
     add("buffer_size", false, std::to_string(o.buffer_size), "bytes each buffer holds (one per GPU with --gpu_id=-1)",
         integer(o.buffer_size, 1, UINT64_MAX), true);
     add("batch_size", false, std::to_string(o.batch_size), "ops per batch", integer(o.batch_size, 1, 1u << 24), true);
     add("block_size", false, std::to_string(o.block_size), "bytes per op", integer(o.block_size, 1, UINT64_MAX), true);
     add("duration", false, "10", "seconds", real(o.duration), true);
-    add("threads", false, std::to_string(o.threads), "initiator threads, each with its own batches (Mooncake's default: 12)",
-        integer(o.threads, 1, 4096), true);
+    add("threads", false, std::to_string(o.threads),
+        "initiator threads, each with its own batches (Mooncake's default: 12)", integer(o.threads, 1, 4096), true);
     add("report_unit", false, o.report_unit, "GB GiB Gb MB MiB Mb KB KiB Kb", string(o.report_unit), true);
     add("report_precision", false, "2", "digits after the point", integer(o.report_precision, 0, 17), true);
     add("use_vram", true, "false; true when --gpu_id is given",
         "each side's buffer in GPU memory (CUDA or ROCm, found at run time)", boolean(o.use_vram), true);
     add("gpu_id", false, "0", "the GPU of --use_vram; -1: one buffer on every GPU, thread i on buffer i % GPUs",
         integer(o.gpu_id, -1, 1 << 20), true);
-    add("init_mem", true, "true", "fill the buffers before the run (Ferry: with --verify's pattern; --verify fills "
-        "regardless)", boolean(o.init_mem), true);
-    add("backend", false, o.backend, "classic | tent: Ferry has one engine, either measures it", string(o.backend), true);
+    add("init_mem", true, "true",
+        "fill the buffers before the run (Ferry: with --verify's pattern; --verify fills "
+        "regardless)",
+        boolean(o.init_mem), true);
+    add("backend", false, o.backend, "classic | tent: Ferry has one engine, either measures it", string(o.backend),
+        true);
     // Ferry's.
     add("loopback", true, "false", "target and initiator in this one process (same as --mode=loopback)",
         boolean(o.loopback), false);
-    add("verify", true, "false", "check every byte moved (through host copies for GPU memory)", boolean(o.verify), false);
+    add("verify", true, "false", "check every byte moved (through host copies for GPU memory)", boolean(o.verify),
+        false);
     add("json", true, "false", "print one JSON object instead of text", boolean(o.json), false);
     add("config", false, "", "engine YAML config file", string(o.config), false);
-    add("option", false, "", "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)",
+    add(
+        "option", false, "", "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)",
         [&o](const std::string &v) {
             o.options.push_back(v);
             return std::string();
@@ -212,7 +227,8 @@ Parser::Parser(Options &o) : o_(o) {
     add("sweep", true, "false", "measure every block size x batch size x threads below, --duration each",
         boolean(o.sweep), false);
     add("sweep_block_sizes", false, o.sweep_block_sizes, "bytes, comma list", string(o.sweep_block_sizes), false);
-    add("sweep_batch_sizes", false, o.sweep_batch_sizes, "ops per batch, comma list", string(o.sweep_batch_sizes), false);
+    add("sweep_batch_sizes", false, o.sweep_batch_sizes, "ops per batch, comma list", string(o.sweep_batch_sizes),
+        false);
     add("sweep_threads", false, o.sweep_threads, "threads, comma list", string(o.sweep_threads), false);
     add("sweep_out", false, o.sweep_out, "where --sweep writes its JSON", string(o.sweep_out), false);
 }
@@ -220,7 +236,8 @@ Parser::Parser(Options &o) : o_(o) {
 void Parser::unknown(const std::string &name, const std::string &as_typed) const {
     if (auto it = kElsewhere.find(name); it != kElsewhere.end()) usage_error(as_typed + " " + it->second);
     if (kTebench.count(name))
-        usage_error(as_typed + " is a flag of Mooncake's tebench (the TENT benchmark), not of transfer_engine_bench; "
+        usage_error(as_typed +
+                    " is a flag of Mooncake's tebench (the TENT benchmark), not of transfer_engine_bench; "
                     "see --help for the flags this bench takes");
     std::string best;
     size_t best_d = 3;
@@ -239,10 +256,10 @@ void Parser::parse(std::vector<std::string> args, int depth) {
         }
         if (arg.size() < 2 || arg[0] != '-')
             usage_error("unexpected argument '" + arg + "'; flags are written --name=value (see --help)");
-        std::string body = arg.substr(arg[1] == '-' ? 2 : 1); // gflags takes -flag as --flag
+        std::string body = arg.substr(arg[1] == '-' ? 2 : 1);  // gflags takes -flag as --flag
         auto eq = body.find('=');
         std::string name = body.substr(0, eq);
-        std::replace(name.begin(), name.end(), '-', '_'); // --auto-discovery, as Mooncake's docs write it
+        std::replace(name.begin(), name.end(), '-', '_');  // --auto-discovery, as Mooncake's docs write it
         std::optional<std::string> value;
         if (eq != std::string::npos) value = body.substr(eq + 1);
         std::string as_typed = arg.substr(0, arg.find('='));
@@ -250,7 +267,7 @@ void Parser::parse(std::vector<std::string> args, int depth) {
             help_ = true;
             continue;
         }
-        if (name == "flagfile") { // gflags: one flag per line, # comments
+        if (name == "flagfile") {  // gflags: one flag per line, # comments
             if (!value) {
                 if (i + 1 >= args.size()) usage_error("--flagfile needs a file name");
                 value = args[++i];
@@ -268,15 +285,16 @@ void Parser::parse(std::vector<std::string> args, int depth) {
             continue;
         }
         if (kGlog.count(name)) {
-            o_.notes.push_back(as_typed + " is glog's; Ferry logs to stderr at FERRY_LOG_LEVEL (error, warn, info, "
-                                          "debug, trace) or --option log_level=...; ignored");
+            o_.notes.push_back(as_typed +
+                               " is glog's; Ferry logs to stderr at FERRY_LOG_LEVEL (error, warn, info, "
+                               "debug, trace) or --option log_level=...; ignored");
             if (!value && name != "logtostderr" && name != "alsologtostderr" && name != "colorlogtostderr" &&
                 i + 1 < args.size() && args[i + 1][0] != '-')
-                ++i; // its value
+                ++i;  // its value
             continue;
         }
         const Flag *f = find(name);
-        if (!f && name.rfind("no", 0) == 0) { // --noflag
+        if (!f && name.rfind("no", 0) == 0) {  // --noflag
             const Flag *b = find(name.substr(2));
             if (b && b->boolean) {
                 if (value) usage_error(as_typed + " takes no value; write --" + b->name + "=" + *value);
@@ -322,7 +340,7 @@ void Parser::print_help() const {
             size_t col = std::max<size_t>(head.size() + 1, 24);
             bool line_start = true;
             std::istringstream words(text);
-            for (std::string w; words >> w;) { // wrapped at 100 columns, under the help column
+            for (std::string w; words >> w;) {  // wrapped at 100 columns, under the help column
                 if (!line_start && col + 1 + w.size() > 100) {
                     out << "\n" << std::string(24, ' ');
                     col = 24;
@@ -352,13 +370,15 @@ void Parser::print_help() const {
 // Mooncake's protocol names: Ferry's transport for each, or why there is none.
 struct ProtocolMap {
     const char *mooncake;
-    const char *ferry; // nullptr: none
+    const char *ferry;  // nullptr: none
     const char *note;
 };
 const ProtocolMap kProtocols[] = {
-    {"nvlink_intra", "cuda_ipc", "Mooncake's nvlink_intra is cuda_ipc in Ferry (CUDA IPC between processes of one host)"},
-    {"nvlink", "cuda_ipc", "Mooncake's nvlink (multi-node NVLink fabric memory) is cuda_ipc in Ferry: GPUs of one host "
-                           "only, Ferry has no MNNVL transport"},
+    {"nvlink_intra", "cuda_ipc",
+     "Mooncake's nvlink_intra is cuda_ipc in Ferry (CUDA IPC between processes of one host)"},
+    {"nvlink", "cuda_ipc",
+     "Mooncake's nvlink (multi-node NVLink fabric memory) is cuda_ipc in Ferry: GPUs of one host "
+     "only, Ferry has no MNNVL transport"},
     {"hip", "hip_ipc", "Mooncake's hip is hip_ipc in Ferry (HIP IPC between processes of one host)"},
     {"barex", nullptr, "Ferry has no barex transport; --protocol=rdma drives the same NICs through rdma.so"},
     {"musa", nullptr, "Ferry has no Moore Threads MUSA transport"},
@@ -369,7 +389,8 @@ const ProtocolMap kProtocols[] = {
     {"cxl", nullptr, "Ferry has no CXL transport"},
     {"nvmeof", nullptr, "Ferry has no NVMe-oF transport"},
     {"tpu", nullptr, "Ferry has no TPU transport"},
-    {"mpcomm", nullptr, "Ferry has no MPComm transport (Mooncake's is TENT-only, not in its transfer_engine_bench either)"},
+    {"mpcomm", nullptr,
+     "Ferry has no MPComm transport (Mooncake's is TENT-only, not in its transfer_engine_bench either)"},
 };
 
 // The device names inside the matrix's arrays ({"cpu:0": [["mlx5_0"], ["mlx5_1"]], ...}), in
@@ -383,7 +404,8 @@ std::vector<std::string> matrix_devices(const std::string &json) {
         else if (c == ']') --depth;
         else if (c == '"') {
             std::string s;
-            for (++i; i < json.size() && json[i] != '"'; ++i) s += json[i] == '\\' && i + 1 < json.size() ? json[++i] : json[i];
+            for (++i; i < json.size() && json[i] != '"'; ++i)
+                s += json[i] == '\\' && i + 1 < json.size() ? json[++i] : json[i];
             if (depth > 0 && !s.empty() && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
         }
     }
@@ -400,8 +422,9 @@ void resolve_protocol(Options &o, const Parser &p) {
     for (const auto &m : kProtocols)
         if (o.protocol == m.mooncake) {
             if (!m.ferry)
-                usage_error("--protocol=" + o.protocol + ": " + m.note +
-                            ". Ferry's transports: tcp, shm, efa, rdma, cuda_ipc, hip_ipc (ferry-info lists what loads here)");
+                usage_error(
+                    "--protocol=" + o.protocol + ": " + m.note +
+                    ". Ferry's transports: tcp, shm, efa, rdma, cuda_ipc, hip_ipc (ferry-info lists what loads here)");
             o.transport = m.ferry;
             o.notes.push_back(std::string("--protocol=") + m.mooncake + ": " + m.note);
         }
@@ -426,7 +449,8 @@ void resolve_protocol(Options &o, const Parser &p) {
         o.rdma_devices = o.device_name;
     }
     if (!o.rdma_devices.empty() && o.transport != "rdma" && !o.transport.empty())
-        o.notes.push_back("--device_name names RDMA NICs; with --protocol=" + o.protocol + " it only applies if rdma.so "
+        o.notes.push_back("--device_name names RDMA NICs; with --protocol=" + o.protocol +
+                          " it only applies if rdma.so "
                           "carries a request (as in Mooncake, where only rdma reads it)");
 }
 
@@ -437,16 +461,19 @@ void resolve_metadata(Options &o) {
     if (m == "P2PHANDSHAKE" || m.empty() || name == "etcd" || name == "etcds") {
         o.metadata_url = m;
     } else if (name == "redis" || name == "rediss") {
-        usage_error("--metadata_server=" + m + ": Ferry has no redis metadata backend; use "
+        usage_error("--metadata_server=" + m +
+                    ": Ferry has no redis metadata backend; use "
                     "--metadata_server=P2PHANDSHAKE (each engine serves its own descriptor, no server) or "
                     "etcd://host:2379");
     } else if (name == "http" || name == "https") {
-        usage_error("--metadata_server=" + m + ": Ferry has no HTTP metadata backend (Mooncake's http-metadata-server); "
+        usage_error("--metadata_server=" + m +
+                    ": Ferry has no HTTP metadata backend (Mooncake's http-metadata-server); "
                     "use --metadata_server=P2PHANDSHAKE (no server) or etcd://host:2379");
     } else if (scheme != std::string::npos) {
-        usage_error("--metadata_server=" + m + ": unknown scheme " + name + "://; use P2PHANDSHAKE or etcd://host:2379");
+        usage_error("--metadata_server=" + m + ": unknown scheme " + name +
+                    "://; use P2PHANDSHAKE or etcd://host:2379");
     } else {
-        o.metadata_url = "etcd://" + m; // Mooncake reads a bare host:port[,host:port] as etcd
+        o.metadata_url = "etcd://" + m;  // Mooncake reads a bare host:port[,host:port] as etcd
         o.notes.push_back("--metadata_server=" + m + ": etcd at " + m + ", as Mooncake reads it (etcd://" + m + ")");
     }
 }
@@ -456,19 +483,26 @@ void resolve_gpu(Options &o, const Parser &p) {
     // alone; its CPU builds have neither flag. Host memory unless either asks for a GPU.
     if (!p.given("use_vram") && p.given("gpu_id")) {
         o.use_vram = true;
-        o.notes.push_back("--gpu_id without --use_vram: GPU memory, as Mooncake's GPU builds default --use_vram to true "
-                          "(--use_vram=false for host memory)");
+        o.notes.push_back(
+            "--gpu_id without --use_vram: GPU memory, as Mooncake's GPU builds default --use_vram to true "
+            "(--use_vram=false for host memory)");
     }
     if (!o.use_vram && p.given("gpu_id"))
         o.notes.push_back("--gpu_id applies with --use_vram only; buffers are in host memory");
 }
 
-} // namespace
+}  // namespace
 
 double unit_divisor(const std::string &unit) {
-    static const std::map<std::string, double> units = {
-        {"GB", 1e9}, {"GiB", 1024.0 * 1024 * 1024}, {"Gb", 1e9 / 8}, {"MB", 1e6}, {"MiB", 1024.0 * 1024},
-        {"Mb", 1e6 / 8}, {"KB", 1e3}, {"KiB", 1024.0}, {"Kb", 1e3 / 8}};
+    static const std::map<std::string, double> units = {{"GB", 1e9},
+                                                        {"GiB", 1024.0 * 1024 * 1024},
+                                                        {"Gb", 1e9 / 8},
+                                                        {"MB", 1e6},
+                                                        {"MiB", 1024.0 * 1024},
+                                                        {"Mb", 1e6 / 8},
+                                                        {"KB", 1e3},
+                                                        {"KiB", 1024.0},
+                                                        {"Kb", 1e3 / 8}};
     auto it = units.find(unit);
     return it == units.end() ? 0 : it->second;
 }
@@ -538,10 +572,11 @@ ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
     if (!o.rdma_devices.empty()) c["rdma.devices"] = o.rdma_devices;
     for (const auto &kv : o.options) {
         auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0) return ferry::fail(-EINVAL, "--option takes key=value, got '" + kv + "'");
+        if (eq == std::string::npos || eq == 0)
+            return ferry::fail(-EINVAL, "--option takes key=value, got '" + kv + "'");
         c[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
     return c;
 }
 
-} // namespace bench
+}  // namespace bench

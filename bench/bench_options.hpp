@@ -14,13 +14,13 @@ namespace bench {
 struct Options {
     std::string mode = "initiator";
     bool loopback = false;
-    std::string metadata_server = "P2PHANDSHAKE"; // Mooncake's form, as typed
-    std::string metadata_url;                     // Ferry's form of it
+    std::string metadata_server = "P2PHANDSHAKE";  // Mooncake's form, as typed
+    std::string metadata_url;                      // Ferry's form of it
     std::string local_server_name;
     std::string segment_id;
     std::string operation = "read";
-    std::string protocol = "tcp"; // as typed
-    std::string transport;        // the Ferry transport each request names; empty: the engine picks
+    std::string protocol = "tcp";  // as typed
+    std::string transport;         // the Ferry transport each request names; empty: the engine picks
     uint64_t buffer_size = 1ull << 30;
     size_t batch_size = 128;
     uint64_t block_size = 65536;
@@ -29,12 +29,12 @@ struct Options {
     std::string report_unit = "GB";
     int report_precision = 2;
     // Mooncake's device and topology flags
-    std::string device_name;         // RDMA NICs -> rdma.devices
-    std::string nic_priority_matrix; // its NICs -> rdma.devices
-    std::string rdma_devices;        // what the two above resolve to
-    bool auto_discovery = false;     // every loaded transport, best first
+    std::string device_name;          // RDMA NICs -> rdma.devices
+    std::string nic_priority_matrix;  // its NICs -> rdma.devices
+    std::string rdma_devices;         // what the two above resolve to
+    bool auto_discovery = false;      // every loaded transport, best first
     bool use_vram = false;
-    int gpu_id = 0; // -1: one buffer on every GPU
+    int gpu_id = 0;  // -1: one buffer on every GPU
     bool init_mem = true;
     std::string backend = "classic";
     // Ferry's own
@@ -59,6 +59,6 @@ Options parse_options(int argc, char **argv);
 enum class Role { Target, Initiator, LoopbackInitiator };
 ferry::Result<ferry::Config> engine_config(const Options &o, Role role);
 
-double unit_divisor(const std::string &unit); // 0 for an unknown unit
+double unit_divisor(const std::string &unit);  // 0 for an unknown unit
 
-} // namespace bench
+}  // namespace bench

@@ -34,14 +34,17 @@ int run_target(uint64_t bytes, int gpu) {
     void *dev = nullptr;
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), bytes));
     CUDA_OR_DIE(cudaMemset(dev, 0x5a, bytes));
-    if (auto r = (*engine)->register_memory(dev, bytes, {ferry::MemoryKind::Cuda, gpu, ferry::kRemoteRead | ferry::kRemoteWrite}); !r) {
+    if (auto r = (*engine)->register_memory(dev, bytes,
+                                            {ferry::MemoryKind::Cuda, gpu, ferry::kRemoteRead | ferry::kRemoteWrite});
+        !r) {
         std::printf("ERROR %s\n", r.error().message.c_str());
         return 1;
     }
-    std::printf("READY %s %" PRIxPTR " %" PRIu64 "\n", (*engine)->segment_name().c_str(), reinterpret_cast<uintptr_t>(dev), bytes);
+    std::printf("READY %s %" PRIxPTR " %" PRIu64 "\n", (*engine)->segment_name().c_str(),
+                reinterpret_cast<uintptr_t>(dev), bytes);
     std::fflush(stdout);
     char line[64];
-    while (fgets(line, sizeof line, stdin)) { // until the initiator closes our stdin
+    while (fgets(line, sizeof line, stdin)) {  // until the initiator closes our stdin
     }
     cudaFree(dev);
     return 0;
@@ -55,7 +58,7 @@ double baseline_gbps(void *dst, int dst_gpu, void *src, uint64_t block, uint64_t
         if (dst_gpu == 0) CUDA_OR_DIE(cudaMemcpyAsync(dst, src, block, cudaMemcpyDeviceToDevice, s));
         else CUDA_OR_DIE(cudaMemcpyPeerAsync(dst, dst_gpu, src, 0, block, s));
     };
-    copy(); // warm-up
+    copy();  // warm-up
     CUDA_OR_DIE(cudaStreamSynchronize(s));
     auto t0 = Clock::now();
     for (uint64_t i = 0; i < copies; ++i) copy();
@@ -65,7 +68,7 @@ double baseline_gbps(void *dst, int dst_gpu, void *src, uint64_t block, uint64_t
     return static_cast<double>(block) * copies / secs / 1e9;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     std::vector<uint64_t> sizes_mib = {1, 16, 64, 256};
@@ -84,12 +87,15 @@ int main(int argc, char **argv) {
         }
         if (a == "--sizes-mib" && i + 1 < argc) {
             sizes_mib.clear();
-            for (char *t = strtok(argv[++i], ","); t; t = strtok(nullptr, ",")) sizes_mib.push_back(std::strtoull(t, nullptr, 0));
+            for (char *t = strtok(argv[++i], ","); t; t = strtok(nullptr, ","))
+                sizes_mib.push_back(std::strtoull(t, nullptr, 0));
         } else if (a == "--bytes-gib" && i + 1 < argc) bytes_gib = std::strtoull(argv[++i], nullptr, 0);
         else if (a == "--batch" && i + 1 < argc) batch = std::strtoull(argv[++i], nullptr, 0);
         else if (a == "--op" && i + 1 < argc) op = argv[++i];
         else {
-            std::fprintf(stderr, "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256] [--bytes-gib 16] [--batch 8] [--op write|read] [--target-gpu N]\n");
+            std::fprintf(
+                stderr,
+                "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256] [--bytes-gib 16] [--batch 8] [--op write|read] [--target-gpu N]\n");
             return 2;
         }
     }
@@ -123,7 +129,7 @@ int main(int argc, char **argv) {
     }
     uint8_t *local = nullptr, *scratch = nullptr;
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&local), span));
-    CUDA_OR_DIE(cudaSetDevice(target_gpu)); // the baseline's destination sits where the target's memory does
+    CUDA_OR_DIE(cudaSetDevice(target_gpu));  // the baseline's destination sits where the target's memory does
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&scratch), max_block));
     CUDA_OR_DIE(cudaSetDevice(0));
     if (target_gpu != 0) cudaDeviceEnablePeerAccess(target_gpu, 0), cudaGetLastError();
@@ -148,7 +154,8 @@ int main(int argc, char **argv) {
     for (uint64_t mib : sizes_mib) {
         const uint64_t block = mib << 20;
         std::vector<ferry::Request> reqs;
-        for (uint64_t i = 0; i < batch; ++i) reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
+        for (uint64_t i = 0; i < batch; ++i)
+            reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
         auto one_batch = [&] {
             auto b = (*engine)->submit(reqs);
             if (!b || !(*engine)->wait(*b)) {
@@ -157,7 +164,7 @@ int main(int argc, char **argv) {
             }
             (void)(*engine)->free_batch(*b);
         };
-        one_batch(); // warm-up: maps the peer's allocation, creates streams and events
+        one_batch();  // warm-up: maps the peer's allocation, creates streams and events
         uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch));
         auto t0 = Clock::now();
         for (uint64_t k = 0; k < batches; ++k) one_batch();

@@ -36,15 +36,15 @@ const char *arg(int argc, char **argv, const char *name) {
 
 bool flag(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; ++i)
-        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0)
-            return true;
+        if (strncmp(argv[i], "--", 2) == 0 && strcmp(argv[i] + 2, name) == 0) return true;
     return false;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
-    const char *b = arg(argc, argv, "buffer_size"), *k = arg(argc, argv, "block_size"), *d = arg(argc, argv, "duration");
+    const char *b = arg(argc, argv, "buffer_size"), *k = arg(argc, argv, "block_size"),
+               *d = arg(argc, argv, "duration");
     const size_t buffer = b ? strtoull(b, nullptr, 0) : 1ull << 30;
     const size_t block = k ? strtoull(k, nullptr, 0) : 1ull << 20;
     const double seconds = d ? strtod(d, nullptr) : 5.0;
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     }
     uint8_t *src = alloc(buffer), *dst = alloc(buffer);
     const size_t blocks = buffer / block;
-    for (size_t i = 0; i < blocks; ++i) // one warm pass
+    for (size_t i = 0; i < blocks; ++i)  // one warm pass
         memcpy(dst + i * block, src + i * block, block);
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
@@ -65,10 +65,10 @@ int main(int argc, char **argv) {
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const double gbps = static_cast<double>(copies) * block / secs / 1e9;
     if (flag(argc, argv, "json"))
-        printf("{\"block_size\":%zu,\"buffer_size\":%zu,\"duration_s\":%.3f,\"bytes\":%.0f,\"throughput\":%.2f,"
-               "\"unit\":\"GB/s\"}\n",
-               block, buffer, secs, static_cast<double>(copies) * block, gbps);
-    else
-        printf("memcpy %zu-byte blocks over %zu bytes, 1 thread: %.2f GB/s\n", block, buffer, gbps);
+        printf(
+            "{\"block_size\":%zu,\"buffer_size\":%zu,\"duration_s\":%.3f,\"bytes\":%.0f,\"throughput\":%.2f,"
+            "\"unit\":\"GB/s\"}\n",
+            block, buffer, secs, static_cast<double>(copies) * block, gbps);
+    else printf("memcpy %zu-byte blocks over %zu bytes, 1 thread: %.2f GB/s\n", block, buffer, gbps);
     return 0;
 }

@@ -47,7 +47,7 @@ void check(nixl_status_t st, const char *what) {
     if (st != NIXL_SUCCESS) die(std::string(what) + " failed: " + nixlEnumStrings::statusStr(st));
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     std::string backend_name, operation, protocol, report_unit, file_path;
@@ -58,20 +58,20 @@ int main(int argc, char **argv) {
     unsigned poll_sleep_us = 0;
     std::vector<std::string> options;
     po::options_description desc("nixl_bench: a NIXL backend's throughput through NIXL's agent API");
-    desc.add_options()("help", "this text")
-        ("backend", po::value(&backend_name)->default_value("FERRY"), "NIXL backend: FERRY, UCX, POSIX, ...")
-        ("operation", po::value(&operation)->default_value("read"), "read or write")
-        ("protocol", po::value(&protocol)->default_value("tcp"), "FERRY only: Ferry's protocols parameter")
-        ("buffer_size", po::value(&buffer_size)->default_value(1ull << 30), "bytes registered on each side")
-        ("batch_size", po::value(&batch_size)->default_value(128), "descriptors per transfer")
-        ("block_size", po::value(&block_size)->default_value(65536), "bytes per descriptor")
-        ("duration", po::value(&duration)->default_value(10), "seconds")
-        ("report_unit", po::value(&report_unit)->default_value("GB"), "GB GiB MB MiB Gb")
-        ("json", po::bool_switch(&json), "one JSON line")
-        ("poll_sleep_us", po::value(&poll_sleep_us)->default_value(0),
-         "sleep between getXferStatus calls (0: busy poll, as NIXL hosts do; NIXL has no blocking wait)")
-        ("option", po::value(&options)->composing(), "backend parameter key=value (repeatable)")
-        ("file", po::value(&file_path)->default_value("/tmp/nixl_bench.data"), "POSIX only: the file");
+    desc.add_options()("help", "this text")("backend", po::value(&backend_name)->default_value("FERRY"),
+                                            "NIXL backend: FERRY, UCX, POSIX, ...")(
+        "operation", po::value(&operation)->default_value("read"), "read or write")(
+        "protocol", po::value(&protocol)->default_value("tcp"), "FERRY only: Ferry's protocols parameter")(
+        "buffer_size", po::value(&buffer_size)->default_value(1ull << 30), "bytes registered on each side")(
+        "batch_size", po::value(&batch_size)->default_value(128), "descriptors per transfer")(
+        "block_size", po::value(&block_size)->default_value(65536), "bytes per descriptor")(
+        "duration", po::value(&duration)->default_value(10), "seconds")(
+        "report_unit", po::value(&report_unit)->default_value("GB"), "GB GiB MB MiB Gb")("json", po::bool_switch(&json),
+                                                                                         "one JSON line")(
+        "poll_sleep_us", po::value(&poll_sleep_us)->default_value(0),
+        "sleep between getXferStatus calls (0: busy poll, as NIXL hosts do; NIXL has no blocking wait)")(
+        "option", po::value(&options)->composing(), "backend parameter key=value (repeatable)")(
+        "file", po::value(&file_path)->default_value("/tmp/nixl_bench.data"), "POSIX only: the file");
     po::variables_map vm;
     try {
         po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -146,7 +146,8 @@ int main(int argc, char **argv) {
 
     uint64_t batches = 0;
     double worst_ms = 0;
-    auto t0 = Clock::now(), end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
+    auto t0 = Clock::now(),
+         end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
     while (Clock::now() < end) {
         nixlXferReqH *req = reqs[batches % nreqs];
         auto b0 = Clock::now();
@@ -162,17 +163,19 @@ int main(int argc, char **argv) {
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     double tput = static_cast<double>(batches) * static_cast<double>(span) / secs / unit;
     if (json)
-        printf("{\"backend\":\"%s\",\"protocol\":\"%s\",\"operation\":\"%s\",\"block_size\":%llu,\"batch_size\":%zu,"
-               "\"poll_sleep_us\":%u,\"duration_s\":%.3f,\"batches\":%llu,\"throughput\":%.3f,\"unit\":\"%s/s\",\"worst_batch_ms\":%.3f}\n",
-               backend_name.c_str(), backend_name == "FERRY" ? protocol.c_str() : "", operation.c_str(),
-               static_cast<unsigned long long>(block_size), batch_size, poll_sleep_us, secs,
-               static_cast<unsigned long long>(batches), tput, report_unit.c_str(), worst_ms);
+        printf(
+            "{\"backend\":\"%s\",\"protocol\":\"%s\",\"operation\":\"%s\",\"block_size\":%llu,\"batch_size\":%zu,"
+            "\"poll_sleep_us\":%u,\"duration_s\":%.3f,\"batches\":%llu,\"throughput\":%.3f,\"unit\":\"%s/s\",\"worst_batch_ms\":%.3f}\n",
+            backend_name.c_str(), backend_name == "FERRY" ? protocol.c_str() : "", operation.c_str(),
+            static_cast<unsigned long long>(block_size), batch_size, poll_sleep_us, secs,
+            static_cast<unsigned long long>(batches), tput, report_unit.c_str(), worst_ms);
     else
-        printf("backend=%s%s operation=%s block_size=%llu batch_size=%zu: %llu batches in %.2f s, %.2f %s/s, "
-               "worst batch %.2f ms\n",
-               backend_name.c_str(), backend_name == "FERRY" ? (" protocol=" + protocol).c_str() : "",
-               operation.c_str(), static_cast<unsigned long long>(block_size), batch_size,
-               static_cast<unsigned long long>(batches), secs, tput, report_unit.c_str(), worst_ms);
+        printf(
+            "backend=%s%s operation=%s block_size=%llu batch_size=%zu: %llu batches in %.2f s, %.2f %s/s, "
+            "worst batch %.2f ms\n",
+            backend_name.c_str(), backend_name == "FERRY" ? (" protocol=" + protocol).c_str() : "", operation.c_str(),
+            static_cast<unsigned long long>(block_size), batch_size, static_cast<unsigned long long>(batches), secs,
+            tput, report_unit.c_str(), worst_ms);
     for (auto *r : reqs) initiator.releaseXferReq(r);
     initiator.deregisterMem(local_reg);
     if (file_backend) {

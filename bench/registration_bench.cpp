@@ -91,8 +91,9 @@ int run(const Args &a, size_t n) {
     }
     double reg_s = seconds_since(t0);
     if (registered < n) {
-        printf("%7zu regions: register STOPPED after %.1f s at %zu regions (%.2f us/region at the end); no lookup figures\n",
-               n, reg_s, registered, reg_s * 1e6 / static_cast<double>(registered));
+        printf(
+            "%7zu regions: register STOPPED after %.1f s at %zu regions (%.2f us/region at the end); no lookup figures\n",
+            n, reg_s, registered, reg_s * 1e6 / static_cast<double>(registered));
         return 0;
     }
 
@@ -120,9 +121,10 @@ int run(const Args &a, size_t n) {
             return 1;
         }
     double unreg_s = seconds_since(t0);
-    printf("%7zu regions: register %.3f s (%.2f us/region), unregister %.3f s, open_segment %.2f ms, "
-           "op to 1 region %.0f ns, to random regions %.0f ns (+%.0f ns lookup)\n",
-           n, reg_s, reg_s * 1e6 / static_cast<double>(n), unreg_s, open_ms, one, random, random - one);
+    printf(
+        "%7zu regions: register %.3f s (%.2f us/region), unregister %.3f s, open_segment %.2f ms, "
+        "op to 1 region %.0f ns, to random regions %.0f ns (+%.0f ns lookup)\n",
+        n, reg_s, reg_s * 1e6 / static_cast<double>(n), unreg_s, open_ms, one, random, random - one);
     fflush(stdout);
     return 0;
 }
@@ -145,7 +147,7 @@ void lookup_figures(size_t n) {
     if (!decoded) std::abort();
     ferry::RemoteSegment seg;
     seg.descriptor = std::move(*decoded);
-    std::map<std::pair<size_t, uint64_t>, uint64_t> main_imported; // main's type
+    std::map<std::pair<size_t, uint64_t>, uint64_t> main_imported;  // main's type
     for (size_t i = 0; i < n; ++i) {
         seg.imported[{0, base + i * kRegion}] = i;
         main_imported[{0, base + i * kRegion}] = i;
@@ -163,7 +165,7 @@ void lookup_figures(size_t n) {
     };
     auto time = [&](auto &&one) {
         double best = 1e300;
-        for (int round = 0; round < 3; ++round) { // best of 3
+        for (int round = 0; round < 3; ++round) {  // best of 3
             double t0 = cpu_ns();
             for (uint64_t a : addrs) sink += one(a);
             best = std::min(best, (cpu_ns() - t0) / kLookups);
@@ -192,13 +194,14 @@ void lookup_figures(size_t n) {
         auto im = seg.imported.find({0, r->addr});
         return std::prev(it)->second.addr + r->key_for("tcp")->key.size() + im->second;
     });
-    printf("%7zu regions: per-op lookups at random regions (thread CPU time, best of 3): all three %.0f ns (local region %.0f, remote region %.0f, "
-           "imported handle %.0f; main's std::map for it %.0f)%s\n",
-           n, all_ns, local_ns, remote_ns, import_ns, main_import_ns, sink == 42 ? " " : "");
+    printf(
+        "%7zu regions: per-op lookups at random regions (thread CPU time, best of 3): all three %.0f ns (local region %.0f, remote region %.0f, "
+        "imported handle %.0f; main's std::map for it %.0f)%s\n",
+        n, all_ns, local_ns, remote_ns, import_ns, main_import_ns, sink == 42 ? " " : "");
     fflush(stdout);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     Args a;
@@ -224,8 +227,9 @@ int main(int argc, char **argv) {
                 p = q == std::string::npos ? list.size() : q + 1;
             }
         } else {
-            fprintf(stderr, "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
-                            "[--budget-s 60] [--ops 200000]\n");
+            fprintf(stderr,
+                    "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
+                    "[--budget-s 60] [--ops 200000]\n");
             return 2;
         }
     }

@@ -57,7 +57,7 @@ int make_memfd(const char *name, size_t len) {
 // Runs fn(offset) over consecutive blocks for `seconds`, returns GB/s.
 double rate(size_t buffer, size_t block, double seconds, const std::function<void(size_t)> &fn) {
     const size_t blocks = buffer / block;
-    for (size_t i = 0; i < blocks; ++i) fn(i * block); // one warm pass
+    for (size_t i = 0; i < blocks; ++i) fn(i * block);  // one warm pass
     size_t done = 0;
     auto start = Clock::now();
     auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -74,7 +74,7 @@ size_t arg(int argc, char **argv, const char *name, size_t def) {
     return def;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     const size_t buffer = arg(argc, argv, "buffer_size", 1ull << 30);
@@ -86,13 +86,13 @@ int main(int argc, char **argv) {
     }
     int region_fd = make_memfd("ferry-bench-region", buffer);
     int staging_fd = make_memfd("ferry-bench-staging", buffer);
-    uint8_t *child_anon = map_anon(buffer); // the child's copy-on-write twin: same address there
+    uint8_t *child_anon = map_anon(buffer);  // the child's copy-on-write twin: same address there
     memset(child_anon, 1, buffer);
     int ready[2], quit[2];
     if (pipe(ready) != 0 || pipe(quit) != 0) return 1;
     pid_t child = fork();
     if (child == 0) {
-        memset(child_anon, 2, buffer); // break COW: the child's own pages
+        memset(child_anon, 2, buffer);  // break COW: the child's own pages
         uint8_t *mapped = map_fd(region_fd, buffer);
         memset(mapped, 3, buffer);
         char c = 'r';
@@ -105,8 +105,8 @@ int main(int argc, char **argv) {
     uint8_t *src = map_anon(buffer), *dst = map_anon(buffer);
     memset(src, 4, buffer);
     memset(dst, 5, buffer);
-    uint8_t *region = map_fd(region_fd, buffer);   // the child's memfd region, mapped here
-    uint8_t *staging = map_fd(staging_fd, buffer); // a shared bounce buffer
+    uint8_t *region = map_fd(region_fd, buffer);    // the child's memfd region, mapped here
+    uint8_t *staging = map_fd(staging_fd, buffer);  // a shared bounce buffer
 
     auto pvm = [&](bool write_remote, size_t off) {
         iovec l{src + off, block}, r{child_anon + off, block};
@@ -117,11 +117,16 @@ int main(int argc, char **argv) {
         }
     };
     printf("block %zu bytes over a %zu-byte buffer, %.0f s per row, GB/s = 1e9 bytes/s\n", block, buffer, seconds);
-    printf("%-34s %6.2f\n", "memcpy local->local (1 thread)", rate(buffer, block, seconds, [&](size_t o) { memcpy(dst + o, src + o, block); }));
-    printf("%-34s %6.2f\n", "process_vm_writev -> child", rate(buffer, block, seconds, [&](size_t o) { pvm(true, o); }));
-    printf("%-34s %6.2f\n", "process_vm_readv <- child", rate(buffer, block, seconds, [&](size_t o) { pvm(false, o); }));
-    printf("%-34s %6.2f\n", "memfd mapped, memcpy -> child", rate(buffer, block, seconds, [&](size_t o) { memcpy(region + o, src + o, block); }));
-    printf("%-34s %6.2f\n", "memfd mapped, memcpy <- child", rate(buffer, block, seconds, [&](size_t o) { memcpy(dst + o, region + o, block); }));
+    printf("%-34s %6.2f\n", "memcpy local->local (1 thread)",
+           rate(buffer, block, seconds, [&](size_t o) { memcpy(dst + o, src + o, block); }));
+    printf("%-34s %6.2f\n", "process_vm_writev -> child",
+           rate(buffer, block, seconds, [&](size_t o) { pvm(true, o); }));
+    printf("%-34s %6.2f\n", "process_vm_readv <- child",
+           rate(buffer, block, seconds, [&](size_t o) { pvm(false, o); }));
+    printf("%-34s %6.2f\n", "memfd mapped, memcpy -> child",
+           rate(buffer, block, seconds, [&](size_t o) { memcpy(region + o, src + o, block); }));
+    printf("%-34s %6.2f\n", "memfd mapped, memcpy <- child",
+           rate(buffer, block, seconds, [&](size_t o) { memcpy(dst + o, region + o, block); }));
     printf("%-34s %6.2f\n", "memfd bounce (2 copies)", rate(buffer, block, seconds, [&](size_t o) {
                memcpy(staging + o, src + o, block);
                memcpy(dst + o, staging + o, block);

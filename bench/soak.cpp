@@ -18,15 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
-#include <map>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,11 +108,11 @@ int peer_main(const Args &o) {
         std::printf("ERROR %s\n", r.error().message.c_str());
         return 1;
     }
-    std::printf("READY %s %" PRIxPTR "\n", (*engine)->segment_name().c_str(), reinterpret_cast<uintptr_t>(buffer.data()));
+    std::printf("READY %s %" PRIxPTR "\n", (*engine)->segment_name().c_str(),
+                reinterpret_cast<uintptr_t>(buffer.data()));
     std::fflush(stdout);
     char c;
-    while (read(0, &c, 1) > 0) {
-    }
+    while (read(0, &c, 1) > 0) {}
     return 0;
 }
 
@@ -125,7 +125,7 @@ struct Peer {
 };
 
 bool spawn(const char *self, const std::vector<std::string> &args, Peer &p) {
-    std::vector<char *> argv{const_cast<char *>(self)}; // before fork: no malloc in the child
+    std::vector<char *> argv{const_cast<char *>(self)};  // before fork: no malloc in the child
     for (auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
     argv.push_back(nullptr);
     int in[2], out[2];
@@ -172,7 +172,7 @@ size_t open_fds() {
     return n - 2;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
     }
 
     std::mt19937_64 rng(42);
-    std::vector<std::map<uint64_t, std::pair<int, uint8_t>>> written(peers.size()); // offset -> (k, salt)
+    std::vector<std::map<uint64_t, std::pair<int, uint8_t>>> written(peers.size());  // offset -> (k, salt)
     uint64_t submitted = 0, done = 0, failed = 0, lost = 0, doubled = 0, mismatches = 0, batches = 0, bytes = 0;
     uint64_t churn = 0;
     auto start = Clock::now();
@@ -255,7 +255,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             p.id = *s;
-            if (!engine->register_memory(scratch.data(), scratch.size()) || !engine->unregister_memory(scratch.data())) {
+            if (!engine->register_memory(scratch.data(), scratch.size()) ||
+                !engine->unregister_memory(scratch.data())) {
                 std::fprintf(stderr, "scratch region churn failed\n");
                 return 1;
             }
@@ -273,12 +274,12 @@ int main(int argc, char **argv) {
             reqs.clear();
             uint64_t write_start = rng();
             for (int k = 0; k < o.batch; ++k) {
-                if (k % 2 == 0) { // read a random block of the read-only half
+                if (k % 2 == 0) {  // read a random block of the read-only half
                     uint64_t off = rng() % (half / o.block) * o.block;
                     read_offsets[pi].push_back(off);
-                    reqs.push_back({ferry::Opcode::Read, local.data() + k * o.block, peers[pi].id,
-                                    peers[pi].base + off, o.block, ""});
-                } else { // write a block of the written half (distinct blocks within a batch)
+                    reqs.push_back({ferry::Opcode::Read, local.data() + k * o.block, peers[pi].id, peers[pi].base + off,
+                                    o.block, ""});
+                } else {  // write a block of the written half (distinct blocks within a batch)
                     uint64_t off = half + (write_start + k / 2) % (half / o.block) * o.block;
                     written[pi][off] = {k, salt};
                     reqs.push_back({ferry::Opcode::Write, local.data() + batch_bytes + k * o.block, peers[pi].id,

@@ -22,7 +22,8 @@ struct Pair {
         if (!t || !i) std::abort();
         target = std::move(*t);
         initiator = std::move(*i);
-        if (!target->register_memory(remote.data(), remote.size()) || !initiator->register_memory(local.data(), local.size()))
+        if (!target->register_memory(remote.data(), remote.size()) ||
+            !initiator->register_memory(local.data(), local.size()))
             std::abort();
         seg = *initiator->open_segment(target->segment_name());
     }
@@ -33,8 +34,12 @@ void submit_and_wait(benchmark::State &state, const char *transport) {
     const size_t batch = static_cast<size_t>(state.range(0));
     std::vector<ferry::Request> reqs(batch);
     for (size_t i = 0; i < batch; ++i)
-        reqs[i] = {ferry::Opcode::Read, p.local.data() + i * 64, p.seg,
-                   reinterpret_cast<uintptr_t>(p.remote.data()) + i * 64, 64, ""};
+        reqs[i] = {ferry::Opcode::Read,
+                   p.local.data() + i * 64,
+                   p.seg,
+                   reinterpret_cast<uintptr_t>(p.remote.data()) + i * 64,
+                   64,
+                   ""};
     for (auto _ : state) {
         auto b = p.initiator->submit(reqs);
         if (!b || !p.initiator->wait(*b)) {
@@ -47,7 +52,7 @@ void submit_and_wait(benchmark::State &state, const char *transport) {
     state.SetLabel(std::string(transport) + ", ops/s = per-op cost");
 }
 
-} // namespace
+}  // namespace
 
 BENCHMARK_CAPTURE(submit_and_wait, example, "example")->Arg(1)->Arg(32)->Arg(128);
 BENCHMARK_CAPTURE(submit_and_wait, tcp, "tcp")->Arg(1)->Arg(32)->Arg(128);

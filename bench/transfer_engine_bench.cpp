@@ -44,9 +44,9 @@ struct Outcome {
     double secs = 0;
     uint64_t batches = 0;
     double bytes = 0;
-    double throughput = 0; // in o.report_unit per second
+    double throughput = 0;  // in o.report_unit per second
     double p50 = 0, p99 = 0;
-    std::string transport; // what carried the first batch's first op
+    std::string transport;  // what carried the first batch's first op
 };
 
 std::atomic<bool> g_stop{false};
@@ -71,7 +71,7 @@ std::unique_ptr<ferry::Engine> make_engine(const Options &o, bench::Role role) {
 
 // The GPUs --use_vram puts buffers on: --gpu_id, or every one with -1 (Mooncake's meaning).
 std::vector<int> gpu_devices(const Options &o, bench::GpuRuntime &gpu) {
-    int n = gpu.device_count(); // -1: the runtime cannot count
+    int n = gpu.device_count();  // -1: the runtime cannot count
     if (o.gpu_id == -1) {
         if (n < 0) die("--gpu_id=-1: the GPU runtime cannot count its devices; give --gpu_id=N");
         std::vector<int> all(n);
@@ -109,7 +109,8 @@ std::unique_ptr<Registered> make_buffers(const Options &o, ferry::Engine &engine
     for (auto &b : made) {
         if (fill) check(b->fill(seed));
         if (auto r = engine.register_memory(b->data(), b->size(), b->memory_options()); !r)
-            die("registering " + std::to_string(b->size()) + " bytes of " + b->location() + " memory: " + r.error().message);
+            die("registering " + std::to_string(b->size()) + " bytes of " + b->location() +
+                " memory: " + r.error().message);
         out->buffers.push_back(std::move(b));
     }
     return out;
@@ -134,16 +135,16 @@ struct Lane {
     Buffer *local;
     uint64_t remote_base;
     uint64_t span_off, span_len;
-    Buffer *readback;              // WRITE --verify: host memory the remote block is read into
-    std::vector<uint8_t> *scratch; // READ --verify of GPU memory: the block copied to the host
+    Buffer *readback;               // WRITE --verify: host memory the remote block is read into
+    std::vector<uint8_t> *scratch;  // READ --verify of GPU memory: the block copied to the host
 };
 
 // The first wrong byte of the block at `off`, as an error, or empty.
 std::string verify_block(ferry::Engine &engine, const Options &o, const Point &pt, ferry::SegmentId seg,
                          const Lane &lane, uint64_t off) {
-    if (o.operation == "write") { // read it back from the target and compare with what was sent
-        ferry::Request back{ferry::Opcode::Read, lane.readback->data(), seg, lane.remote_base + off, pt.block_size,
-                            o.transport};
+    if (o.operation == "write") {  // read it back from the target and compare with what was sent
+        ferry::Request back{ferry::Opcode::Read,    lane.readback->data(), seg,
+                            lane.remote_base + off, pt.block_size,         o.transport};
         auto rb = engine.submit(std::span(&back, 1));
         if (!rb) return "verify read-back: " + rb.error().message;
         auto w = engine.wait(*rb, std::chrono::seconds(60));
@@ -160,7 +161,8 @@ std::string verify_block(ferry::Engine &engine, const Options &o, const Point &p
         got = lane.scratch->data();
     }
     if (auto bad = bench::find_mismatch(got, pt.block_size, off, kTargetSeed))
-        return "verify: byte " + std::to_string(*bad) + " read wrong (a target started with --init_mem=false, or one "
+        return "verify: byte " + std::to_string(*bad) +
+               " read wrong (a target started with --init_mem=false, or one "
                "an earlier --operation=write run overwrote, holds other bytes)";
     return {};
 }
@@ -193,7 +195,7 @@ void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &
             return;
         }
         out.latencies_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        out.batches.fetch_add(1, std::memory_order_relaxed); // read live by the progress line
+        out.batches.fetch_add(1, std::memory_order_relaxed);  // read live by the progress line
         if (!o.verify) continue;
         for (size_t i = 0; i < pt.batch_size; ++i)
             if (auto e = verify_block(engine, o, pt, seg, lane, reqs[i].remote - lane.remote_base); !e.empty()) {
@@ -213,7 +215,8 @@ double percentile(std::vector<double> v, double p) {
 // The target's segment, waiting up to --wait_for_target seconds for a target started just before
 // (`target & initiator`): refused connections (P2PHANDSHAKE) or a segment not yet in etcd.
 ferry::SegmentId open_target(const Options &o, ferry::Engine &engine, const std::string &name) {
-    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
+    auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
     bool said = false;
     for (;;) {
         auto seg = engine.open_segment(name);
@@ -244,7 +247,7 @@ struct Setup {
     std::vector<std::unique_ptr<Buffer>> &local;
     std::vector<std::unique_ptr<Buffer>> &readback;
     std::vector<std::vector<uint8_t>> &scratch;
-    uint64_t usable; // bytes of every local buffer and remote region the threads share out
+    uint64_t usable;  // bytes of every local buffer and remote region the threads share out
 };
 
 // One point: o.duration seconds of batches from pt.threads threads. Thread t works on local
@@ -260,8 +263,12 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, Setup 
     auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration));
     std::vector<std::thread> workers;
     for (unsigned t = 0; t < pt.threads; ++t) {
-        Lane lane{s.local[t % s.local.size()].get(), s.regions[t % s.regions.size()].addr, t * per_thread, per_thread,
-                  s.readback.empty() ? nullptr : s.readback[t].get(), &s.scratch[t]};
+        Lane lane{s.local[t % s.local.size()].get(),
+                  s.regions[t % s.regions.size()].addr,
+                  t * per_thread,
+                  per_thread,
+                  s.readback.empty() ? nullptr : s.readback[t].get(),
+                  &s.scratch[t]};
         workers.emplace_back(run_initiator_thread, std::ref(engine), std::cref(o), std::cref(pt), s.seg, lane, end,
                              std::ref(results[t]));
     }
@@ -324,7 +331,8 @@ std::vector<uint64_t> parse_list(const std::string &flag, const std::string &tex
         std::string item = text.substr(start, end - start);
         char *stop = nullptr;
         unsigned long long v = std::strtoull(item.c_str(), &stop, 10);
-        if (item.empty() || *stop || v == 0) die("--" + flag + " takes positive integers separated by commas, got '" + text + "'");
+        if (item.empty() || *stop || v == 0)
+            die("--" + flag + " takes positive integers separated by commas, got '" + text + "'");
         out.push_back(v);
         start = end + 1;
     }
@@ -336,7 +344,8 @@ std::vector<Point> sweep_points(const Options &o) {
     for (uint64_t t : parse_list("sweep_threads", o.sweep_threads))
         for (uint64_t b : parse_list("sweep_batch_sizes", o.sweep_batch_sizes))
             for (uint64_t bs : parse_list("sweep_block_sizes", o.sweep_block_sizes)) {
-                if (bs > o.buffer_size) die("--sweep_block_sizes: " + std::to_string(bs) + " is larger than --buffer_size");
+                if (bs > o.buffer_size)
+                    die("--sweep_block_sizes: " + std::to_string(bs) + " is larger than --buffer_size");
                 points.push_back({bs, static_cast<size_t>(b), static_cast<unsigned>(t)});
             }
     return points;
@@ -348,7 +357,8 @@ std::vector<ferry::RemoteRegion> target_regions(const Options &o, ferry::Engine 
                                                 const std::string &name) {
     seg = open_target(o, engine, name);
     auto regions = engine.segment_regions(seg);
-    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
+    auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.wait_for_target));
     while (regions && regions->empty() && !g_stop && Clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         (void)engine.close_segment(seg);
@@ -385,7 +395,8 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
     std::vector<Point> points = o.sweep ? sweep_points(o) : std::vector<Point>{{o.block_size, o.batch_size, o.threads}};
     uint64_t max_block = 0;
     unsigned max_threads = 0;
-    for (auto &p : points) max_block = std::max(max_block, p.block_size), max_threads = std::max(max_threads, p.threads);
+    for (auto &p : points)
+        max_block = std::max(max_block, p.block_size), max_threads = std::max(max_threads, p.threads);
 
     const bool write = o.operation == "write";
     auto local = make_buffers(o, engine, gpu, kInitiatorSeed, write && (o.init_mem || o.verify));
@@ -401,8 +412,8 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
         }
     }
     Setup setup{seg, regions, local->buffers, readback.buffers, scratch, usable};
-    const std::string memory = "\"initiator_memory\":\"" + locations(local_where) + "\",\"target_memory\":\"" +
-                               locations(target_where) + "\"";
+    const std::string memory =
+        "\"initiator_memory\":\"" + locations(local_where) + "\",\"target_memory\":\"" + locations(target_where) + "\"";
 
     if (!o.sweep) {
         const Point &pt = points.front();
@@ -411,17 +422,20 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
             std::printf("%s\n", point_json(o, pt, r, memory).c_str());
         } else {
             std::printf("Test completed: duration %.2f, batch count %llu, throughput %.*f %s/s\n", r.secs,
-                        static_cast<unsigned long long>(r.batches), o.report_precision, r.throughput, o.report_unit.c_str());
-            std::printf("Batch latency: p50 %.3f ms, p99 %.3f ms (%s over %s, %llu-byte blocks, %zu per batch, %u threads%s)\n",
-                        r.p50, r.p99, o.operation.c_str(), r.transport.c_str(), static_cast<unsigned long long>(pt.block_size),
-                        pt.batch_size, pt.threads, o.verify ? ", every byte verified" : "");
-            std::printf("Memory: initiator %s, target %s\n", locations(local_where).c_str(), locations(target_where).c_str());
+                        static_cast<unsigned long long>(r.batches), o.report_precision, r.throughput,
+                        o.report_unit.c_str());
+            std::printf(
+                "Batch latency: p50 %.3f ms, p99 %.3f ms (%s over %s, %llu-byte blocks, %zu per batch, %u threads%s)\n",
+                r.p50, r.p99, o.operation.c_str(), r.transport.c_str(), static_cast<unsigned long long>(pt.block_size),
+                pt.batch_size, pt.threads, o.verify ? ", every byte verified" : "");
+            std::printf("Memory: initiator %s, target %s\n", locations(local_where).c_str(),
+                        locations(target_where).c_str());
         }
         return 0;
     }
     // --sweep: every point for --duration seconds, one line each as it finishes, then the JSON.
-    std::string json = "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + protocol_text(o) + "\"," + memory +
-                       ",\"points\":[";
+    std::string json =
+        "{\"operation\":\"" + o.operation + "\",\"protocol\":\"" + protocol_text(o) + "\"," + memory + ",\"points\":[";
     for (size_t i = 0; i < points.size() && !g_stop; ++i) {
         const Point &pt = points[i];
         char label[96];
@@ -446,7 +460,7 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     Options o = bench::parse_options(argc, argv);
@@ -455,14 +469,14 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
 
-    std::unique_ptr<bench::GpuRuntime> gpu; // declared first: outlives every buffer on it
+    std::unique_ptr<bench::GpuRuntime> gpu;  // declared first: outlives every buffer on it
     if (o.use_vram) {
         std::string why;
         gpu = bench::GpuRuntime::open(why);
         if (!gpu) die("--use_vram: no GPU runtime found (" + why + "); run without --use_vram or install the driver");
     }
     std::unique_ptr<ferry::Engine> target;
-    std::unique_ptr<Registered> target_bufs; // declared after its engine: unregistered first
+    std::unique_ptr<Registered> target_bufs;  // declared after its engine: unregistered first
     if (o.mode == "target" || o.mode == "loopback") {
         target = make_engine(o, bench::Role::Target);
         target_bufs = make_buffers(o, *target, gpu.get(), kTargetSeed, o.init_mem);

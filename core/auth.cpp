@@ -14,7 +14,8 @@ namespace ferry {
 
 Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return fail(-ENOENT, cat(origin, ": cannot read the ", what, " file '", path, "': ", std::strerror(errno)));
+    if (!in)
+        return fail(-ENOENT, cat(origin, ": cannot read the ", what, " file '", path, "': ", std::strerror(errno)));
     // Bounded: a path like /dev/zero must not make the engine read forever.
     constexpr size_t kMaxSecretFileBytes = 64 * 1024;
     std::string secret(kMaxSecretFileBytes + 1, '\0');
@@ -24,7 +25,7 @@ Result<std::string> read_secret_file(const std::string &path, const std::string 
         return fail(-EINVAL, cat(origin, ": the ", what, " file '", path, "' holds more than ", kMaxSecretFileBytes,
                                  " bytes; it should hold only the ", what));
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
         FERRY_WARN(origin, ": the ", what, " file '", path, "' is readable by other users; chmod 600 it");
     return secret;
@@ -53,13 +54,13 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
         if (!s) return std::unexpected(s.error());
         auth.secret = std::move(*s);
     } else {
-        return auth; // no secret: peers are not authenticated
+        return auth;  // no secret: peers are not authenticated
     }
     // A short secret falls to an offline guess from one captured handshake.
     if (auth.secret.size() < kMinSecretBytes)
-        return fail(-EINVAL, cat("the cluster secret from ", auth.origin, " has ", auth.secret.size(),
-                                 " bytes; use at least ", kMinSecretBytes,
-                                 " (e.g. the output of `head -c 32 /dev/urandom | base64`)"));
+        return fail(-EINVAL,
+                    cat("the cluster secret from ", auth.origin, " has ", auth.secret.size(), " bytes; use at least ",
+                        kMinSecretBytes, " (e.g. the output of `head -c 32 /dev/urandom | base64`)"));
     // The proofs are HMACs from libcrypto, loaded only now that a secret needs it.
     if (!ferry_crypto::available())
         return fail(-ENOENT, cat(ferry_crypto::load_error(), "; the secret comes from ", auth.origin));
@@ -85,4 +86,4 @@ std::string transport_auth_key(const std::string &secret) {
     return ferry_crypto::to_hex(key.data(), key.size());
 }
 
-} // namespace ferry
+}  // namespace ferry

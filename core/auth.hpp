@@ -9,8 +9,8 @@
 namespace ferry {
 
 struct AuthSettings {
-    std::string secret; // empty: this engine does not authenticate peers
-    std::string origin; // where the secret came from, for messages (never the secret itself)
+    std::string secret;  // empty: this engine does not authenticate peers
+    std::string origin;  // where the secret came from, for messages (never the secret itself)
 };
 
 inline constexpr size_t kMinSecretBytes = 16;
@@ -31,4 +31,4 @@ Result<control::Nonce> random_nonce();
 // hex of HMAC-SHA-256(secret, "ferry transport key v1"), so a plugin never sees the secret.
 std::string transport_auth_key(const std::string &secret);
 
-} // namespace ferry
+}  // namespace ferry

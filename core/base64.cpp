@@ -12,7 +12,7 @@ int value_of(char c) {
     if (c == '/') return 63;
     return -1;
 }
-} // namespace
+}  // namespace
 
 std::string base64_encode(std::span<const uint8_t> in) {
     std::string out;
@@ -56,4 +56,4 @@ std::optional<std::vector<uint8_t>> base64_decode(std::string_view in) {
     return out;
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -16,4 +16,4 @@ inline std::string base64_encode(std::string_view s) {
 // nullopt on any character outside the alphabet or bad padding.
 std::optional<std::vector<uint8_t>> base64_decode(std::string_view in);
 
-} // namespace ferry
+}  // namespace ferry

@@ -34,12 +34,15 @@ Result<void> failures(const Batch &batch) {
         if (op.state.load(std::memory_order_acquire) != static_cast<uint32_t>(OpState::Failed)) continue;
         if (++failed == 1) code = op.code;
         if (failed > kFailuresShown) continue;
-        std::string why = op.message.size() > kFailureMessageMax ? op.message.substr(0, kFailureMessageMax) + "..." : op.message;
-        shown += cat(failed == 1 ? "" : "; ", "op ", i, " failed (", op_name(op.opcode), " ", op.length, " bytes): ", why);
+        std::string why =
+            op.message.size() > kFailureMessageMax ? op.message.substr(0, kFailureMessageMax) + "..." : op.message;
+        shown +=
+            cat(failed == 1 ? "" : "; ", "op ", i, " failed (", op_name(op.opcode), " ", op.length, " bytes): ", why);
     }
     if (failed == 0) return {};
     std::string message = batch.size == 1 ? shown : cat(failed, " of ", batch.size, " ops failed: ", shown);
-    if (failed > kFailuresShown) message += cat("; and ", failed - kFailuresShown, " more (status() gives each op's error)");
+    if (failed > kFailuresShown)
+        message += cat("; and ", failed - kFailuresShown, " more (status() gives each op's error)");
     if (batch.notification) message += "; the batch's notification was not sent";
     return fail(code, std::move(message));
 }
@@ -62,7 +65,7 @@ struct Group {
     std::vector<ferry_xfer_op_t> ops;
 };
 
-} // namespace
+}  // namespace
 
 std::shared_ptr<Batch> Engine::Impl::find_batch(BatchId id) {
     std::lock_guard lock(batches_mutex);
@@ -88,7 +91,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
     }
 
     std::vector<Group> groups;
-    std::vector<std::shared_ptr<StagedOp>> staged_ops; // started once the batch is registered
+    std::vector<std::shared_ptr<StagedOp>> staged_ops;  // started once the batch is registered
     // A refused batch has taken nothing yet: staged ops start only after planning.
     auto abandon = [&](std::unexpected<Error> e) { return e; };
     {
@@ -100,7 +103,8 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
         for (size_t i = 0; i < requests.size(); ++i) {
             const Request &rq = requests[i];
             auto bad = [&](int code, const std::string &why) {
-                return abandon(fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why)));
+                return abandon(
+                    fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why)));
             };
             if (rq.opcode != Opcode::Read && rq.opcode != Opcode::Write)
                 return bad(-EINVAL, cat("unknown opcode ", static_cast<uint32_t>(rq.opcode)));
@@ -123,7 +127,8 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                 seg = segment(rq.segment);
                 if (!seg) return bad(-ENOENT, cat("segment id ", rq.segment, " is not open; call open_segment first"));
                 seg_lock = std::unique_lock(seg->mutex);
-                if (seg->stale.exchange(false) && std::find(refreshed.begin(), refreshed.end(), seg->id) == refreshed.end()) {
+                if (seg->stale.exchange(false) &&
+                    std::find(refreshed.begin(), refreshed.end(), seg->id) == refreshed.end()) {
                     refreshed.push_back(seg->id);
                     if (auto r = refresh_segment(*seg); !r) return bad(r.error().code, r.error().message);
                 }
@@ -155,12 +160,14 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                 if (broken != seg->unusable.end() && std::chrono::steady_clock::now() < broken->second.first)
                     why = "connecting failed moments ago: " + broken->second.second;
                 else if (!seg->descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
-                else if (!tr->reaches(seg->same_host)) why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
+                else if (!tr->reaches(seg->same_host))
+                    why = seg->same_host ? "cannot reach the same host" : "reaches only the same host";
                 else if (!rr->key_for(tr->name()))
                     why = rr->kind == FERRY_MEM_HOST
                               ? "the peer did not register the remote region with it"
-                              : cat("the remote region is ", rr->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm", " memory of device ",
-                                    rr->device, ", which it cannot serve (load cuda_ipc for same-host GPU peers, or "
+                              : cat("the remote region is ", rr->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm",
+                                    " memory of device ", rr->device,
+                                    ", which it cannot serve (load cuda_ipc for same-host GPU peers, or "
                                     "register the target's GPU memory with staging enabled: gpu_staging_max_bytes > 0, "
                                     "a GPU runtime the target's engine loads, and a transport serving staged device "
                                     "memory such as tcp)");
@@ -168,7 +175,8 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                     // GPU memory on a host-only transport goes through pinned slices (staging.cpp);
                     // a handle there only serves peers' access to it.
                     std::string no_stager;
-                    if (lr->kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && staging->offers(lr->kind, no_stager)) stage = true;
+                    if (lr->kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && staging->offers(lr->kind, no_stager))
+                        stage = true;
                     else why = "cannot move the local memory kind" + (no_stager.empty() ? "" : " (" + no_stager + ")");
                 }
                 if (why.empty()) {
@@ -196,7 +204,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             if (!rq.transport.empty()) {
                 auto t = transport_index(rq.transport);
                 if (!t) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
-                seg->unusable.erase(*t); // forced: always try it again
+                seg->unusable.erase(*t);  // forced: always try it again
                 if (usable(*t)) chosen = *t;
             } else {
                 for (size_t t : priority)
@@ -253,10 +261,11 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
         if (auto r = transports[g.transport]->submit(g.peer, g.ops); !r) {
             // Other groups may already be moving, so these ops fail one by one instead.
             FERRY_ERROR("batch ", batch->id, ": ", r.error().message);
-            for (auto &x : g.ops) complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
+            for (auto &x : g.ops)
+                complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
         }
     }
-    for (auto &st : staged_ops) stage_start(st); // GPU copies are started here, never waited for
+    for (auto &st : staged_ops) stage_start(st);  // GPU copies are started here, never waited for
     return batch->id;
 }
 
@@ -306,7 +315,7 @@ size_t Engine::Impl::drain(size_t t) {
         }
         for (size_t i = 0; i < *n; ++i) {
             out[i].message[sizeof out[i].message - 1] = '\0';
-            if (out[i].user_data & 1) { // one slice of a staged GPU op (staging.cpp)
+            if (out[i].user_data & 1) {  // one slice of a staged GPU op (staging.cpp)
                 auto &slice = *reinterpret_cast<StagedSlice *>(out[i].user_data & ~uint64_t{1});
                 stage_wire_done(slice, out[i].status,
                                 out[i].status ? cat(transports[t]->name(), ": ", out[i].message) : std::string());
@@ -365,9 +374,10 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
     lock.unlock();
     if (auto failed = failures(*batch); !failed) return failed;
     if (auto &n = batch->notification; n && n->code != 0)
-        return fail(n->code, cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
-                                 n->segment->name, " was not delivered: ", n->error));
+        return fail(n->code,
+                    cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
+                        n->segment->name, " was not delivered: ", n->error));
     return {};
 }
 
-} // namespace ferry
+}  // namespace ferry

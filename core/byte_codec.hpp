@@ -22,9 +22,7 @@ public:
         u32(static_cast<uint32_t>(b.size()));
         out_.insert(out_.end(), b.begin(), b.end());
     }
-    void str(std::string_view s) {
-        bytes({reinterpret_cast<const uint8_t *>(s.data()), s.size()});
-    }
+    void str(std::string_view s) { bytes({reinterpret_cast<const uint8_t *>(s.data()), s.size()}); }
     std::vector<uint8_t> take() { return std::move(out_); }
     const std::vector<uint8_t> &data() const { return out_; }
 
@@ -81,4 +79,4 @@ private:
     size_t pos_ = 0;
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <new>
 
+#include "config.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
-#include "plugin_loader.hpp"
-#include "config.hpp"
 #include "log.hpp"
+#include "plugin_loader.hpp"
 
 struct ferry_engine {
     std::unique_ptr<ferry::Engine> engine;
@@ -68,7 +68,11 @@ std::vector<ferry::Request> to_requests(const ferry_request_t *requests, size_t 
     std::vector<ferry::Request> reqs(count);
     for (size_t i = 0; i < count; ++i) {
         const auto &r = requests[i];
-        reqs[i] = {static_cast<ferry::Opcode>(r.opcode), r.local_addr, r.segment, r.remote_addr, r.length,
+        reqs[i] = {static_cast<ferry::Opcode>(r.opcode),
+                   r.local_addr,
+                   r.segment,
+                   r.remote_addr,
+                   r.length,
                    r.transport ? std::string(r.transport) : std::string()};
     }
     return reqs;
@@ -85,7 +89,7 @@ int hand_out(const std::vector<ferry::Notification> &taken, ferry_notification_t
     size_t bytes = taken.size() * sizeof(ferry_notification_t);
     for (const auto &n : taken) bytes += n.from.size() + 1 + n.message.size();
     auto *block = static_cast<ferry_notification_t *>(std::malloc(bytes));
-    if (!block) throw std::bad_alloc(); // -ENOMEM, as for any allocation failing here
+    if (!block) throw std::bad_alloc();  // -ENOMEM, as for any allocation failing here
     char *tail = reinterpret_cast<char *>(block + taken.size());
     for (size_t i = 0; i < taken.size(); ++i) {
         const auto &n = taken[i];
@@ -103,10 +107,10 @@ int hand_out(const std::vector<ferry::Notification> &taken, ferry_notification_t
     return 0;
 }
 
-#define REQUIRE_ENGINE(e)                                                                 \
+#define REQUIRE_ENGINE(e) \
     if (!(e) || !(e)->engine) return set_error(-EINVAL, std::string(__func__) + ": engine is NULL")
 
-} // namespace
+}  // namespace
 
 extern "C" {
 
@@ -154,8 +158,8 @@ int ferry_staging_stats(ferry_engine_t *e, ferry_staging_stats_t *out) {
     REQUIRE_ENGINE(e);
     if (!out) return set_error(-EINVAL, "ferry_staging_stats: out is NULL");
     auto st = e->engine->staging_stats();
-    *out = ferry_staging_stats_t{st.max_bytes, st.slice_bytes, st.lent_bytes, st.peak_lent_bytes,
-                                 st.acquire_refused, st.copies, st.copy_failures};
+    *out = ferry_staging_stats_t{st.max_bytes,       st.slice_bytes, st.lent_bytes,   st.peak_lent_bytes,
+                                 st.acquire_refused, st.copies,      st.copy_failures};
     return 0;
 }
 
@@ -196,8 +200,7 @@ int ferry_submit_with_notification(ferry_engine_t *e, const ferry_request_t *req
     REQUIRE_ENGINE(e);
     if (!out || (!requests && count))
         return set_error(-EINVAL, "ferry_submit_with_notification: requests or output pointer is NULL");
-    if (!data && length)
-        return set_error(-EINVAL, "ferry_submit_with_notification: data is NULL but length is not 0");
+    if (!data && length) return set_error(-EINVAL, "ferry_submit_with_notification: data is NULL but length is not 0");
     return guarded(__func__, [&] {
         auto b = e->engine->submit_with_notification(to_requests(requests, count), target,
                                                      {static_cast<const uint8_t *>(data), length});
@@ -316,4 +319,4 @@ int ferry_plugin_report_json(char *buf, size_t *len) {
     });
 }
 
-} // extern "C"
+}  // extern "C"

@@ -89,7 +89,7 @@ Result<void> parse_control_limit(const std::string &key, const std::string &valu
     return {};
 }
 
-} // namespace
+}  // namespace
 
 std::vector<std::string> split_list(const std::string &text, char sep) {
     std::vector<std::string> out;
@@ -151,17 +151,20 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
         else if (key == "host_id") s.host_id = value;
         else if (key == "protocols") {
             s.protocols = split_list(value);
-            if (s.protocols.empty()) return fail(-EINVAL, "config key 'protocols' is empty; list transports, e.g. shm,tcp");
+            if (s.protocols.empty())
+                return fail(-EINVAL, "config key 'protocols' is empty; list transports, e.g. shm,tcp");
         } else if (key == "plugin_path") s.plugin_path = split_list(value, ':');
         else if (key == "plugins") s.plugins = value;
         else if (key == "log_level") {
             log::Level l;
             if (!log::parse_level(value, l))
-                return fail(-EINVAL, cat("config key 'log_level' = '", value, "'; use error, warn, info, debug or trace"));
+                return fail(-EINVAL,
+                            cat("config key 'log_level' = '", value, "'; use error, warn, info, debug or trace"));
             s.log_level = value;
         } else if (key == "handshake_timeout_ms") {
             auto v = parse_unsigned(key, value, 3600000);
-            if (!v || *v == 0) return fail(-EINVAL, cat("config key 'handshake_timeout_ms' = '", value, "'; use 1..3600000"));
+            if (!v || *v == 0)
+                return fail(-EINVAL, cat("config key 'handshake_timeout_ms' = '", value, "'; use 1..3600000"));
             s.metadata.timeout = std::chrono::milliseconds(*v);
         } else if (key == "metadata_retry_ms") {
             auto v = parse_unsigned(key, value, 3600000);
@@ -169,7 +172,8 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             s.metadata.retry_for = std::chrono::milliseconds(*v);
         } else if (key == "etcd_lease_ttl_s") {
             auto v = parse_unsigned(key, value, 3600);
-            if (!v || *v < 2) return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
+            if (!v || *v < 2)
+                return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
             s.metadata.lease_ttl_s = static_cast<int>(*v);
         } else if (std::string *etcd_field = etcd_security_field(s.metadata.etcd, key)) {
             *etcd_field = value;
@@ -177,12 +181,14 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
         else if (key == "auth_secret_file") auth_secret_file = &value;
         else if (key == "notification_queue_max") {
             auto v = parse_unsigned(key, value, 1u << 24);
-            if (!v || *v == 0) return fail(-EINVAL, cat("config key 'notification_queue_max' = '", value, "'; use 1..16777216"));
+            if (!v || *v == 0)
+                return fail(-EINVAL, cat("config key 'notification_queue_max' = '", value, "'; use 1..16777216"));
             s.notification_queue_max = *v;
         } else if (key == "gpu_staging_max_bytes") {
             auto v = parse_unsigned(key, value, 1ull << 40);
-            if (!v) return fail(-EINVAL, cat("config key 'gpu_staging_max_bytes' = '", value,
-                                             "'; use 0 (no staging) or a byte count up to 1 TiB, e.g. 67108864"));
+            if (!v)
+                return fail(-EINVAL, cat("config key 'gpu_staging_max_bytes' = '", value,
+                                         "'; use 0 (no staging) or a byte count up to 1 TiB, e.g. 67108864"));
             s.gpu_staging_max_bytes = *v;
         } else if (key == "gpu_staging_slice_bytes") {
             auto v = parse_unsigned(key, value, 1ull << 30);
@@ -195,15 +201,15 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
         }
     }
     if (s.gpu_staging_max_bytes != 0 && s.gpu_staging_slice_bytes > s.gpu_staging_max_bytes)
-        return fail(-EINVAL, cat("gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes, ") is larger than gpu_staging_max_bytes (",
-                                 s.gpu_staging_max_bytes, "): no slice could ever be lent; raise the bound or shrink the slice"));
+        return fail(-EINVAL, cat("gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes,
+                                 ") is larger than gpu_staging_max_bytes (", s.gpu_staging_max_bytes,
+                                 "): no slice could ever be lent; raise the bound or shrink the slice"));
     if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());
     auto auth = resolve_auth_secret(auth_secret, auth_secret_file);
     if (!auth) return std::unexpected(auth.error());
     s.auth = std::move(*auth);
     // local_server_name "ip:port" also sets where the P2P handshake listens.
-    if (!s.metadata.local_server_name.empty() &&
-        (s.metadata.url.empty() || s.metadata.url == "P2PHANDSHAKE")) {
+    if (!s.metadata.local_server_name.empty() && (s.metadata.url.empty() || s.metadata.url == "P2PHANDSHAKE")) {
         auto colon = s.metadata.local_server_name.rfind(':');
         if (colon != std::string::npos && config.count("local_ip") == 0) {
             s.metadata.local_ip = s.metadata.local_server_name.substr(0, colon);
@@ -217,4 +223,4 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
     return s;
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -25,14 +25,14 @@ struct ControlLimits {
 
 struct EngineSettings {
     MetadataSettings metadata;
-    std::string host_id;                  // empty: probe it
-    std::vector<std::string> protocols;   // transport priority, best first
-    std::vector<std::string> plugin_path; // searched before FERRY_PLUGIN_PATH
-    std::string plugins;                  // allow/deny list; empty: FERRY_PLUGINS
-    std::string log_level;                // empty: FERRY_LOG_LEVEL
-    std::map<std::string, PluginOptions> plugin_options; // "tcp.lanes" -> {"tcp": {"lanes", ..}}
-    AuthSettings auth;                    // cluster secret (config, then environment)
-    size_t notification_queue_max = 65536; // notifications waiting to be taken
+    std::string host_id;                                  // empty: probe it
+    std::vector<std::string> protocols;                   // transport priority, best first
+    std::vector<std::string> plugin_path;                 // searched before FERRY_PLUGIN_PATH
+    std::string plugins;                                  // allow/deny list; empty: FERRY_PLUGINS
+    std::string log_level;                                // empty: FERRY_LOG_LEVEL
+    std::map<std::string, PluginOptions> plugin_options;  // "tcp.lanes" -> {"tcp": {"lanes", ..}}
+    AuthSettings auth;                                    // cluster secret (config, then environment)
+    size_t notification_queue_max = 65536;                // notifications waiting to be taken
     ControlLimits control;
     // GPU staging through pinned host memory (stage_service.hpp): the bound on pinned memory
     // lent out at once (0 disables staging) and the slice one copy moves.
@@ -45,4 +45,4 @@ Result<EngineSettings> parse_engine_settings(const Config &config);
 
 std::vector<std::string> split_list(const std::string &text, char sep = ',');
 
-} // namespace ferry
+}  // namespace ferry

@@ -16,7 +16,7 @@ using namespace control;
 namespace {
 // Replies bigger than a descriptor are refused: a peer cannot make us allocate without bound.
 constexpr size_t kMaxReplyBytes = 64u << 20;
-} // namespace
+}  // namespace
 
 Result<ControlClient> ControlClient::connect(const std::string &address, const std::string &label,
                                              const std::string &self_name, const std::string &secret,
@@ -42,9 +42,11 @@ Result<ControlClient> ControlClient::handshake(Fd fd, const std::string &address
     if (auto w = write_all(client.fd_.get(), frame(kHello, hello.data()), deadline); !w) {
         // A server that turned us away at once (a connection limit) closed before our HELLO
         // arrived; its reason is still waiting to be read.
-        auto reason = client.read_reply(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), "the handshake");
+        auto reason =
+            client.read_reply(std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), "the handshake");
         if (!reason && !client.failed_) return std::unexpected(reason.error());
-        return fail(w.error().code, cat(label, " (control ", address, "): ", w.error().message, " during the handshake"));
+        return fail(w.error().code,
+                    cat(label, " (control ", address, "): ", w.error().message, " during the handshake"));
     }
     auto answer = client.read_reply(deadline, "the handshake");
     if (!answer) return std::unexpected(answer.error());
@@ -120,8 +122,9 @@ Result<std::vector<uint8_t>> ControlClient::read_reply(Clock::time_point deadlin
     }
     if (h.version != kVersion) {
         failed_ = true;
-        return fail(-EPROTONOSUPPORT, cat(label_, " speaks control protocol version ", h.version,
-                                          ", this engine speaks ", kVersion, "; run the same Ferry release everywhere"));
+        return fail(-EPROTONOSUPPORT,
+                    cat(label_, " speaks control protocol version ", h.version, ", this engine speaks ", kVersion,
+                        "; run the same Ferry release everywhere"));
     }
     return payload;
 }
@@ -143,4 +146,4 @@ bool ControlClient::broken() const {
     return ::poll(&p, 1, 0) != 0;
 }
 
-} // namespace ferry
+}  // namespace ferry

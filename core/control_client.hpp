@@ -48,4 +48,4 @@ private:
     bool failed_ = false;
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -31,17 +31,17 @@
 
 namespace ferry::control {
 
-inline constexpr uint32_t kMagic = 0x46524853; // "FRHS"
-inline constexpr uint16_t kVersion = 2;        // 1: descriptor requests only, no HELLO
+inline constexpr uint32_t kMagic = 0x46524853;  // "FRHS"
+inline constexpr uint16_t kVersion = 2;         // 1: descriptor requests only, no HELLO
 inline constexpr size_t kHeaderBytes = 12;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr uint32_t kFlagSecret = 1;
 
 enum Type : uint16_t {
-    kGetDescriptor = 1, // payload: segment name; reply: encoded descriptor
+    kGetDescriptor = 1,  // payload: segment name; reply: encoded descriptor
     kHello = 2,
     kAuth = 3,
-    kNotify = 4,        // payload: message bytes; reply: empty, once queued
+    kNotify = 4,  // payload: message bytes; reply: empty, once queued
 };
 
 // Largest request payload a server reads (a notification plus slack); larger ones close the
@@ -94,4 +94,4 @@ inline Proof make_proof(std::string_view secret, std::string_view role, const No
     return mac.finish();
 }
 
-} // namespace ferry::control
+}  // namespace ferry::control

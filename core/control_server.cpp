@@ -33,8 +33,10 @@ constexpr size_t kHelloMax = kNonceBytes + 4 + 4 + kMaxNameBytes;
 
 std::string peer_ip(const sockaddr_storage &ss) {
     char buf[INET6_ADDRSTRLEN] = "?";
-    if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(&ss)->sin_addr, buf, sizeof buf);
-    else if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&ss)->sin6_addr, buf, sizeof buf);
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(&ss)->sin_addr, buf, sizeof buf);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&ss)->sin6_addr, buf, sizeof buf);
     return buf;
 }
 
@@ -48,32 +50,34 @@ std::string seconds(Clock::duration d) {
     return cat(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0, " s");
 }
 
-} // namespace
+}  // namespace
 
 struct ControlServer::Connection {
     enum class Stage { Hello, Auth, Ready };
     Fd fd;
-    std::string peer;        // remote address
-    std::string ip;          // remote IP address: the per-peer cap counts by it
-    std::string client_name; // the client's segment name, from HELLO
+    std::string peer;         // remote address
+    std::string ip;           // remote IP address: the per-peer cap counts by it
+    std::string client_name;  // the client's segment name, from HELLO
     Stage stage = Stage::Hello;
     Nonce client_nonce{}, server_nonce{};
     std::vector<uint8_t> in;
     std::vector<uint8_t> out;
     size_t out_off = 0;
     bool close_after_write = false;
-    bool busy = false;          // Ready with a partial request in or unsent replies out
-    Clock::time_point deadline; // handshake, request, reply or idle deadline
+    bool busy = false;           // Ready with a partial request in or unsent replies out
+    Clock::time_point deadline;  // handshake, request, reply or idle deadline
 };
 
 Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions options) {
     auto listener = listen_tcp(options.local_ip, options.port);
     if (!listener) return fail(listener.error().code, "control server: " + listener.error().message);
     uint16_t port = bound_port(listener->get());
-    std::string host = options.local_ip.find(':') != std::string::npos ? "[" + options.local_ip + "]" : options.local_ip;
+    std::string host =
+        options.local_ip.find(':') != std::string::npos ? "[" + options.local_ip + "]" : options.local_ip;
     std::unique_ptr<ControlServer> server(
         new ControlServer(std::move(options), std::move(*listener), cat(host, ":", port)));
-    if (!server->stop_ || !server->queued_fd_) return fail(-errno, cat("control server: eventfd: ", std::strerror(errno)));
+    if (!server->stop_ || !server->queued_fd_)
+        return fail(-errno, cat("control server: eventfd: ", std::strerror(errno)));
     // Non-blocking, so accepting until EAGAIN never waits for a peer that already left.
     if (::fcntl(server->listener_.get(), F_SETFL, ::fcntl(server->listener_.get(), F_GETFL) | O_NONBLOCK) != 0)
         return fail(-errno, cat("control server: fcntl: ", std::strerror(errno)));
@@ -85,10 +89,13 @@ Result<std::unique_ptr<ControlServer>> ControlServer::start(ControlServerOptions
 }
 
 ControlServer::ControlServer(ControlServerOptions options, Fd listener, std::string address)
-    : options_(std::move(options)), listener_(std::move(listener)),
-      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), address_(std::move(address)),
+    : options_(std::move(options)),
+      listener_(std::move(listener)),
+      stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      address_(std::move(address)),
       bad_log_{log::Limiter(options_.log_interval), "control connections closed for protocol errors or deadlines"},
-      refused_log_{log::Limiter(options_.log_interval), "control connections refused (a connection limit or out of descriptors)"},
+      refused_log_{log::Limiter(options_.log_interval),
+                   "control connections refused (a connection limit or out of descriptors)"},
       accept_log_{log::Limiter(options_.log_interval), "failed accepts on the control port"},
       queued_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
@@ -127,7 +134,7 @@ Result<std::vector<Notification>> ControlServer::wait_notifications(Clock::time_
     else queued_cv_.wait_until(lock, deadline, queued);
     --waiters_;
     if (closing_) {
-        queued_cv_.notify_all(); // the destructor waits for the last waiter
+        queued_cv_.notify_all();  // the destructor waits for the last waiter
         return fail(-ECANCELED, "wait_notifications: the engine is being destroyed");
     }
     return take_locked();
@@ -184,7 +191,8 @@ void ControlServer::serve() {
         fds.push_back({stop_.get(), POLLIN, 0});
         fds.push_back({listening ? listener_.get() : -1, POLLIN, 0});
         auto next_deadline = listening ? Clock::time_point::max() : listen_paused_until_;
-        for (auto *w : {&bad_log_, &refused_log_, &accept_log_}) next_deadline = std::min(next_deadline, w->limiter.due());
+        for (auto *w : {&bad_log_, &refused_log_, &accept_log_})
+            next_deadline = std::min(next_deadline, w->limiter.due());
         for (auto &c : connections_) {
             // Backpressure: a peer that does not read its replies is not read from either.
             short events = c->out.empty() ? POLLIN : POLLOUT;
@@ -213,11 +221,16 @@ void ControlServer::serve() {
             if (keep[i] && c.deadline <= now) {
                 keep[i] = false;
                 if (c.stage != Connection::Stage::Ready)
-                    warn(bad_log_, cat("connection from ", c.peer, " did not authenticate within ",
-                                       options_.handshake_timeout.count(), " ms (handshake_timeout_ms); closed"), now);
+                    warn(bad_log_,
+                         cat("connection from ", c.peer, " did not authenticate within ",
+                             options_.handshake_timeout.count(), " ms (handshake_timeout_ms); closed"),
+                         now);
                 else if (c.busy)
-                    warn(bad_log_, cat("connection from ", c.peer, " stalled in the middle of a request or stopped reading "
-                                       "replies; closed"), now);
+                    warn(bad_log_,
+                         cat("connection from ", c.peer,
+                             " stalled in the middle of a request or stopped reading "
+                             "replies; closed"),
+                         now);
                 else
                     FERRY_LOG(Debug, "control", "connection from ", c.peer, " idle for ", options_.idle_timeout.count(),
                               " ms (control_idle_timeout_ms); closed");
@@ -242,8 +255,11 @@ void ControlServer::turn_away(Fd fd, const std::string &peer, uint16_t code, con
 }
 
 bool ControlServer::out_of_descriptors(int err, Clock::time_point now) {
-    warn(accept_log_, cat("cannot accept control connections: ", std::strerror(err), "; peers are refused until "
-                          "descriptors are free again (raise the process's limit, ulimit -n, if this persists)"), now);
+    warn(accept_log_,
+         cat("cannot accept control connections: ", std::strerror(err),
+             "; peers are refused until "
+             "descriptors are free again (raise the process's limit, ulimit -n, if this persists)"),
+         now);
     if (!spare_) spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (spare_) {
         spare_.reset();
@@ -252,9 +268,11 @@ bool ControlServer::out_of_descriptors(int err, Clock::time_point now) {
         Fd fd(::accept4(listener_.get(), reinterpret_cast<sockaddr *>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK));
         const bool took_one = static_cast<bool>(fd);
         if (took_one)
-            turn_away(std::move(fd), peer_address(ss), EMFILE,
-                      cat("control server at ", address_, " refused the connection: that engine is out of file descriptors (",
-                          std::strerror(err), "); retry later, or raise its descriptor limit (ulimit -n)"), now);
+            turn_away(
+                std::move(fd), peer_address(ss), EMFILE,
+                cat("control server at ", address_, " refused the connection: that engine is out of file descriptors (",
+                    std::strerror(err), "); retry later, or raise its descriptor limit (ulimit -n)"),
+                now);
         spare_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
         if (took_one && spare_) return true;
     }
@@ -288,14 +306,17 @@ void ControlServer::accept_all(Clock::time_point now) {
             turn_away(std::move(fd), peer, EUSERS,
                       cat("control server at ", address_, " refused the connection: ", connections_.size(),
                           " connections already open in all (control_max_connections); close idle engines or raise "
-                          "control_max_connections on that engine"), now);
+                          "control_max_connections on that engine"),
+                      now);
             continue;
         }
         if (from_here >= options_.max_connections_per_peer) {
             turn_away(std::move(fd), peer, EUSERS,
                       cat("control server at ", address_, " refused the connection: ", from_here,
-                          " connections already open from this address (", ip, "; control_max_connections_per_peer); "
-                          "close idle engines on that host or raise control_max_connections_per_peer on that engine"), now);
+                          " connections already open from this address (", ip,
+                          "; control_max_connections_per_peer); "
+                          "close idle engines on that host or raise control_max_connections_per_peer on that engine"),
+                      now);
             continue;
         }
         int one = 1;
@@ -325,21 +346,26 @@ bool ControlServer::on_readable(Connection &c, Clock::time_point now) {
     while (keep && !c.close_after_write && c.in.size() - used >= kHeaderBytes) {
         Header h = parse_header({c.in.data() + used, kHeaderBytes});
         if (h.magic != kMagic) {
-            warn(bad_log_, cat("connection from ", c.peer, " sent bytes that are not a Ferry control frame; closed"), now);
+            warn(bad_log_, cat("connection from ", c.peer, " sent bytes that are not a Ferry control frame; closed"),
+                 now);
             return false;
         }
         if (h.version != kVersion) {
-            refuse(c, EPROTONOSUPPORT, cat("control protocol version ", h.version, " is not supported: this engine (",
-                                           address_, ") speaks version ", kVersion, "; run the same Ferry release on every engine"), now);
+            refuse(c, EPROTONOSUPPORT,
+                   cat("control protocol version ", h.version, " is not supported: this engine (", address_,
+                       ") speaks version ", kVersion, "; run the same Ferry release on every engine"),
+                   now);
             break;
         }
         size_t limit = c.stage == Connection::Stage::Hello  ? kHelloMax
                        : c.stage == Connection::Stage::Auth ? sizeof(Proof)
                                                             : kMaxRequestBytes;
         if (h.length > limit) {
-            refuse(c, h.code == kNotify ? EMSGSIZE : EPROTO,
-                   cat("request of ", h.length, " bytes exceeds the limit of ", limit,
-                       h.code == kNotify ? cat(" (notifications carry at most ", kMaxNotificationBytes, " bytes)") : ""), now);
+            refuse(
+                c, h.code == kNotify ? EMSGSIZE : EPROTO,
+                cat("request of ", h.length, " bytes exceeds the limit of ", limit,
+                    h.code == kNotify ? cat(" (notifications carry at most ", kMaxNotificationBytes, " bytes)") : ""),
+                now);
             break;
         }
         if (c.in.size() - used < kHeaderBytes + h.length) break;
@@ -380,8 +406,10 @@ void ControlServer::reply(Connection &c, uint16_t status, std::span<const uint8_
 
 // Answers with the reason and closes once it is sent. Logged here, once, with the peer.
 void ControlServer::refuse(Connection &c, int code, const std::string &why, Clock::time_point now) {
-    warn(bad_log_, cat("refused connection from ", c.peer, c.client_name.empty() ? "" : cat(" (segment ", c.client_name, ")"),
-                       ": ", why), now);
+    warn(bad_log_,
+         cat("refused connection from ", c.peer, c.client_name.empty() ? "" : cat(" (segment ", c.client_name, ")"),
+             ": ", why),
+         now);
     reply(c, static_cast<uint16_t>(code), {reinterpret_cast<const uint8_t *>(why.data()), why.size()});
     c.close_after_write = true;
 }
@@ -389,67 +417,73 @@ void ControlServer::refuse(Connection &c, int code, const std::string &why, Cloc
 bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8_t> payload, Clock::time_point now) {
     const bool have_secret = !options_.secret.empty();
     switch (c.stage) {
-    case Connection::Stage::Hello: {
-        ByteReader r(payload);
-        uint32_t flags = 0;
-        std::vector<uint8_t> nonce;
-        if (code != kHello) {
-            refuse(c, EPROTO, cat("request type ", code, " before HELLO"), now);
+        case Connection::Stage::Hello: {
+            ByteReader r(payload);
+            uint32_t flags = 0;
+            std::vector<uint8_t> nonce;
+            if (code != kHello) {
+                refuse(c, EPROTO, cat("request type ", code, " before HELLO"), now);
+                return true;
+            }
+            if (!r.bytes(nonce, kNonceBytes) || nonce.size() != kNonceBytes || !r.u32(flags) ||
+                !r.str(c.client_name, kMaxNameBytes) || r.remaining() != 0) {
+                refuse(c, EPROTO, "malformed HELLO", now);
+                return true;
+            }
+            std::copy(nonce.begin(), nonce.end(), c.client_nonce.begin());
+            const bool peer_secret = flags & kFlagSecret;
+            if (have_secret && !peer_secret) {
+                refuse(c, EACCES,
+                       cat("authentication failed: this engine (", address_,
+                           ") requires the cluster secret (auth_secret) and the peer has none; set the same "
+                           "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"),
+                       now);
+                return true;
+            }
+            if (!have_secret && peer_secret) {
+                refuse(c, EACCES,
+                       cat("authentication failed: this engine (", address_,
+                           ") has no cluster secret but the peer uses one; set the same auth_secret, "
+                           "auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"),
+                       now);
+                return true;
+            }
+            auto server_nonce = random_nonce();
+            if (!server_nonce) {
+                refuse(c, -server_nonce.error().code, server_nonce.error().message, now);
+                return true;
+            }
+            c.server_nonce = *server_nonce;
+            Proof proof = make_proof(options_.secret, "server", c.client_nonce, c.server_nonce, c.client_name);
+            ByteWriter w;
+            w.bytes(c.server_nonce);
+            w.u32(have_secret ? kFlagSecret : 0);
+            w.bytes(proof);
+            reply(c, 0, w.data());
+            c.stage = Connection::Stage::Auth;
             return true;
         }
-        if (!r.bytes(nonce, kNonceBytes) || nonce.size() != kNonceBytes || !r.u32(flags) ||
-            !r.str(c.client_name, kMaxNameBytes) || r.remaining() != 0) {
-            refuse(c, EPROTO, "malformed HELLO", now);
+        case Connection::Stage::Auth: {
+            if (code != kAuth || payload.size() != sizeof(Proof)) {
+                refuse(c, EPROTO, "malformed AUTH", now);
+                return true;
+            }
+            Proof expected = make_proof(options_.secret, "client", c.client_nonce, c.server_nonce, c.client_name);
+            if (!ferry_crypto::equal_digests(expected.data(), payload.data(), expected.size())) {
+                refuse(c, EACCES,
+                       cat("authentication failed: the peer does not know this cluster's secret (wrong "
+                           "auth_secret); this engine (",
+                           address_, ") refuses it"),
+                       now);
+                return true;
+            }
+            c.stage = Connection::Stage::Ready;
+            reply(c, 0, {});
+            FERRY_LOG(Debug, "control", "connection from ", c.peer, " (segment ", c.client_name, ") ",
+                      have_secret ? "authenticated" : "accepted");
             return true;
         }
-        std::copy(nonce.begin(), nonce.end(), c.client_nonce.begin());
-        const bool peer_secret = flags & kFlagSecret;
-        if (have_secret && !peer_secret) {
-            refuse(c, EACCES, cat("authentication failed: this engine (", address_,
-                                  ") requires the cluster secret (auth_secret) and the peer has none; set the same "
-                                  "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"), now);
-            return true;
-        }
-        if (!have_secret && peer_secret) {
-            refuse(c, EACCES, cat("authentication failed: this engine (", address_,
-                                  ") has no cluster secret but the peer uses one; set the same auth_secret, "
-                                  "auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster"), now);
-            return true;
-        }
-        auto server_nonce = random_nonce();
-        if (!server_nonce) {
-            refuse(c, -server_nonce.error().code, server_nonce.error().message, now);
-            return true;
-        }
-        c.server_nonce = *server_nonce;
-        Proof proof = make_proof(options_.secret, "server", c.client_nonce, c.server_nonce, c.client_name);
-        ByteWriter w;
-        w.bytes(c.server_nonce);
-        w.u32(have_secret ? kFlagSecret : 0);
-        w.bytes(proof);
-        reply(c, 0, w.data());
-        c.stage = Connection::Stage::Auth;
-        return true;
-    }
-    case Connection::Stage::Auth: {
-        if (code != kAuth || payload.size() != sizeof(Proof)) {
-            refuse(c, EPROTO, "malformed AUTH", now);
-            return true;
-        }
-        Proof expected = make_proof(options_.secret, "client", c.client_nonce, c.server_nonce, c.client_name);
-        if (!ferry_crypto::equal_digests(expected.data(), payload.data(), expected.size())) {
-            refuse(c, EACCES, cat("authentication failed: the peer does not know this cluster's secret (wrong "
-                                  "auth_secret); this engine (", address_, ") refuses it"), now);
-            return true;
-        }
-        c.stage = Connection::Stage::Ready;
-        reply(c, 0, {});
-        FERRY_LOG(Debug, "control", "connection from ", c.peer, " (segment ", c.client_name, ") ",
-                  have_secret ? "authenticated" : "accepted");
-        return true;
-    }
-    case Connection::Stage::Ready:
-        break;
+        case Connection::Stage::Ready: break;
     }
     if (code == kGetDescriptor) {
         std::function<std::shared_ptr<const std::vector<uint8_t>>()> source;
@@ -496,4 +530,4 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
     return true;
 }
 
-} // namespace ferry
+}  // namespace ferry

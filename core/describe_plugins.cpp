@@ -32,4 +32,4 @@ PluginReportOutput describe_plugins(const Config &config) {
     return {report.to_text(), report.to_json(), report.errors.empty()};
 }
 
-} // namespace ferry
+}  // namespace ferry

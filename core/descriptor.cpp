@@ -83,9 +83,9 @@ Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
     if (!r.u32(magic) || magic != kDescriptorMagic) return bad("bad magic");
     if (!r.u16(version) || !r.u16(flags)) return bad("truncated header");
     if (version != kDescriptorVersion)
-        return fail(-EPROTONOSUPPORT, cat("segment descriptor version ", version,
-                                          " is not supported (this Ferry reads version ",
-                                          kDescriptorVersion, "); upgrade the older side"));
+        return fail(-EPROTONOSUPPORT,
+                    cat("segment descriptor version ", version, " is not supported (this Ferry reads version ",
+                        kDescriptorVersion, "); upgrade the older side"));
     SegmentDescriptor d;
     uint32_t n_transports, n_regions;
     if (!r.str(d.name, kMaxNameBytes) || !r.str(d.host_id, kMaxNameBytes) || !r.u64(d.generation))
@@ -101,8 +101,8 @@ Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
     d.regions.resize(n_regions);
     for (auto &reg : d.regions) {
         uint32_t n_keys;
-        if (!r.u64(reg.addr) || !r.u64(reg.length) || !r.u32(reg.kind) || !r.i32(reg.device) ||
-            !r.u32(reg.access) || !r.u32(n_keys))
+        if (!r.u64(reg.addr) || !r.u64(reg.length) || !r.u32(reg.kind) || !r.i32(reg.device) || !r.u32(reg.access) ||
+            !r.u32(n_keys))
             return bad("truncated region");
         if (reg.length == 0 || reg.addr + reg.length < reg.addr) return bad("region wraps or is empty");
         if (reg.kind > 2) return bad("unknown memory kind");
@@ -122,4 +122,4 @@ Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
     return d;
 }
 
-} // namespace ferry
+}  // namespace ferry

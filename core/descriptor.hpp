@@ -20,7 +20,7 @@ struct TransportEndpoint {
 
 struct RegionTransportKey {
     std::string transport;
-    std::vector<uint8_t> key; // export_mem bytes
+    std::vector<uint8_t> key;  // export_mem bytes
 };
 
 struct RegionDescriptor {
@@ -38,10 +38,10 @@ struct RegionDescriptor {
 struct SegmentDescriptor {
     std::string name;
     std::string host_id;
-    uint64_t generation = 0; // changes whenever regions change
+    uint64_t generation = 0;  // changes whenever regions change
     std::vector<TransportEndpoint> transports;
-    std::vector<RegionDescriptor> regions; // sorted by addr, non-overlapping
-    std::string control; // "ip:port" of the engine's control server; empty from older engines
+    std::vector<RegionDescriptor> regions;  // sorted by addr, non-overlapping
+    std::string control;                    // "ip:port" of the engine's control server; empty from older engines
     // regions[i].addr, dense: find_region's binary search then reads 8 bytes a step instead of a
     // whole RegionDescriptor (100k regions: 0.8 MB instead of 6.4 MB). Set by decode_descriptor
     // and index(); find_region searches `regions` itself when the sizes differ.
@@ -53,7 +53,7 @@ struct SegmentDescriptor {
     const RegionDescriptor *find_region(uint64_t addr, uint64_t length) const;
 };
 
-inline constexpr uint32_t kDescriptorMagic = 0x46525344; // "FRSD"
+inline constexpr uint32_t kDescriptorMagic = 0x46525344;  // "FRSD"
 inline constexpr uint16_t kDescriptorVersion = 1;
 // Header flag: the control address follows the regions (readers without it saw no flags).
 inline constexpr uint16_t kDescriptorHasControl = 1;
@@ -67,4 +67,4 @@ inline constexpr size_t kMaxRegions = 1u << 20;
 std::vector<uint8_t> encode_descriptor(const SegmentDescriptor &descriptor);
 Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
 
-} // namespace ferry
+}  // namespace ferry

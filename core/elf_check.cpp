@@ -25,19 +25,19 @@ constexpr uint16_t kHostMachine = EM_S390;
 #elif defined(__riscv)
 constexpr uint16_t kHostMachine = EM_RISCV;
 #else
-constexpr uint16_t kHostMachine = EM_NONE; // unknown host: leave the machine check to dlopen
+constexpr uint16_t kHostMachine = EM_NONE;  // unknown host: leave the machine check to dlopen
 #endif
 
 std::string machine_name(uint16_t m) {
     switch (m) {
-    case EM_386: return "i386";
-    case EM_X86_64: return "x86_64";
-    case EM_ARM: return "arm";
-    case EM_AARCH64: return "aarch64";
-    case EM_PPC64: return "ppc64";
-    case EM_S390: return "s390x";
-    case EM_RISCV: return "riscv";
-    default: return cat("ELF machine ", m);
+        case EM_386: return "i386";
+        case EM_X86_64: return "x86_64";
+        case EM_ARM: return "arm";
+        case EM_AARCH64: return "aarch64";
+        case EM_PPC64: return "ppc64";
+        case EM_S390: return "s390x";
+        case EM_RISCV: return "riscv";
+        default: return cat("ELF machine ", m);
     }
 }
 
@@ -49,7 +49,7 @@ T field_at(std::span<const uint8_t> head, size_t off) {
     return v;
 }
 
-} // namespace
+}  // namespace
 
 std::string check_elf_image(std::span<const uint8_t> head, uint64_t file_size) {
     if (file_size == 0) return "the file is empty (0 bytes): an interrupted copy or install?";
@@ -57,19 +57,19 @@ std::string check_elf_image(std::span<const uint8_t> head, uint64_t file_size) {
         return "not a shared object (invalid ELF header: the file does not start with \\x7fELF)";
     if (head.size() < EI_NIDENT) return cat("truncated: only ", file_size, " bytes, less than an ELF header");
     if (head[EI_CLASS] != ELFCLASS64)
-        return cat("built for a ", head[EI_CLASS] == ELFCLASS32 ? "32-bit" : "unknown-class",
-                   " target (ELF class ", int(head[EI_CLASS]), "); this Ferry is a 64-bit ",
-                   machine_name(kHostMachine), " build: install the plugin built for this host");
+        return cat("built for a ", head[EI_CLASS] == ELFCLASS32 ? "32-bit" : "unknown-class", " target (ELF class ",
+                   int(head[EI_CLASS]), "); this Ferry is a 64-bit ", machine_name(kHostMachine),
+                   " build: install the plugin built for this host");
     constexpr uint8_t host_data = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB;
     if (head[EI_DATA] != host_data)
         return "built for a target of the other byte order: install the plugin built for this host";
-    if (head.size() < sizeof(Elf64_Ehdr))
-        return cat("truncated: only ", file_size, " bytes, less than an ELF header");
+    if (head.size() < sizeof(Elf64_Ehdr)) return cat("truncated: only ", file_size, " bytes, less than an ELF header");
     auto eh = field_at<Elf64_Ehdr>(head, 0);
     if (kHostMachine != EM_NONE && eh.e_machine != kHostMachine)
         return cat("built for ", machine_name(eh.e_machine), ", this host runs ", machine_name(kHostMachine),
                    ": install the plugin built for this host");
-    if (eh.e_type != ET_DYN) return cat("not a shared object (ELF type ", eh.e_type, ", a shared object is ", ET_DYN, ")");
+    if (eh.e_type != ET_DYN)
+        return cat("not a shared object (ELF type ", eh.e_type, ", a shared object is ", ET_DYN, ")");
     if (eh.e_phnum == 0 || eh.e_phentsize != sizeof(Elf64_Phdr))
         return cat("corrupt ELF header (", eh.e_phnum, " program headers of ", eh.e_phentsize, " bytes)");
     uint64_t ph_end = eh.e_phoff + uint64_t(eh.e_phnum) * sizeof(Elf64_Phdr);
@@ -112,4 +112,4 @@ std::string check_elf_file(const std::string &path) {
     return problem;
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -22,4 +22,4 @@ std::string check_elf_image(std::span<const uint8_t> head, uint64_t file_size);
 // Reads the head of `path` and checks it; an unreadable file is reported too.
 std::string check_elf_file(const std::string &path);
 
-} // namespace ferry
+}  // namespace ferry

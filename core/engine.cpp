@@ -13,9 +13,9 @@ namespace {
 
 const char *kind_name(uint32_t kind) {
     switch (kind) {
-    case FERRY_MEM_HOST: return "host";
-    case FERRY_MEM_CUDA: return "cuda";
-    case FERRY_MEM_ROCM: return "rocm";
+        case FERRY_MEM_HOST: return "host";
+        case FERRY_MEM_CUDA: return "cuda";
+        case FERRY_MEM_ROCM: return "rocm";
     }
     return "unknown";
 }
@@ -24,7 +24,7 @@ ferry_mem_region_t to_abi(const RegionDescriptor &r) {
     return ferry_mem_region_t{r.addr, r.length, r.kind, r.device, r.access, 0};
 }
 
-} // namespace
+}  // namespace
 
 Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
@@ -87,11 +87,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         if (!s.auth.secret.empty()) {
             // Transports that authenticate their connections get a key derived from the secret;
             // the others serve whoever holds their descriptors (docs/DESIGN.md says which).
-            if (rec.caps & FERRY_CAP_AUTH_KEY)
-                opts.emplace_back("auth_key", transport_auth_key(s.auth.secret));
+            if (rec.caps & FERRY_CAP_AUTH_KEY) opts.emplace_back("auth_key", transport_auth_key(s.auth.secret));
             else
-                FERRY_WARN("transport ", rec.name, " does not authenticate its peers with the cluster secret; "
-                           "remove it (plugins=^", rec.name, ") where peers may be hostile (see docs/DESIGN.md, "
+                FERRY_WARN("transport ", rec.name,
+                           " does not authenticate its peers with the cluster secret; "
+                           "remove it (plugins=^",
+                           rec.name,
+                           ") where peers may be hostile (see docs/DESIGN.md, "
                            "\"Authentication and access rights\")");
         }
         auto t = Transport::create(rec.plugin, opts, impl->staging.get());
@@ -155,7 +157,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     std::string names;
     for (auto i : impl->priority) names += (names.empty() ? "" : ",") + impl->transports[i]->name();
     FERRY_INFO("engine ", impl->metadata->segment_name(), " up with transports ", names, "; control channel on ",
-               impl->control->address(), s.auth.secret.empty() ? " (no cluster secret)" : cat(" (cluster secret from ", s.auth.origin, ")"));
+               impl->control->address(),
+               s.auth.secret.empty() ? " (no cluster secret)" : cat(" (cluster secret from ", s.auth.origin, ")"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -234,15 +237,16 @@ static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_
             continue;
         }
         if (options.device >= 0 && *device != options.device)
-            return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") is memory of ", kind_name(kind), " device ",
-                                     *device, ", not of device ", options.device, " as asked"));
+            return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") is memory of ", kind_name(kind),
+                                     " device ", *device, ", not of device ", options.device, " as asked"));
         options.kind = static_cast<MemoryKind>(kind);
         options.device = *device;
         return options;
     }
     if (options.device >= 0)
-        return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") is not memory of device ", options.device,
-                                 " for any loaded GPU runtime (", asked, "); pass the memory kind explicitly"));
+        return fail(-EINVAL,
+                    cat("register_memory: [", hex(a), ", +", length, ") is not memory of device ", options.device,
+                        " for any loaded GPU runtime (", asked, "); pass the memory kind explicitly"));
     FERRY_DEBUG("register_memory: ", hex(a), " is host memory (", asked, ")");
     options.kind = MemoryKind::Host;
     return options;
@@ -262,7 +266,8 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
     uint32_t kind = static_cast<uint32_t>(options.kind);
     if (kind > FERRY_MEM_ROCM) return fail(-EINVAL, cat("register_memory: unknown memory kind ", kind));
     if (options.access & ~(kRemoteRead | kRemoteWrite))
-        return fail(-EINVAL, cat("register_memory: access ", options.access, " has bits other than read (1) and write (2)"));
+        return fail(-EINVAL,
+                    cat("register_memory: access ", options.access, " has bits other than read (1) and write (2)"));
     if (kind != FERRY_MEM_HOST && options.device < 0)
         return fail(-EINVAL, cat("register_memory: ", kind_name(kind), " memory needs a device ordinal >= 0"));
 
@@ -270,13 +275,15 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
     // Neighbours that could overlap: the last region starting below end.
     auto next = im.regions.lower_bound(a);
     if (next != im.regions.end() && next->first < a + length)
-        return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length), ") overlaps the registered region [",
-                                 hex(next->first), ", ", hex(next->second.end()), "); unregister it first or register disjoint ranges"));
+        return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length),
+                                 ") overlaps the registered region [", hex(next->first), ", ", hex(next->second.end()),
+                                 "); unregister it first or register disjoint ranges"));
     if (next != im.regions.begin()) {
         auto prev = std::prev(next);
         if (prev->second.end() > a)
-            return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length), ") overlaps the registered region [",
-                                     hex(prev->first), ", ", hex(prev->second.end()), "); unregister it first or register disjoint ranges"));
+            return fail(-EEXIST, cat("register_memory: [", hex(a), ", ", hex(a + length),
+                                     ") overlaps the registered region [", hex(prev->first), ", ",
+                                     hex(prev->second.end()), "); unregister it first or register disjoint ranges"));
     }
 
     LocalRegion region{a, length, kind, options.device, options.access, {}, {}};
@@ -318,13 +325,15 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
     if (std::none_of(region.handles.begin(), region.handles.end(), [](auto &h) { return h.has_value(); })) {
         // Host-only transports can still carry it through pinned staging buffers.
         std::string why;
-        bool host_transport = std::any_of(im.transports.begin(), im.transports.end(),
-                                          [](auto &t) { return t->moves(FERRY_MEM_HOST); });
-        GpuStager *stager = kind == FERRY_MEM_HOST || !host_transport || !im.staging->offers(kind, why) ? nullptr
-                                                                                                 : im.stager(kind, why);
+        bool host_transport =
+            std::any_of(im.transports.begin(), im.transports.end(), [](auto &t) { return t->moves(FERRY_MEM_HOST); });
+        GpuStager *stager = kind == FERRY_MEM_HOST || !host_transport || !im.staging->offers(kind, why)
+                                ? nullptr
+                                : im.stager(kind, why);
         if (!stager)
-            return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind), " memory (loaded: ",
-                                      unable, ")", why.empty() ? "" : cat(", and it cannot be staged: ", why),
+            return fail(-ENOTSUP, cat("register_memory: no loaded transport can move ", kind_name(kind),
+                                      " memory (loaded: ", unable, ")",
+                                      why.empty() ? "" : cat(", and it cannot be staged: ", why),
                                       "; install the plugin for it (see ferry-info)"));
         if (auto c = staged ? Result<void>{} : stager->check_device_memory(addr, length, options.device); !c)
             return fail(c.error().code, "register_memory: " + c.error().message);
@@ -443,9 +452,10 @@ Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
         auto [transport, addr] = it->first;
         const RegionDescriptor *was = seg.descriptor.find_region(addr, 1);
         const RegionDescriptor *now = fresh->find_region(addr, 1);
-        bool same = was && now && was->addr == now->addr && was->length == now->length &&
-                    was->key_for(transports[transport]->name()) && now->key_for(transports[transport]->name()) &&
-                    was->key_for(transports[transport]->name())->key == now->key_for(transports[transport]->name())->key;
+        bool same =
+            was && now && was->addr == now->addr && was->length == now->length &&
+            was->key_for(transports[transport]->name()) && now->key_for(transports[transport]->name()) &&
+            was->key_for(transports[transport]->name())->key == now->key_for(transports[transport]->name())->key;
         if (!same) {
             if (seg.peers[transport]) (void)transports[transport]->release_mem(*seg.peers[transport], it->second);
             it = seg.imported.erase(it);
@@ -461,7 +471,8 @@ Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
 Result<uint64_t> Engine::Impl::peer_for(RemoteSegment &seg, size_t transport) {
     if (seg.peers[transport]) return *seg.peers[transport];
     const auto *ep = seg.descriptor.endpoint_for(transports[transport]->name());
-    if (!ep) return fail(-ENOTCONN, cat("segment ", seg.name, " offers no ", transports[transport]->name(), " endpoint"));
+    if (!ep)
+        return fail(-ENOTCONN, cat("segment ", seg.name, " offers no ", transports[transport]->name(), " endpoint"));
     auto peer = transports[transport]->connect(ep->endpoint);
     if (!peer) return fail(peer.error().code, cat("segment ", seg.name, ": ", peer.error().message));
     seg.peers[transport] = *peer;
@@ -475,7 +486,8 @@ Result<uint64_t> Engine::Impl::import_for(RemoteSegment &seg, size_t transport, 
     if (!peer) return peer;
     const auto *k = region.key_for(transports[transport]->name());
     auto abi = to_abi(region);
-    auto handle = transports[transport]->import_mem(*peer, abi, k ? std::span<const uint8_t>(k->key) : std::span<const uint8_t>());
+    auto handle = transports[transport]->import_mem(*peer, abi,
+                                                    k ? std::span<const uint8_t>(k->key) : std::span<const uint8_t>());
     if (!handle) return handle;
     seg.imported[key] = *handle;
     return *handle;
@@ -487,7 +499,8 @@ Result<OpStatus> Engine::status(BatchId id, size_t index) {
     auto batch = impl_->find_batch(id);
     if (!batch) return fail(-ENOENT, cat("status: batch ", id, " does not exist (never submitted or already freed)"));
     if (index >= batch->size)
-        return fail(-EINVAL, cat("status: batch ", id, " has ", batch->size, " ops; index ", index, " is out of range"));
+        return fail(-EINVAL,
+                    cat("status: batch ", id, " has ", batch->size, " ops; index ", index, " is out of range"));
     auto &op = batch->ops[index];
     if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Pending)) impl_->progress(0);
     OpStatus st;
@@ -515,4 +528,4 @@ Result<void> Engine::free_batch(BatchId id) {
     return {};
 }
 
-} // namespace ferry
+}  // namespace ferry

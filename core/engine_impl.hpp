@@ -22,11 +22,11 @@
 #include "control_server.hpp"
 #include "descriptor.hpp"
 #include "fd.hpp"
-#include "gpu_staging.hpp"
-#include "stage_service.hpp"
 #include "ferry/engine.hpp"
+#include "gpu_staging.hpp"
 #include "metadata.hpp"
 #include "plugin_loader.hpp"
+#include "stage_service.hpp"
 #include "transport.hpp"
 
 namespace ferry {
@@ -47,11 +47,11 @@ struct LocalRegion {
 struct RemoteSegment {
     SegmentId id = 0;
     std::string name;
-    std::atomic<bool> stale{false}; // the metadata backend says the descriptor changed
-    std::mutex mutex; // guards everything below
+    std::atomic<bool> stale{false};  // the metadata backend says the descriptor changed
+    std::mutex mutex;                // guards everything below
     SegmentDescriptor descriptor;
     bool same_host = false;
-    std::vector<std::optional<uint64_t>> peers;                 // per transport index
+    std::vector<std::optional<uint64_t>> peers;  // per transport index
     // Transports whose connect to this segment failed: skipped (falling back to the next one)
     // until the retry time passes.
     std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
@@ -66,7 +66,7 @@ struct RemoteSegment {
     // Control connection for notifications; its own lock, so a slow peer never holds up
     // submits to this segment.
     std::mutex control_mutex;
-    std::optional<ControlClient> control; // guarded by control_mutex
+    std::optional<ControlClient> control;  // guarded by control_mutex
 };
 
 struct OpRecord;
@@ -76,9 +76,9 @@ struct OpRecord;
 // while slice k-1 is copied to the GPU. The op completes once every slice did, or once a failed
 // one and every other started one are done (no byte lands after the failure is reported).
 struct StagedSlice {
-    std::shared_ptr<struct StagedOp> op; // keeps the op alive while the slice is in flight
+    std::shared_ptr<struct StagedOp> op;  // keeps the op alive while the slice is in flight
     void *buf = nullptr;
-    uint64_t handle = 0; // the slice's registration with the op's transport
+    uint64_t handle = 0;  // the slice's registration with the op's transport
     uint64_t offset = 0;
     uint64_t length = 0;
 };
@@ -93,14 +93,14 @@ struct StagedOp {
     uint64_t length = 0;
     bool read = false;
 
-    std::mutex mutex; // guards everything below
-    uint64_t next = 0, done = 0; // bytes started, bytes finished
-    unsigned in_flight = 0;      // slices holding a pinned buffer
-    bool waiting = false;        // queued for a pinned buffer
+    std::mutex mutex;             // guards everything below
+    uint64_t next = 0, done = 0;  // bytes started, bytes finished
+    unsigned in_flight = 0;       // slices holding a pinned buffer
+    bool waiting = false;         // queued for a pinned buffer
     bool finished = false;
     int code = 0;
-    std::string message;         // the first failure
-    std::list<StagedSlice> slices; // in flight; a slice's address (low bit set) is its user_data
+    std::string message;            // the first failure
+    std::list<StagedSlice> slices;  // in flight; a slice's address (low bit set) is its user_data
 };
 
 struct Batch;
@@ -110,9 +110,9 @@ struct OpRecord {
     std::atomic<uint32_t> state{static_cast<uint32_t>(OpState::Pending)};
     int code = 0;
     uint16_t transport = 0;
-    std::string message; // written before state is released as Failed
-    std::shared_ptr<StagedOp> staged; // set for GPU ops staged through pinned slices
-    Opcode opcode = Opcode::Read; // what the op was, for wait()'s message
+    std::string message;               // written before state is released as Failed
+    std::shared_ptr<StagedOp> staged;  // set for GPU ops staged through pinned slices
+    Opcode opcode = Opcode::Read;      // what the op was, for wait()'s message
     uint64_t length = 0;
 };
 
@@ -122,7 +122,7 @@ struct OpRecord {
 struct PendingNotification {
     std::shared_ptr<RemoteSegment> segment;
     std::vector<uint8_t> message;
-    int code = 0;      // the outcome; written before the last share is released
+    int code = 0;  // the outcome; written before the last share is released
     std::string error;
 };
 
@@ -130,7 +130,7 @@ struct Batch {
     BatchId id = 0;
     size_t size = 0;
     std::unique_ptr<OpRecord[]> ops;
-    std::atomic<size_t> remaining{0}; // ops in flight, plus one while `notification` is unsent
+    std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
     std::unique_ptr<PendingNotification> notification;
 };
 
@@ -139,18 +139,18 @@ struct Engine::Impl {
     std::string host_id;
     PluginReport plugin_report;
     std::vector<std::unique_ptr<Transport>> transports;
-    std::vector<std::vector<uint8_t>> endpoints; // per transport
-    std::vector<size_t> priority;                // transport indices, best first
-    std::unique_ptr<ControlServer> control; // descriptors (P2PHANDSHAKE) and notifications
+    std::vector<std::vector<uint8_t>> endpoints;  // per transport
+    std::vector<size_t> priority;                 // transport indices, best first
+    std::unique_ptr<ControlServer> control;       // descriptors (P2PHANDSHAKE) and notifications
     std::unique_ptr<MetadataBackend> metadata;
 
     std::shared_mutex regions_mutex;
-    std::map<uint64_t, LocalRegion> regions; // by start address
+    std::map<uint64_t, LocalRegion> regions;  // by start address
     uint64_t generation = 0;
     // P2PHANDSHAKE serves the descriptor on request (encoded_descriptor), so registering is
     // O(log n); other backends get every change published.
     bool on_demand = false;
-    std::mutex encoded_mutex; // guards the two below; taken under regions_mutex (shared)
+    std::mutex encoded_mutex;  // guards the two below; taken under regions_mutex (shared)
     std::shared_ptr<const std::vector<uint8_t>> encoded;
     uint64_t encoded_generation = 0;
 
@@ -165,32 +165,32 @@ struct Engine::Impl {
 
     // Progress: one thread at a time sleeps on the transports' completion fds and dispatches;
     // the others wait on `progress_cv` for their batches.
-    std::vector<std::unique_ptr<std::mutex>> poll_mutexes; // per transport
+    std::vector<std::unique_ptr<std::mutex>> poll_mutexes;  // per transport
     std::mutex progress_mutex;
     std::condition_variable progress_cv;
     bool progress_driver = false;
-    Fd wake_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)}; // wakes the driver when another thread finishes a batch
+    Fd wake_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};  // wakes the driver when another thread finishes a batch
 
     // GPU staging (stage_service.hpp): pinned slices and async copies for both ends.
     std::unique_ptr<StagingService> staging;
     std::mutex slice_handles_mutex;
-    std::map<std::pair<void *, size_t>, uint64_t> slice_handles; // (slice, transport) -> registration
+    std::map<std::pair<void *, size_t>, uint64_t> slice_handles;  // (slice, transport) -> registration
     std::mutex staging_waiters_mutex;
-    std::deque<std::shared_ptr<StagedOp>> staging_waiters; // ops waiting for a pinned slice
+    std::deque<std::shared_ptr<StagedOp>> staging_waiters;  // ops waiting for a pinned slice
     std::atomic<bool> stopping{false};
 
     // Batch notifications go out on their own thread (notify.cpp), so that a slow receiver
     // never holds up the progress of other batches.
     std::mutex notifier_mutex;
     std::condition_variable notifier_cv;
-    std::deque<Batch *> notifier_queue; // batches whose ops all succeeded, oldest first
+    std::deque<Batch *> notifier_queue;  // batches whose ops all succeeded, oldest first
     bool notifier_stopped = false;
     std::thread notifier;
 
     ~Impl();
 
     // engine.cpp
-    Result<void> publish_locked(); // regions changed: bump the generation, publish if the backend needs it
+    Result<void> publish_locked();  // regions changed: bump the generation, publish if the backend needs it
     SegmentDescriptor descriptor_locked() const;
     std::shared_ptr<const std::vector<uint8_t>> encoded_descriptor();
     std::optional<size_t> transport_index(std::string_view name) const;
@@ -226,9 +226,9 @@ struct Engine::Impl {
     // when an op failed.
     void batch_ops_finished(Batch &batch);
     void notifier_loop();
-    void stop_notifier(); // drops what is queued; the first thing ~Impl does
+    void stop_notifier();  // drops what is queued; the first thing ~Impl does
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -42,7 +42,7 @@ Result<void> readable(const std::string &key, const std::string &path) {
     return {};
 }
 
-} // namespace
+}  // namespace
 
 bool etcd_token_rejected(std::string_view text) {
     return has(text, "invalid auth token") || has(text, "user name is empty") || has(text, "HTTP 401");
@@ -68,12 +68,14 @@ Result<void> resolve_etcd_security(MetadataSettings &settings) {
                                  "', not an etcd:// or etcds:// address; remove them or point metadata at etcd"));
     if (tls_keys && etcd)
         return fail(-EINVAL, cat("etcd TLS files (etcd_ca_file, etcd_cert_file, etcd_key_file) are set but metadata '",
-                                 settings.url, "' is plain HTTP; write etcds://", settings.url.substr(7), " to reach etcd over TLS"));
+                                 settings.url, "' is plain HTTP; write etcds://", settings.url.substr(7),
+                                 " to reach etcd over TLS"));
     if (s.cert_file.empty() != s.key_file.empty())
-        return fail(-EINVAL, "config keys 'etcd_cert_file' and 'etcd_key_file' go together: set both (a client "
-                             "certificate and its private key) or neither");
-    for (auto [key, path] : {std::pair{"etcd_ca_file", &s.ca_file}, {"etcd_cert_file", &s.cert_file},
-                             {"etcd_key_file", &s.key_file}})
+        return fail(-EINVAL,
+                    "config keys 'etcd_cert_file' and 'etcd_key_file' go together: set both (a client "
+                    "certificate and its private key) or neither");
+    for (auto [key, path] :
+         {std::pair{"etcd_ca_file", &s.ca_file}, {"etcd_cert_file", &s.cert_file}, {"etcd_key_file", &s.key_file}})
         if (!path->empty())
             if (auto r = readable(key, *path); !r) return r;
     if (!s.password.empty() && !s.password_file.empty())
@@ -119,8 +121,9 @@ Error EtcdClient::explain(const Error &e) const {
     if (has(e.message, "user name is empty") && security_.user.empty())
         return {-EACCES, cat(e.message, "; etcd has authentication enabled: set etcd_user and etcd_password_file")};
     if (has(e.message, "https://") && has(e.message, "\"connection closed\""))
-        return {e.code, cat(e.message, "; etcd's JSON gateway cannot reach its own member: with --client-cert-auth, etcd's "
-                                       "server certificate must allow client use too (extendedKeyUsage serverAuth, clientAuth)")};
+        return {e.code, cat(e.message,
+                            "; etcd's JSON gateway cannot reach its own member: with --client-cert-auth, etcd's "
+                            "server certificate must allow client use too (extendedKeyUsage serverAuth, clientAuth)")};
     if (has(e.message, "permission denied"))
         return {-EACCES, cat(e.message, "; grant etcd user '", security_.user,
                              "' a role with READWRITE on Ferry's key prefix (etcdctl role grant-permission --prefix)")};
@@ -149,8 +152,7 @@ Result<std::string> EtcdClient::authenticate(HttpClient &http) {
         boost::property_tree::read_json(in, tree);
         std::string token = tree.get<std::string>("token", "");
         if (!token.empty()) return token;
-    } catch (const boost::property_tree::json_parser_error &) {
-    }
+    } catch (const boost::property_tree::json_parser_error &) {}
     return fail(-EPROTO, "etcd answered /v3/auth/authenticate without a token");
 }
 
@@ -192,4 +194,4 @@ Result<void> EtcdClient::stream(HttpClient &http, size_t i, const std::string &p
     return http.stream(endpoints_[(good_endpoint_ + i) % endpoints_.size()] + path, body, stop, on_data, *t);
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -59,7 +59,7 @@ private:
     std::chrono::milliseconds timeout_;
     std::atomic<size_t> good_endpoint_{0};
 
-    std::mutex token_mutex_; // held while authenticating, so threads share one new token
+    std::mutex token_mutex_;  // held while authenticating, so threads share one new token
     std::string token_;
 };
 
@@ -67,4 +67,4 @@ private:
 // missing, expired or unknown.
 bool etcd_token_rejected(std::string_view text);
 
-} // namespace ferry
+}  // namespace ferry

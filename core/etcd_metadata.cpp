@@ -48,8 +48,12 @@ std::string prefix_end(std::string key) {
 class EtcdMetadata final : public MetadataBackend {
 public:
     EtcdMetadata(MetadataSettings settings, std::vector<std::string> endpoints, std::string prefix, std::string name)
-        : settings_(std::move(settings)), etcd_(std::move(endpoints), settings_.etcd, settings_.timeout),
-          prefix_(std::move(prefix)), name_(std::move(name)), key_(prefix_ + "/segments/" + name_), client_(etcd_.tls()) {}
+        : settings_(std::move(settings)),
+          etcd_(std::move(endpoints), settings_.etcd, settings_.timeout),
+          prefix_(std::move(prefix)),
+          name_(std::move(name)),
+          key_(prefix_ + "/segments/" + name_),
+          client_(etcd_.tls()) {}
 
     ~EtcdMetadata() override {
         {
@@ -75,7 +79,8 @@ public:
                 if (auto g = grant_locked(client_); !g) return g;
                 // etcd grants leases to anyone; reading our own key tells now whether this
                 // engine's credentials may use its prefix.
-                auto access = call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
+                auto access =
+                    call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
                 if (!access) return std::unexpected(access.error());
                 return {};
             }();
@@ -84,8 +89,9 @@ public:
             if (r.error().code == -EACCES || r.error().code == -EINVAL)
                 return fail(r.error().code, cat("etcd metadata: ", r.error().message));
             if (std::chrono::steady_clock::now() + backoff > deadline)
-                return fail(r.error().code, cat("etcd metadata: cannot reach etcd (", r.error().message, ") after ",
-                                                settings_.retry_for.count(), " ms; check the etcd:// address and that etcd runs"));
+                return fail(r.error().code,
+                            cat("etcd metadata: cannot reach etcd (", r.error().message, ") after ",
+                                settings_.retry_for.count(), " ms; check the etcd:// address and that etcd runs"));
             FERRY_LOG(Warn, "etcd", "etcd unreachable (", r.error().message, "); retrying in ", backoff.count(), " ms");
             std::this_thread::sleep_for(backoff);
             backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
@@ -113,8 +119,11 @@ public:
         std::string value;
         {
             std::lock_guard lock(mutex_);
-            auto body = call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(prefix_ + "/segments/" + name), "\"}"));
-            if (!body) return fail(body.error().code, cat("cannot fetch segment '", name, "' from etcd: ", body.error().message));
+            auto body =
+                call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(prefix_ + "/segments/" + name), "\"}"));
+            if (!body)
+                return fail(body.error().code,
+                            cat("cannot fetch segment '", name, "' from etcd: ", body.error().message));
             auto tree = parse_json(*body);
             if (!tree) return std::unexpected(tree.error());
             auto kvs = tree->get_child_optional("kvs");
@@ -151,8 +160,8 @@ private:
     Result<void> put_locked(HttpClient &client) {
         if (descriptor_.empty()) return {};
         auto r = call(client, "/v3/kv/put",
-                      cat("{\"key\":\"", base64_encode(key_), "\",\"value\":\"", base64_encode(descriptor_), "\",\"lease\":\"",
-                          lease_, "\"}"));
+                      cat("{\"key\":\"", base64_encode(key_), "\",\"value\":\"", base64_encode(descriptor_),
+                          "\",\"lease\":\"", lease_, "\"}"));
         if (!r) return std::unexpected(r.error());
         dirty_ = false;
         return {};
@@ -178,7 +187,9 @@ private:
                 expired = !tree || tree->get<int64_t>("result.TTL", 0) <= 0;
             }
             if (!alive) {
-                if (!outage) FERRY_LOG(Warn, "etcd", "etcd unreachable (", alive.error().message, "); will re-register segment ", name_, " when it answers");
+                if (!outage)
+                    FERRY_LOG(Warn, "etcd", "etcd unreachable (", alive.error().message, "); will re-register segment ",
+                              name_, " when it answers");
                 outage = true;
                 continue;
             }
@@ -188,14 +199,15 @@ private:
                     FERRY_LOG(Warn, "etcd", "re-registering segment ", name_, " failed: ", g.error().message);
                     continue;
                 }
-                dirty_ = true; // the put must follow, however many tries it takes
+                dirty_ = true;  // the put must follow, however many tries it takes
             }
             if (dirty_) {
                 if (auto r = put_locked(client); !r) {
                     FERRY_LOG(Warn, "etcd", "re-registering segment ", name_, " failed: ", r.error().message);
                     continue;
                 }
-                FERRY_LOG(Info, "etcd", "segment ", name_, " registered again in etcd", expired ? " (its lease had expired)" : "");
+                FERRY_LOG(Info, "etcd", "segment ", name_, " registered again in etcd",
+                          expired ? " (its lease had expired)" : "");
             }
             if (outage) FERRY_LOG(Info, "etcd", "etcd reachable again");
             outage = false;
@@ -210,7 +222,8 @@ private:
         int64_t seen = 0, resume = 0;
         auto body = [&] {
             return cat("{\"create_request\":{\"key\":\"", base64_encode(dir), "\",\"range_end\":\"",
-                       base64_encode(prefix_end(dir)), "\"", resume > 0 ? cat(",\"start_revision\":\"", resume, "\"") : "", "}}");
+                       base64_encode(prefix_end(dir)), "\"",
+                       resume > 0 ? cat(",\"start_revision\":\"", resume, "\"") : "", "}}");
         };
         std::string pending, cancelled;
         bool created = false;
@@ -225,8 +238,9 @@ private:
                 // A refused watch (an expired token, a compaction) stays open and silent: end
                 // it and watch again.
                 if (tree->get<bool>("result.canceled", false) || tree->get_child_optional("error")) {
-                    cancelled = tree->get<std::string>("result.cancel_reason", tree->get<std::string>("error.message", "cancelled"));
-                    if (tree->get<int64_t>("result.compact_revision", 0) > 0) seen = 0; // history gone: from now on
+                    cancelled = tree->get<std::string>("result.cancel_reason",
+                                                       tree->get<std::string>("error.message", "cancelled"));
+                    if (tree->get<int64_t>("result.compact_revision", 0) > 0) seen = 0;  // history gone: from now on
                     return false;
                 }
                 int64_t revision = tree->get<int64_t>("result.header.revision", 0);
@@ -276,7 +290,8 @@ private:
                     FERRY_LOG(Debug, "etcd", "watch cancelled by etcd: ", cancelled);
                     if (etcd_token_rejected(cancelled)) etcd_.forget_token(*token);
                 }
-                if (created && cancelled.empty()) backoff = std::chrono::milliseconds(200); // it ran: no backlog of failures
+                if (created && cancelled.empty())
+                    backoff = std::chrono::milliseconds(200);  // it ran: no backlog of failures
             }
             std::unique_lock lock(mutex_);
             stop_cv_.wait_for(lock, backoff, [&] { return stop_; });
@@ -296,7 +311,7 @@ private:
     std::string name_;
     std::string key_;
 
-    std::mutex mutex_; // client_, lease_, descriptor_, dirty_, stop_
+    std::mutex mutex_;  // client_, lease_, descriptor_, dirty_, stop_
     std::condition_variable stop_cv_;
     HttpClient client_;
     int64_t lease_ = 0;
@@ -312,7 +327,7 @@ private:
     std::thread watch_;
 };
 
-} // namespace
+}  // namespace
 
 // etcd://host:2379[,host:2379...]/prefix, or etcds:// for https
 Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings) {
@@ -329,10 +344,12 @@ Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettin
     for (std::string h; std::getline(in, h, ',');)
         if (!h.empty()) endpoints.push_back((tls ? "https://" : "http://") + h);
     if (endpoints.empty())
-        return fail(-EINVAL, cat("metadata '", settings.url, "' names no etcd endpoint; use etcd://host:2379[,host:2379]/prefix "
+        return fail(-EINVAL, cat("metadata '", settings.url,
+                                 "' names no etcd endpoint; use etcd://host:2379[,host:2379]/prefix "
                                  "(etcds:// for TLS)"));
     if (rest.rfind("http://", 0) == 0 || rest.rfind("https://", 0) == 0 || hosts.find('@') != std::string::npos)
-        return fail(-EINVAL, cat("metadata '", settings.url, "': list bare host:port endpoints (etcds://h1:2379,h2:2379/prefix "
+        return fail(-EINVAL, cat("metadata '", settings.url,
+                                 "': list bare host:port endpoints (etcds://h1:2379,h2:2379/prefix "
                                  "for TLS) and give credentials in etcd_user and etcd_password_file"));
     std::string name = settings.local_server_name;
     if (name.empty()) {
@@ -345,4 +362,4 @@ Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettin
     return std::unique_ptr<MetadataBackend>(std::move(backend));
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -16,11 +16,12 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--plugins") && i + 1 < argc) {
             config["plugins"] = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: ferry-info [--json] [--plugin-path DIR[:DIR...]] [--plugins LIST]\n"
-                   "Lists the plugin search path and every plugin found: ABI, version, probe result, and why\n"
-                   "any plugin did not load. Exits 1 when a plugin named in FERRY_PLUGINS (or --plugins) is\n"
-                   "missing or unavailable.\n"
-                   "Environment: FERRY_PLUGIN_PATH (directories searched first), FERRY_PLUGINS (tcp,shm or ^efa).\n");
+            printf(
+                "usage: ferry-info [--json] [--plugin-path DIR[:DIR...]] [--plugins LIST]\n"
+                "Lists the plugin search path and every plugin found: ABI, version, probe result, and why\n"
+                "any plugin did not load. Exits 1 when a plugin named in FERRY_PLUGINS (or --plugins) is\n"
+                "missing or unavailable.\n"
+                "Environment: FERRY_PLUGIN_PATH (directories searched first), FERRY_PLUGINS (tcp,shm or ^efa).\n");
             return 0;
         } else {
             fprintf(stderr, "ferry-info: unknown argument '%s'; see ferry-info --help\n", argv[i]);

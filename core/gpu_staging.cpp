@@ -37,11 +37,14 @@ public:
         if (!resolve(lib, "cuInit", s->init_, why) || !resolve(lib, "cuDeviceGet", s->device_get_, why) ||
             !resolve(lib, "cuDevicePrimaryCtxRetain", s->retain_, why) ||
             !resolve(lib, "cuCtxPushCurrent_v2", s->push_, why) || !resolve(lib, "cuCtxPopCurrent_v2", s->pop_, why) ||
-            !resolve(lib, "cuMemHostAlloc", s->host_alloc_, why) || !resolve(lib, "cuMemFreeHost", s->free_host_, why) ||
-            !resolve(lib, "cuMemcpyAsync", s->memcpy_async_, why) || !resolve(lib, "cuGetErrorString", s->error_string_, why) ||
+            !resolve(lib, "cuMemHostAlloc", s->host_alloc_, why) ||
+            !resolve(lib, "cuMemFreeHost", s->free_host_, why) ||
+            !resolve(lib, "cuMemcpyAsync", s->memcpy_async_, why) ||
+            !resolve(lib, "cuGetErrorString", s->error_string_, why) ||
             !resolve(lib, "cuStreamCreate", s->stream_create_, why) ||
             !resolve(lib, "cuStreamDestroy_v2", s->stream_destroy_, why) ||
-            !resolve(lib, "cuEventCreate", s->event_create_, why) || !resolve(lib, "cuEventRecord", s->event_record_, why) ||
+            !resolve(lib, "cuEventCreate", s->event_create_, why) ||
+            !resolve(lib, "cuEventRecord", s->event_record_, why) ||
             !resolve(lib, "cuEventSynchronize", s->event_sync_, why) ||
             !resolve(lib, "cuEventDestroy_v2", s->event_destroy_, why) ||
             !resolve(lib, "cuPointerGetAttribute", s->pointer_attribute_, why) ||
@@ -65,7 +68,7 @@ public:
         unsigned type = 0;
         int ordinal = -1;
         uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
-        for (uintptr_t q : {p, p + bytes - 1}) { // both ends: a range must not run off the allocation
+        for (uintptr_t q : {p, p + bytes - 1}) {  // both ends: a range must not run off the allocation
             if (pointer_attribute_(&type, kMemoryType, q) != 0 || type != kMemoryTypeDevice)
                 return fail(-EINVAL, cat(hex(q), " is not CUDA device memory; register host memory as host"));
             if (pointer_attribute_(&ordinal, kDeviceOrdinal, q) != 0 || ordinal != device)
@@ -89,7 +92,7 @@ public:
         Scope scope(*this, device);
         if (!scope.ok) return fail(-ENODEV, scope.error);
         void *p = nullptr;
-        constexpr unsigned kPortable = 1; // usable from every context, like cudaHostAllocPortable
+        constexpr unsigned kPortable = 1;  // usable from every context, like cudaHostAllocPortable
         if (int rc = host_alloc_(&p, bytes, kPortable); rc != 0) return fail(-ENOMEM, text(rc, "cuMemHostAlloc"));
         return p;
     }
@@ -102,7 +105,8 @@ public:
         if (!scope.ok) return fail(-ENODEV, scope.error);
         void *stream = stream_for(device);
         if (!stream) return fail(-ENODEV, scope.error.empty() ? "cuStreamCreate failed" : scope.error);
-        if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes, stream); rc != 0)
+        if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes, stream);
+            rc != 0)
             return fail(-EIO, text(rc, "cuMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;
@@ -137,7 +141,7 @@ private:
             {
                 std::lock_guard lock(s.mutex_);
                 auto it = s.contexts_.find(dev);
-                if (it == s.contexts_.end()) { // retained once per device, kept for the stager's life
+                if (it == s.contexts_.end()) {  // retained once per device, kept for the stager's life
                     if (int rc = s.retain_(&ctx, dev); rc != 0) {
                         error = s.text(rc, "cuDevicePrimaryCtxRetain");
                         return;
@@ -222,7 +226,8 @@ public:
         void *lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            why = cat("no HIP runtime: ", name, " (", rt.rocm_choice, ") does not load: ", e ? e : "unknown dlopen error");
+            why = cat("no HIP runtime: ", name, " (", rt.rocm_choice,
+                      ") does not load: ", e ? e : "unknown dlopen error");
             return nullptr;
         }
         auto s = std::unique_ptr<HipStager>(new HipStager(lib, *rt.rocm_variant));
@@ -287,7 +292,8 @@ public:
             return fail(-EIO, text(rc, "hipMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;
-        if (int rc = event_create_(&event, kDisableTiming); rc != 0) return fail(-EIO, text(rc, "hipEventCreateWithFlags"));
+        if (int rc = event_create_(&event, kDisableTiming); rc != 0)
+            return fail(-EIO, text(rc, "hipEventCreateWithFlags"));
         if (int rc = event_record_(event, stream); rc != 0) {
             event_destroy_(event);
             return fail(-EIO, text(rc, "hipEventRecord"));
@@ -303,7 +309,7 @@ public:
     }
 
 private:
-    struct Scope { // restores the caller's current device
+    struct Scope {  // restores the caller's current device
         Scope(HipStager &s, int device) : s_(s) {
             ok = s.get_device_(&saved) == 0;
             s.set_device_(device);
@@ -349,7 +355,7 @@ private:
     const char *(*error_string_)(int) = nullptr;
 };
 
-} // namespace
+}  // namespace
 
 const char *cuda_driver_library() {
     const char *override_name = std::getenv("FERRY_LIBCUDA");
@@ -363,4 +369,4 @@ std::unique_ptr<GpuStager> GpuStager::open(uint32_t kind, std::string &why) {
     return nullptr;
 }
 
-} // namespace ferry
+}  // namespace ferry

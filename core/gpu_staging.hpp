@@ -36,4 +36,4 @@ public:
     virtual Result<void> wait(int device, void *event) = 0;
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -13,7 +13,7 @@ std::string first_line(const char *path) {
     return line;
 }
 
-} // namespace
+}  // namespace
 
 std::string local_host_identity() {
     if (const char *env = std::getenv("FERRY_HOST_ID"); env && *env) return env;
@@ -23,4 +23,4 @@ std::string local_host_identity() {
     return (machine.empty() ? "unknown-machine" : machine) + "/" + (boot.empty() ? "unknown-boot" : boot);
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -10,4 +10,4 @@ namespace ferry {
 // so network-namespace tests can act as separate hosts.
 std::string local_host_identity();
 
-} // namespace ferry
+}  // namespace ferry

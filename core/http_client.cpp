@@ -75,12 +75,12 @@ size_t deliver(char *data, size_t size, size_t n, void *state) {
 }
 
 int check_stop(void *state, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-    return static_cast<StreamState *>(state)->stop->load() ? 1 : 0; // non-zero aborts the transfer
+    return static_cast<StreamState *>(state)->stop->load() ? 1 : 0;  // non-zero aborts the transfer
 }
 
 bool contains(const char *text, const char *part) { return std::strstr(text, part) != nullptr; }
 
-} // namespace
+}  // namespace
 
 HttpClient::HttpClient(HttpTls tls) : tls_(std::move(tls)) {
     curl_ = curl().error.empty() ? curl().easy_init() : nullptr;
@@ -102,7 +102,7 @@ curl_slist *HttpClient::prepare(const std::string &url, const std::string &body,
     curl().easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     curl().easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer_);
     curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl().easy_setopt(c, CURLOPT_PROXY, ""); // etcd is reached directly, never through a proxy
+    curl().easy_setopt(c, CURLOPT_PROXY, "");  // etcd is reached directly, never through a proxy
     // HTTP/1.1 over https too: etcd would accept HTTP/2 by ALPN, and failures would then all
     // read CURLE_HTTP2, hiding which TLS step failed.
     curl().easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
@@ -122,44 +122,52 @@ Error HttpClient::failure(const std::string &url, int curl_code) const {
     std::string ca = tls_.ca_file.empty() ? std::string("the system's CA store (etcd_ca_file is not set)")
                                           : cat("etcd_ca_file '", tls_.ca_file, "'");
     switch (rc) {
-    case CURLE_PEER_FAILED_VERIFICATION:
-        return {-EACCES, cat(url, ": TLS certificate verify failed (", detail, "): etcd's certificate is not signed by ",
-                             ca, " or does not name this host; set etcd_ca_file to the CA that signed etcd's server certificate")};
-    case CURLE_SSL_CACERT_BADFILE:
-        return {-EINVAL, cat(url, ": cannot use ", ca, " (", detail, "); it must be a readable PEM file of CA certificates")};
-    case CURLE_SSL_CERTPROBLEM:
-        return {-EINVAL, cat(url, ": cannot use the client certificate etcd_cert_file '", tls_.cert_file, "' with etcd_key_file '",
-                             tls_.key_file, "' (", detail, "); they must be a PEM certificate and its unencrypted private key")};
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        if (url.rfind("https://", 0) == 0) {
-            // etcd with --client-cert-auth refuses a missing or untrusted client certificate
-            // with a TLS alert; under TLS 1.3 that comes after the client's handshake, and the
-            // request crossing it may turn the alert into a bare reset.
-            std::string hint = tls_.cert_file.empty()
-                                   ? "it requires a client certificate; set etcd_cert_file and etcd_key_file"
-                                   : "it does not accept the client certificate in etcd_cert_file; use one signed by the "
-                                     "CA etcd trusts (its --trusted-ca-file)";
-            if (contains(detail.c_str(), "alert"))
-                return {-EACCES, cat(url, ": etcd refused the TLS connection (", detail, "): ", hint)};
-            return {-ECONNRESET, cat(url, ": ", detail, " (if etcd runs with --client-cert-auth and closes connections at once, ",
-                                     hint, ")")};
-        }
-        break;
-    default:
-        break;
+        case CURLE_PEER_FAILED_VERIFICATION:
+            return {
+                -EACCES,
+                cat(url, ": TLS certificate verify failed (", detail, "): etcd's certificate is not signed by ", ca,
+                    " or does not name this host; set etcd_ca_file to the CA that signed etcd's server certificate")};
+        case CURLE_SSL_CACERT_BADFILE:
+            return {-EINVAL, cat(url, ": cannot use ", ca, " (", detail,
+                                 "); it must be a readable PEM file of CA certificates")};
+        case CURLE_SSL_CERTPROBLEM:
+            return {-EINVAL, cat(url, ": cannot use the client certificate etcd_cert_file '", tls_.cert_file,
+                                 "' with etcd_key_file '", tls_.key_file, "' (", detail,
+                                 "); they must be a PEM certificate and its unencrypted private key")};
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_RECV_ERROR:
+        case CURLE_SEND_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+            if (url.rfind("https://", 0) == 0) {
+                // etcd with --client-cert-auth refuses a missing or untrusted client certificate
+                // with a TLS alert; under TLS 1.3 that comes after the client's handshake, and the
+                // request crossing it may turn the alert into a bare reset.
+                std::string hint =
+                    tls_.cert_file.empty()
+                        ? "it requires a client certificate; set etcd_cert_file and etcd_key_file"
+                        : "it does not accept the client certificate in etcd_cert_file; use one signed by the "
+                          "CA etcd trusts (its --trusted-ca-file)";
+                if (contains(detail.c_str(), "alert"))
+                    return {-EACCES, cat(url, ": etcd refused the TLS connection (", detail, "): ", hint)};
+                return {-ECONNRESET,
+                        cat(url, ": ", detail,
+                            " (if etcd runs with --client-cert-auth and closes connections at once, ", hint, ")")};
+            }
+            break;
+        default: break;
     }
-    return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, cat(url, ": ", detail, " (curl error ", curl_code, ")")};
+    return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED,
+            cat(url, ": ", detail, " (curl error ", curl_code, ")")};
 }
 
 Result<std::string> HttpClient::post(const std::string &url, const std::string &body, std::chrono::milliseconds timeout,
                                      std::string_view authorization) {
     CURL *c = static_cast<CURL *>(curl_);
-    if (!c) return fail(curl().error.empty() ? -ENOMEM : -ENOENT, curl().error.empty() ? "curl_easy_init failed" : curl().error);
+    if (!c)
+        return fail(curl().error.empty() ? -ENOMEM : -ENOENT,
+                    curl().error.empty() ? "curl_easy_init failed" : curl().error);
     std::string response;
     curl_slist *headers = prepare(url, body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, append);
@@ -179,7 +187,9 @@ Result<std::string> HttpClient::post(const std::string &url, const std::string &
 Result<void> HttpClient::stream(const std::string &url, const std::string &body, const std::atomic<bool> &stop,
                                 const std::function<bool(std::string_view)> &on_data, std::string_view authorization) {
     CURL *c = static_cast<CURL *>(curl_);
-    if (!c) return fail(curl().error.empty() ? -ENOMEM : -ENOENT, curl().error.empty() ? "curl_easy_init failed" : curl().error);
+    if (!c)
+        return fail(curl().error.empty() ? -ENOMEM : -ENOENT,
+                    curl().error.empty() ? "curl_easy_init failed" : curl().error);
     StreamState state{&stop, &on_data};
     curl_slist *headers = prepare(url, body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, deliver);
@@ -203,4 +213,4 @@ Result<void> HttpClient::stream(const std::string &url, const std::string &body,
     return {};
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -10,14 +10,14 @@
 
 #include "ferry/engine.hpp"
 
-struct curl_slist; // libcurl's header list
+struct curl_slist;  // libcurl's header list
 
 namespace ferry {
 
 // Files for https:// (PEM). Empty ca_file: the system's CA store.
 struct HttpTls {
     std::string ca_file;
-    std::string cert_file; // client certificate, for servers that require one
+    std::string cert_file;  // client certificate, for servers that require one
     std::string key_file;
 };
 
@@ -49,4 +49,4 @@ private:
     char error_buffer_[256] = {};
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -44,9 +44,9 @@ std::optional<std::string> from_ld_so_cache(const std::string &soname) {
         return std::string(s, strnlen(s, data.size() - base - offset));
     };
 #if defined(__x86_64__)
-    constexpr uint32_t kArch = 0x0303; // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+    constexpr uint32_t kArch = 0x0303;  // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
 #elif defined(__aarch64__)
-    constexpr uint32_t kArch = 0x0a03; // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
+    constexpr uint32_t kArch = 0x0a03;  // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
 #else
     constexpr uint32_t kArch = 0;
 #endif
@@ -55,7 +55,8 @@ std::optional<std::string> from_ld_so_cache(const std::string &soname) {
         size_t entry = base + 48 + i * 24;
         if (kArch && (u32(entry) & 0xffff) != kArch) continue;
         uint32_t key = u32(entry + 4);
-        if (base + key >= data.size() || strncmp(data.data() + base + key, soname.c_str(), data.size() - base - key) != 0)
+        if (base + key >= data.size() ||
+            strncmp(data.data() + base + key, soname.c_str(), data.size() - base - key) != 0)
             continue;
         std::string path = text(u32(entry + 8));
         if (readable(path)) return path;
@@ -63,10 +64,10 @@ std::optional<std::string> from_ld_so_cache(const std::string &soname) {
     return std::nullopt;
 }
 
-} // namespace
+}  // namespace
 
 std::optional<std::string> loader_would_find(const std::string &soname) {
-    if (soname.empty() || soname.find('/') != std::string::npos) return std::nullopt; // not a search
+    if (soname.empty() || soname.find('/') != std::string::npos) return std::nullopt;  // not a search
     if (const char *env = std::getenv("LD_LIBRARY_PATH")) {
         std::string list = env;
         for (size_t start = 0; start <= list.size();) {
@@ -79,12 +80,12 @@ std::optional<std::string> loader_would_find(const std::string &soname) {
         }
     }
     if (auto path = from_ld_so_cache(soname)) return path;
-    for (const char *dir : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib",
-                            "/usr/lib"}) {
+    for (const char *dir :
+         {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}) {
         std::string path = std::string(dir) + "/" + soname;
         if (readable(path)) return path;
     }
     return std::nullopt;
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -11,4 +11,4 @@ namespace ferry {
 // LD_LIBRARY_PATH, then /etc/ld.so.cache, then the default directories. nullopt: not found.
 std::optional<std::string> loader_would_find(const std::string &soname);
 
-} // namespace ferry
+}  // namespace ferry

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <boost/core/null_deleter.hpp>
 #include <boost/log/attributes/constant.hpp>
 #include <boost/log/core.hpp>
 #include <boost/log/expressions.hpp>
@@ -12,7 +13,6 @@
 #include <boost/log/sinks/text_ostream_backend.hpp>
 #include <boost/log/sources/record_ostream.hpp>
 #include <boost/log/sources/severity_channel_logger.hpp>
-#include <boost/core/null_deleter.hpp>
 #include <iostream>
 
 namespace ferry::log {
@@ -54,7 +54,7 @@ Logger &logger() {
     return instance;
 }
 
-} // namespace
+}  // namespace
 
 bool parse_level(std::string_view text, Level &out) {
     std::string lower;
@@ -84,4 +84,4 @@ void write(Level l, std::string_view component, std::string_view message) {
     }
 }
 
-} // namespace ferry::log
+}  // namespace ferry::log

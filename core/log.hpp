@@ -71,13 +71,13 @@ inline bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(le
 
 void write(Level level, std::string_view component, std::string_view message);
 
-} // namespace log
-} // namespace ferry
+}  // namespace log
+}  // namespace ferry
 
 // Formats only when the level is enabled.
-#define FERRY_LOG(lvl, component, ...)                                                         \
-    do {                                                                                       \
-        if (::ferry::log::enabled(::ferry::log::Level::lvl))                                   \
+#define FERRY_LOG(lvl, component, ...)                                                           \
+    do {                                                                                         \
+        if (::ferry::log::enabled(::ferry::log::Level::lvl))                                     \
             ::ferry::log::write(::ferry::log::Level::lvl, component, ::ferry::cat(__VA_ARGS__)); \
     } while (0)
 #define FERRY_ERROR(...) FERRY_LOG(Error, "core", __VA_ARGS__)

@@ -16,8 +16,8 @@ namespace ferry {
 
 // How an etcd backend reaches etcd securely (config keys etcd_*; see etcd_client.hpp).
 struct EtcdSecurity {
-    std::string ca_file;   // etcds:// only; empty: the system's CA store
-    std::string cert_file; // client certificate and its key, for etcd --client-cert-auth
+    std::string ca_file;    // etcds:// only; empty: the system's CA store
+    std::string cert_file;  // client certificate and its key, for etcd --client-cert-auth
     std::string key_file;
     std::string user;      // etcd user/password authentication
     std::string password;  // never logged
@@ -27,10 +27,10 @@ struct EtcdSecurity {
 struct MetadataSettings {
     std::string url = "P2PHANDSHAKE";
     std::string local_ip = "127.0.0.1";
-    uint16_t rpc_port = 0; // 0: any free port
-    std::string local_server_name; // name to publish under, where the backend allows names
+    uint16_t rpc_port = 0;          // 0: any free port
+    std::string local_server_name;  // name to publish under, where the backend allows names
     std::chrono::milliseconds timeout{5000};
-    std::chrono::milliseconds retry_for{10000}; // how long to retry an unreachable metadata server at start
+    std::chrono::milliseconds retry_for{10000};  // how long to retry an unreachable metadata server at start
     int lease_ttl_s = 10;                        // etcd: a dead engine's segment disappears after this
     EtcdSecurity etcd;
 };
@@ -63,8 +63,8 @@ class ControlServer;
 // P2PHANDSHAKE serves descriptors from the engine's control server (its address is the
 // segment name) and fetches them from peers' control servers, authenticated with `secret`
 // (empty: none). etcd ignores both.
-Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings,
-                                                               ControlServer &control, const std::string &secret);
+Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings, ControlServer &control,
+                                                               const std::string &secret);
 Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings);
 
-} // namespace ferry
+}  // namespace ferry

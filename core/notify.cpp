@@ -23,7 +23,7 @@ Result<std::string> control_address(RemoteSegment &seg, const char *what) {
                                       " publishes no control address (its engine runs an older Ferry); upgrade it"));
 }
 
-} // namespace
+}  // namespace
 
 Result<void> Engine::send_notification(SegmentId id, std::span<const uint8_t> message) {
     if (auto r = check_size("send_notification", message.size()); !r) return r;
@@ -47,7 +47,8 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
             std::lock_guard seg_lock(seg.mutex);
             if (refresh_segment(seg) && !seg.descriptor.control.empty() && seg.descriptor.control != *address) {
                 *address = seg.descriptor.control;
-                client = ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
+                client =
+                    ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
             }
         }
         if (!client) return fail(client.error().code, "send_notification: " + client.error().message);
@@ -73,7 +74,6 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
     }
     return {};
 }
-
 
 std::vector<Notification> Engine::take_notifications() { return impl_->control->take_notifications(); }
 
@@ -142,8 +142,8 @@ void Engine::Impl::notifier_loop() {
         if (auto r = send_notification(*n.segment, n.message); !r) {
             n.code = r.error().code;
             n.error = r.error().message;
-            FERRY_WARN("batch ", batch->id, ": its notification to segment ", n.segment->name, " was not delivered: ",
-                       n.error);
+            FERRY_WARN("batch ", batch->id, ": its notification to segment ", n.segment->name,
+                       " was not delivered: ", n.error);
         }
         release_share(*batch);
         lock.lock();
@@ -166,4 +166,4 @@ void Engine::Impl::stop_notifier() {
     }
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -39,10 +39,12 @@ public:
         auto context = [&](const Error &e) {
             return fail(e.code, cat("cannot fetch segment '", segment_name, "': ", e.message));
         };
-        auto client = ControlClient::connect(segment_name, cat("segment '", segment_name, "'"), name_, secret_, deadline);
+        auto client =
+            ControlClient::connect(segment_name, cat("segment '", segment_name, "'"), name_, secret_, deadline);
         if (!client) return context(client.error());
-        auto bytes = client->call(control::kGetDescriptor,
-                                  {reinterpret_cast<const uint8_t *>(segment_name.data()), segment_name.size()}, deadline);
+        auto bytes =
+            client->call(control::kGetDescriptor,
+                         {reinterpret_cast<const uint8_t *>(segment_name.data()), segment_name.size()}, deadline);
         if (!bytes) return context(bytes.error());
         auto d = decode_descriptor(*bytes);
         if (!d) return context(d.error());
@@ -56,17 +58,19 @@ private:
     std::string name_;
 };
 
-} // namespace
+}  // namespace
 
-Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings,
-                                                               ControlServer &control, const std::string &secret) {
+Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings, ControlServer &control,
+                                                               const std::string &secret) {
     if (settings.url == "P2PHANDSHAKE" || settings.url.empty()) {
         std::unique_ptr<MetadataBackend> backend = std::make_unique<P2PMetadata>(settings, control, secret);
         return backend;
     }
-    if (settings.url.rfind("etcd://", 0) == 0 || settings.url.rfind("etcds://", 0) == 0) return make_etcd_metadata(settings);
-    return fail(-EPROTONOSUPPORT, cat("metadata server '", settings.url,
-                                      "' is not supported; use P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds:// (TLS)"));
+    if (settings.url.rfind("etcd://", 0) == 0 || settings.url.rfind("etcds://", 0) == 0)
+        return make_etcd_metadata(settings);
+    return fail(-EPROTONOSUPPORT,
+                cat("metadata server '", settings.url,
+                    "' is not supported; use P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds:// (TLS)"));
 }
 
-} // namespace ferry
+}  // namespace ferry

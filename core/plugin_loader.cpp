@@ -85,10 +85,8 @@ std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, cons
         std::string family, reason;
         int major = 0;
         if (!parse_variant(name, family, major)) continue;
-        if (variant_matches(rt, name, reason))
-            matching.emplace_back(variant_priority(rt, name), name);
-        else
-            others.push_back(name);
+        if (variant_matches(rt, name, reason)) matching.emplace_back(variant_priority(rt, name), name);
+        else others.push_back(name);
         why[name] = reason;
     }
     std::sort(matching.begin(), matching.end(), std::greater<>());
@@ -99,16 +97,16 @@ std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, cons
     return out;
 }
 
-} // namespace
+}  // namespace
 
 const char *to_string(PluginState state) {
     switch (state) {
-    case PluginState::Loaded: return "loaded";
-    case PluginState::Unavailable: return "unavailable";
-    case PluginState::Failed: return "failed";
-    case PluginState::Excluded: return "excluded";
-    case PluginState::Shadowed: return "shadowed";
-    case PluginState::VariantSkipped: return "variant-skipped";
+        case PluginState::Loaded: return "loaded";
+        case PluginState::Unavailable: return "unavailable";
+        case PluginState::Failed: return "failed";
+        case PluginState::Excluded: return "excluded";
+        case PluginState::Shadowed: return "shadowed";
+        case PluginState::VariantSkipped: return "variant-skipped";
     }
     return "unknown";
 }
@@ -168,21 +166,19 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
     if (auto problem = check_elf_file(path); !problem.empty())
         return fail_with(cat(fs::path(path).filename().string(), ": ", problem));
     boost::system::error_code ec;
-    boost::dll::shared_library library(
-        path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+    boost::dll::shared_library library(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
     if (ec || !library.is_loaded()) return fail_with(dlopen_error_text(path));
 
     if (!library.has(FERRY_PLUGIN_SYMBOL_V1)) {
         for (int major = 9; major >= 2; --major) {
             std::string sym = cat("ferry_plugin_v", major);
             if (library.has(sym))
-                return fail_with(cat("exports ", sym, " (plugin ABI ", major,
-                                     ") but this Ferry loads ABI ", FERRY_PLUGIN_ABI_MAJOR,
-                                     "; use a Ferry that supports ABI ", major,
+                return fail_with(cat("exports ", sym, " (plugin ABI ", major, ") but this Ferry loads ABI ",
+                                     FERRY_PLUGIN_ABI_MAJOR, "; use a Ferry that supports ABI ", major,
                                      " or rebuild the plugin against this Ferry's plugin.h"));
         }
-        return fail_with(cat("no symbol ", FERRY_PLUGIN_SYMBOL_V1,
-                             ": not a Ferry plugin, or built without exporting it"));
+        return fail_with(
+            cat("no symbol ", FERRY_PLUGIN_SYMBOL_V1, ": not a Ferry plugin, or built without exporting it"));
     }
     const auto *api = &library.get<const ferry_plugin_v1_t>(FERRY_PLUGIN_SYMBOL_V1);
     record.abi_version = api->abi_version;
@@ -194,16 +190,15 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
         return fail_with(cat("plugin struct is ", api->struct_size, " bytes but ABI ",
                              abi_text(FERRY_PLUGIN_ABI_VERSION), " needs at least ", kRequiredV1Size,
                              "; the plugin was built against a broken plugin.h"));
-    if (!api->name || !api->version)
-        return fail_with("plugin struct has no name or version string");
+    if (!api->name || !api->version) return fail_with("plugin struct has no name or version string");
     record.version = api->version;
     record.caps = api->caps;
     if (name != api->name)
         return fail_with(cat("file is named ", name, ".so but the plugin calls itself '", api->name,
                              "'; rename the file to ", api->name, ".so"));
     if (!api->probe || !api->create || !api->destroy || !api->export_endpoint || !api->register_mem ||
-        !api->deregister_mem || !api->export_mem || !api->connect || !api->disconnect ||
-        !api->import_mem || !api->release_mem || !api->submit || !api->poll)
+        !api->deregister_mem || !api->export_mem || !api->connect || !api->disconnect || !api->import_mem ||
+        !api->release_mem || !api->submit || !api->poll)
         return fail_with("plugin struct leaves a required function pointer NULL");
 
     auto loaded = std::make_shared<LoadedPlugin>();
@@ -222,7 +217,7 @@ PluginReport load_plugins(const LoaderOptions &options) {
     report.search_path = options.search_path;
     report.runtimes = probe_installed_runtimes();
     report.runtimes_ms = ms_since(start);
-    std::map<std::string, std::string> winner; // plugin name -> path of the copy used
+    std::map<std::string, std::string> winner;  // plugin name -> path of the copy used
 
     auto timed_load = [](const std::string &file, PluginRecord &rec) {
         auto load_start = Clock::now();
@@ -282,9 +277,9 @@ PluginReport load_plugins(const LoaderOptions &options) {
         bool asked = options.selection.requested(rec.name);
         if (rec.state == PluginState::Loaded || rec.state == PluginState::Shadowed) continue;
         if (asked) {
-            bool other_copy_loaded = std::any_of(report.plugins.begin(), report.plugins.end(), [&](const PluginRecord &r) {
-                return r.name == rec.name && r.state == PluginState::Loaded;
-            });
+            bool other_copy_loaded = std::any_of(
+                report.plugins.begin(), report.plugins.end(),
+                [&](const PluginRecord &r) { return r.name == rec.name && r.state == PluginState::Loaded; });
             if (other_copy_loaded) continue;
             report.errors.push_back(cat("plugin '", rec.name, "' (", rec.path, ") was requested but is ",
                                         to_string(rec.state), ": ", rec.reason));
@@ -320,7 +315,8 @@ std::string PluginReport::to_text() const {
         << runtimes.cuda_detail << "\n";
     out << "  ROCm: " << (runtimes.rocm_major ? cat("major ", *runtimes.rocm_major, " — ") : "none — ")
         << runtimes.rocm_detail << (runtimes.rocm_source.empty() ? "" : " (" + runtimes.rocm_source + ")") << "\n";
-    for (const auto &[major, path] : runtimes.hip_libraries) out << "    libamdhip64.so." << major << ": " << path << "\n";
+    for (const auto &[major, path] : runtimes.hip_libraries)
+        out << "    libamdhip64.so." << major << ": " << path << "\n";
     out << "    variant: " << (runtimes.rocm_variant ? cat("rocm", *runtimes.rocm_variant, " — ") : "none — ")
         << runtimes.rocm_choice << "\n";
     out << "Plugins:\n";
@@ -379,4 +375,4 @@ std::string PluginReport::to_json() const {
     return j.str();
 }
 
-} // namespace ferry
+}  // namespace ferry

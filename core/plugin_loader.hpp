@@ -26,27 +26,27 @@ struct LoadedPlugin {
 };
 
 enum class PluginState {
-    Loaded,         // usable: ABI accepted and probe says available
-    Unavailable,    // loaded, but its probe says this host lacks the driver or device
-    Failed,         // could not be loaded: dlopen error, missing symbol, ABI mismatch
-    Excluded,       // not loaded: FERRY_PLUGINS (or the `plugins` key) leaves it out
-    Shadowed,       // not loaded: a plugin of the same name earlier on the path wins
-    VariantSkipped, // not loaded: its variant directory's runtime is not installed
+    Loaded,          // usable: ABI accepted and probe says available
+    Unavailable,     // loaded, but its probe says this host lacks the driver or device
+    Failed,          // could not be loaded: dlopen error, missing symbol, ABI mismatch
+    Excluded,        // not loaded: FERRY_PLUGINS (or the `plugins` key) leaves it out
+    Shadowed,        // not loaded: a plugin of the same name earlier on the path wins
+    VariantSkipped,  // not loaded: its variant directory's runtime is not installed
 };
 const char *to_string(PluginState state);
 
 struct PluginRecord {
-    std::string name;     // from the file name: tcp.so -> "tcp"
+    std::string name;  // from the file name: tcp.so -> "tcp"
     std::string path;
     std::string variant;  // "" or the variant directory, e.g. "cuda13"
     PluginState state = PluginState::Failed;
-    std::string reason;   // the exact reason, e.g. the dynamic loader's text
+    std::string reason;  // the exact reason, e.g. the dynamic loader's text
     uint32_t abi_version = 0;
     std::string version;
     uint64_t caps = 0;
-    std::shared_ptr<LoadedPlugin> plugin; // set when Loaded
-    double load_ms = 0;   // dlopen and ABI checks (0 when never loaded)
-    double probe_ms = 0;  // the plugin's probe (0 when never probed)
+    std::shared_ptr<LoadedPlugin> plugin;  // set when Loaded
+    double load_ms = 0;                    // dlopen and ABI checks (0 when never loaded)
+    double probe_ms = 0;                   // the plugin's probe (0 when never probed)
 };
 
 // FERRY_PLUGINS syntax: "tcp,shm" allows only those; "^efa,rdma" allows all but those.
@@ -74,8 +74,8 @@ struct PluginReport {
     std::vector<PluginRecord> plugins;
     // Problems with plugins the user asked for by name; non-empty means "fail loudly".
     std::vector<std::string> errors;
-    double runtimes_ms = 0; // probe_installed_runtimes
-    double total_ms = 0;    // all of load_plugins
+    double runtimes_ms = 0;  // probe_installed_runtimes
+    double total_ms = 0;     // all of load_plugins
 
     const PluginRecord *find(const std::string &name) const;
     std::string to_text() const;
@@ -91,4 +91,4 @@ PluginReport load_plugins(const LoaderOptions &options);
 // Loads and validates one file (no search, no probe). Used by load_plugins and tests.
 bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record);
 
-} // namespace ferry
+}  // namespace ferry

@@ -32,7 +32,7 @@ std::string missing_hip(const InstalledRuntimes &rt, int major);
 
 void probe_cuda(InstalledRuntimes &rt) {
     std::string error;
-    void *lib = open_library(cuda_driver_library(), error); // $FERRY_LIBCUDA for tests
+    void *lib = open_library(cuda_driver_library(), error);  // $FERRY_LIBCUDA for tests
     if (!lib) {
         rt.cuda_detail = "no NVIDIA driver: " + error;
         return;
@@ -97,7 +97,7 @@ void probe_rocm(InstalledRuntimes &rt) {
     // initialisers (LLVM inside comgr) abort a process that already holds another LLVM.
     for (int major = kOldestRocm; major <= kNewestRocm; ++major)
         if (auto path = loader_would_find(cat("libamdhip64.so.", major))) rt.hip_libraries[major] = *path;
-    if (!rt.rocm_major && !rt.hip_libraries.empty()) { // Debian's ROCm: the soname is the release
+    if (!rt.rocm_major && !rt.hip_libraries.empty()) {  // Debian's ROCm: the soname is the release
         rt.rocm_major = rt.hip_libraries.rbegin()->first;
         rt.rocm_detail = cat("ROCm ", *rt.rocm_major);
         rt.rocm_source = rt.hip_libraries.rbegin()->second;
@@ -115,14 +115,15 @@ void probe_rocm(InstalledRuntimes &rt) {
     } else if (!rt.hip_libraries.empty()) {
         auto &[major, path] = *rt.hip_libraries.rbegin();
         rt.rocm_variant = major;
-        rt.rocm_choice = cat(found, " but libamdhip64.so.", *rt.rocm_major, " is not on the loader path; libamdhip64.so.",
-                             major, " is (", path, "), so rocm", major, "/ is used");
+        rt.rocm_choice =
+            cat(found, " but libamdhip64.so.", *rt.rocm_major, " is not on the loader path; libamdhip64.so.", major,
+                " is (", path, "), so rocm", major, "/ is used");
     } else {
         rt.rocm_choice = missing_hip(rt, *rt.rocm_major);
     }
 }
 
-} // namespace
+}  // namespace
 
 InstalledRuntimes probe_installed_runtimes() {
     InstalledRuntimes rt;
@@ -171,12 +172,11 @@ bool variant_matches(const InstalledRuntimes &rt, const std::string &variant, st
         why = missing_hip(rt, major);
         return false;
     }
-    if (rt.rocm_variant == major)
-        why = rt.rocm_choice;
+    if (rt.rocm_variant == major) why = rt.rocm_choice;
     else if (rt.rocm_variant)
-        why = cat("libamdhip64.so.", major, " at ", lib->second, "; rocm", *rt.rocm_variant, "/ goes first: ", rt.rocm_choice);
-    else
-        why = cat("libamdhip64.so.", major, " at ", lib->second);
+        why = cat("libamdhip64.so.", major, " at ", lib->second, "; rocm", *rt.rocm_variant,
+                  "/ goes first: ", rt.rocm_choice);
+    else why = cat("libamdhip64.so.", major, " at ", lib->second);
     return true;
 }
 
@@ -197,6 +197,6 @@ std::string missing_hip(const InstalledRuntimes &rt, int major) {
             return cat(text, ": add ", dir, " to ld.so.conf (then run ldconfig) or LD_LIBRARY_PATH");
     return text;
 }
-} // namespace
+}  // namespace
 
-} // namespace ferry
+}  // namespace ferry

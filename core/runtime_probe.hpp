@@ -9,13 +9,13 @@
 namespace ferry {
 
 struct InstalledRuntimes {
-    std::optional<int> cuda_major; // from the driver: cuDriverGetVersion() / 1000
-    std::string cuda_detail;       // what was found, or why nothing was
+    std::optional<int> cuda_major;  // from the driver: cuDriverGetVersion() / 1000
+    std::string cuda_detail;        // what was found, or why nothing was
 
-    std::optional<int> rocm_major; // the installed ROCm release's major, from rocm_source
-    std::string rocm_detail;       // "ROCm 7.2.4", or why no release was found
-    std::string rocm_source;       // "rocm-core", ".../.info/version" or the libamdhip64 path
-    std::map<int, std::string> hip_libraries; // libamdhip64.so.N the loader resolves: N -> file
+    std::optional<int> rocm_major;             // the installed ROCm release's major, from rocm_source
+    std::string rocm_detail;                   // "ROCm 7.2.4", or why no release was found
+    std::string rocm_source;                   // "rocm-core", ".../.info/version" or the libamdhip64 path
+    std::map<int, std::string> hip_libraries;  // libamdhip64.so.N the loader resolves: N -> file
     // The rocm<N>/ variant to use: rocm_major when its libamdhip64.so.N resolves, else the
     // newest N that does; nullopt when none does. rocm_choice says why, in words.
     std::optional<int> rocm_variant;
@@ -36,4 +36,4 @@ int variant_priority(const InstalledRuntimes &rt, const std::string &variant);
 // "cuda13" -> {"cuda", 13}; false for names that are not variant directories.
 bool parse_variant(const std::string &name, std::string &family, int &major);
 
-} // namespace ferry
+}  // namespace ferry

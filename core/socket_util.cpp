@@ -32,7 +32,7 @@ Result<void> wait_for(int fd, short events, Clock::time_point deadline, const ch
     }
 }
 
-} // namespace
+}  // namespace
 
 Result<HostPort> parse_host_port(std::string_view text) {
     std::string host;
@@ -164,4 +164,4 @@ Result<void> read_all(int fd, std::span<uint8_t> data, Clock::time_point deadlin
     return {};
 }
 
-} // namespace ferry
+}  // namespace ferry

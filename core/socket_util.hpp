@@ -30,4 +30,4 @@ Result<Fd> connect_tcp(const HostPort &to, Clock::time_point deadline);
 Result<void> write_all(int fd, std::span<const uint8_t> data, Clock::time_point deadline);
 Result<void> read_all(int fd, std::span<uint8_t> data, Clock::time_point deadline);
 
-} // namespace ferry
+}  // namespace ferry

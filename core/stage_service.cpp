@@ -15,7 +15,7 @@ struct StagingService::Lane {
     };
     GpuStager *stager = nullptr;
     int device = 0;
-    std::mutex m; // held across copy_async so the queue order is the stream order
+    std::mutex m;  // held across copy_async so the queue order is the stream order
     std::condition_variable cv;
     std::deque<Pending> queue;
     bool stop = false;
@@ -25,7 +25,7 @@ struct StagingService::Lane {
         std::unique_lock lock(m);
         for (;;) {
             cv.wait(lock, [&] { return stop || !queue.empty(); });
-            if (queue.empty()) return; // stopping, and every started copy reported
+            if (queue.empty()) return;  // stopping, and every started copy reported
             Pending p = std::move(queue.front());
             queue.pop_front();
             lock.unlock();
@@ -85,7 +85,8 @@ Result<void *> StagingService::acquire(uint32_t kind, int device) {
         if (stopping_) return fail(-ECANCELED, "GPU staging: the engine is shutting down");
         if (lent_ + slice_bytes_ > max_bytes_) {
             ++acquire_refused_;
-            return fail(-EAGAIN, cat("GPU staging: all ", max_bytes_, " bytes of pinned memory (gpu_staging_max_bytes) are lent out"));
+            return fail(-EAGAIN, cat("GPU staging: all ", max_bytes_,
+                                     " bytes of pinned memory (gpu_staging_max_bytes) are lent out"));
         }
         auto &pool = free_[{kind, device}];
         lent_ += slice_bytes_;
@@ -114,7 +115,8 @@ void StagingService::release(void *buf, bool inline_retry) {
         std::lock_guard lock(mutex_);
         auto it = slices_.find(buf);
         if (it == slices_.end() || !it->second.lent) {
-            FERRY_ERROR("GPU staging: release of ", hex(reinterpret_cast<uintptr_t>(buf)), ", which is not a lent slice; ignored");
+            FERRY_ERROR("GPU staging: release of ", hex(reinterpret_cast<uintptr_t>(buf)),
+                        ", which is not a lent slice; ignored");
             return;
         }
         it->second.lent = false;
@@ -244,10 +246,9 @@ int host_stage_copy(void *ctx, uint32_t kind, int32_t device, uint64_t device_ad
         return -EINVAL;
     }
     void *dev = reinterpret_cast<void *>(device_addr);
-    auto r = svc.copy(kind, device, to_device ? dev : buf, to_device ? buf : dev, bytes,
-                      [done, arg](int status, const std::string &message) {
-                          done(arg, status, status ? message.c_str() : nullptr);
-                      });
+    auto r = svc.copy(
+        kind, device, to_device ? dev : buf, to_device ? buf : dev, bytes,
+        [done, arg](int status, const std::string &message) { done(arg, status, status ? message.c_str() : nullptr); });
     if (!r) {
         put_error(err, r.error().message);
         return r.error().code;
@@ -255,7 +256,7 @@ int host_stage_copy(void *ctx, uint32_t kind, int32_t device, uint64_t device_ad
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 void StagingService::fill_host_api(ferry_host_api_t &host) {
     // The HIP runtime is opened only where no CUDA driver loads: a process holding both
@@ -274,4 +275,4 @@ void StagingService::fill_host_api(ferry_host_api_t &host) {
     host.stage_copy = host_stage_copy;
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -75,7 +75,7 @@ private:
     Lane *lane(uint32_t kind, int device, GpuStager *s);
 
     const uint64_t max_bytes_, slice_bytes_;
-    std::mutex mutex_; // guards everything below, and stagers
+    std::mutex mutex_;  // guards everything below, and stagers
     std::map<uint32_t, std::unique_ptr<GpuStager>> stagers_;
     std::map<uint32_t, std::string> stager_errors_;
     std::unordered_map<void *, Slice> slices_;
@@ -91,4 +91,4 @@ private:
     void retry_loop();
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -17,7 +17,7 @@ namespace {
 // transfer of the previous, few enough that concurrent ops share the pinned memory.
 constexpr unsigned kSlicesPerOp = 4;
 
-} // namespace
+}  // namespace
 
 GpuStager *Engine::Impl::stager(uint32_t kind, std::string &why) { return staging->stager(kind, why); }
 
@@ -35,7 +35,7 @@ Result<uint64_t> slice_handle(Engine::Impl &im, void *buf, size_t transport) {
     return *h;
 }
 
-} // namespace
+}  // namespace
 
 void Engine::Impl::stage_retry_waiters() {
     // First come, first served: the oldest waiter gets the slice given back; one that no longer
@@ -82,7 +82,7 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
             if (!handle) {
                 op.code = handle.error().code;
                 op.message = "staging GPU memory: " + handle.error().message;
-                unused = *buf; // given back below, outside the op's lock
+                unused = *buf;  // given back below, outside the op's lock
                 break;
             }
             uint64_t len = std::min(staging->slice_bytes(), op.length - op.next);
@@ -91,20 +91,21 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
             op.next += len;
             ++op.in_flight;
         }
-        finish = !op.waiting && !op.finished && op.in_flight == 0 && (op.code != 0 || op.done == op.length || stopping.load());
+        finish = !op.waiting && !op.finished && op.in_flight == 0 &&
+                 (op.code != 0 || op.done == op.length || stopping.load());
         if (finish) op.finished = true;
         waiting = op.waiting;
     }
     if (unused) staging->release(unused);
     if (finish) {
-        if (op.code == 0 && op.done != op.length) { // stopping before every slice moved
+        if (op.code == 0 && op.done != op.length) {  // stopping before every slice moved
             op.code = -ECANCELED;
             op.message = "the engine is shutting down";
         }
         complete(*op.record, op.code, op.message);
         return false;
     }
-    bool took = !started.empty() || waiting; // the slice given back is used, or all are lent again
+    bool took = !started.empty() || waiting;  // the slice given back is used, or all are lent again
     for (StagedSlice *s : started) {
         if (!op.read) {
             auto r = staging->copy(op.kind, op.device, s->buf, op.gpu + s->offset, s->length,
@@ -114,11 +115,17 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
                                            StagedOp &o = *s->op;
                                            {
                                                std::lock_guard lock(o.mutex);
-                                               if (o.code != 0 || stopping.load()) status = o.code ? o.code : -ECANCELED;
+                                               if (o.code != 0 || stopping.load())
+                                                   status = o.code ? o.code : -ECANCELED;
                                            }
                                            if (status == 0) {
-                                               ferry_xfer_op_t x{FERRY_OP_WRITE, 0, reinterpret_cast<uintptr_t>(s->buf), s->handle,
-                                                                 o.remote_addr + s->offset, o.remote_mem, s->length,
+                                               ferry_xfer_op_t x{FERRY_OP_WRITE,
+                                                                 0,
+                                                                 reinterpret_cast<uintptr_t>(s->buf),
+                                                                 s->handle,
+                                                                 o.remote_addr + s->offset,
+                                                                 o.remote_mem,
+                                                                 s->length,
                                                                  reinterpret_cast<uintptr_t>(s) | 1};
                                                auto r2 = transports[o.transport]->submit(o.peer, std::span(&x, 1));
                                                if (r2) return;
@@ -132,8 +139,9 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
                                    });
             if (!r) stage_wire_done(*s, r.error().code, "staging GPU memory: " + r.error().message);
         } else {
-            ferry_xfer_op_t x{FERRY_OP_READ, 0, reinterpret_cast<uintptr_t>(s->buf), s->handle, op.remote_addr + s->offset,
-                              op.remote_mem, s->length, reinterpret_cast<uintptr_t>(s) | 1};
+            ferry_xfer_op_t x{
+                FERRY_OP_READ, 0,         reinterpret_cast<uintptr_t>(s->buf), s->handle, op.remote_addr + s->offset,
+                op.remote_mem, s->length, reinterpret_cast<uintptr_t>(s) | 1};
             if (auto r = transports[op.transport]->submit(op.peer, std::span(&x, 1)); !r)
                 stage_wire_done(*s, r.error().code, r.error().message);
         }
@@ -143,7 +151,7 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
 
 // A slice's wire transfer ended (or, for a WRITE, its copy out of the GPU failed).
 void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view message) {
-    std::shared_ptr<StagedOp> keep = s.op; // the slice goes away below; the op stays
+    std::shared_ptr<StagedOp> keep = s.op;  // the slice goes away below; the op stays
     StagedOp &op = *keep;
     auto slice_over = [this, keep, &s](int status, std::string_view why) {
         StagedOp &op = *keep;
@@ -158,7 +166,7 @@ void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view me
             --op.in_flight;
             op.slices.remove_if([&](const StagedSlice &x) { return &x == &s; });
         }
-        staging->release(buf); // wakes the waiting ops
+        staging->release(buf);  // wakes the waiting ops
         stage_start(keep);
     };
     if (code != 0 || !op.read) {
@@ -169,7 +177,7 @@ void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view me
         std::lock_guard lock(op.mutex);
         if (op.code != 0 || stopping.load()) code = op.code ? op.code : -ECANCELED;
     }
-    if (code != 0) { // another slice failed: this one's bytes must not reach the GPU
+    if (code != 0) {  // another slice failed: this one's bytes must not reach the GPU
         slice_over(code, "");
         return;
     }
@@ -189,10 +197,10 @@ void Engine::Impl::stop_staging() {
     }
     // on_release stays: plugins may give slices back until they are destroyed; with stopping
     // set, a retried op only finishes.
-    staging->stop(); // every started copy reports first
+    staging->stop();  // every started copy reports first
     std::lock_guard lock(slice_handles_mutex);
     for (auto &[key, handle] : slice_handles) (void)transports[key.second]->deregister_mem(handle);
     slice_handles.clear();
 }
 
-} // namespace ferry
+}  // namespace ferry

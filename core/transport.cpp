@@ -15,10 +15,10 @@ void host_log(void *, int level, const char *plugin, const char *message) {
     log::write(static_cast<log::Level>(level), plugin ? plugin : "plugin", message ? message : "");
 }
 
-} // namespace
+}  // namespace
 
-Result<std::unique_ptr<Transport>> Transport::create(std::shared_ptr<LoadedPlugin> plugin,
-                                                      const PluginOptions &options, StagingService *staging) {
+Result<std::unique_ptr<Transport>> Transport::create(std::shared_ptr<LoadedPlugin> plugin, const PluginOptions &options,
+                                                     StagingService *staging) {
     auto host = std::make_unique<ferry_host_api_t>();
     host->struct_size = sizeof(ferry_host_api_t);
     host->log = host_log;
@@ -53,9 +53,9 @@ Transport::~Transport() {
 
 bool Transport::moves(uint32_t kind) const {
     switch (kind) {
-    case FERRY_MEM_HOST: return caps() & FERRY_CAP_MEM_HOST;
-    case FERRY_MEM_CUDA: return caps() & FERRY_CAP_MEM_CUDA;
-    case FERRY_MEM_ROCM: return caps() & FERRY_CAP_MEM_ROCM;
+        case FERRY_MEM_HOST: return caps() & FERRY_CAP_MEM_HOST;
+        case FERRY_MEM_CUDA: return caps() & FERRY_CAP_MEM_CUDA;
+        case FERRY_MEM_ROCM: return caps() & FERRY_CAP_MEM_ROCM;
     }
     return false;
 }
@@ -88,28 +88,30 @@ Result<std::vector<uint8_t>> Transport::export_bytes(Fn &&fn, const char *call) 
 }
 
 Result<std::vector<uint8_t>> Transport::endpoint() {
-    return export_bytes([&](void *b, size_t *l, ferry_error_t *e) {
-        return plugin_->api->export_endpoint(instance_, b, l, e);
-    }, "export_endpoint");
+    return export_bytes(
+        [&](void *b, size_t *l, ferry_error_t *e) { return plugin_->api->export_endpoint(instance_, b, l, e); },
+        "export_endpoint");
 }
 
 Result<uint64_t> Transport::register_mem(const ferry_mem_region_t &region) {
     ferry_error_t err{};
     uint64_t handle = 0;
-    if (int rc = plugin_->api->register_mem(instance_, &region, &handle, &err)) return std::unexpected(error(rc, err, "register_mem"));
+    if (int rc = plugin_->api->register_mem(instance_, &region, &handle, &err))
+        return std::unexpected(error(rc, err, "register_mem"));
     return handle;
 }
 
 Result<void> Transport::deregister_mem(uint64_t handle) {
     ferry_error_t err{};
-    if (int rc = plugin_->api->deregister_mem(instance_, handle, &err)) return std::unexpected(error(rc, err, "deregister_mem"));
+    if (int rc = plugin_->api->deregister_mem(instance_, handle, &err))
+        return std::unexpected(error(rc, err, "deregister_mem"));
     return {};
 }
 
 Result<std::vector<uint8_t>> Transport::export_mem(uint64_t handle) {
-    return export_bytes([&](void *b, size_t *l, ferry_error_t *e) {
-        return plugin_->api->export_mem(instance_, handle, b, l, e);
-    }, "export_mem");
+    return export_bytes(
+        [&](void *b, size_t *l, ferry_error_t *e) { return plugin_->api->export_mem(instance_, handle, b, l, e); },
+        "export_mem");
 }
 
 Result<uint64_t> Transport::connect(std::span<const uint8_t> endpoint) {
@@ -136,13 +138,15 @@ Result<uint64_t> Transport::import_mem(uint64_t peer, const ferry_mem_region_t &
 
 Result<void> Transport::release_mem(uint64_t peer, uint64_t remote_mem) {
     ferry_error_t err{};
-    if (int rc = plugin_->api->release_mem(instance_, peer, remote_mem, &err)) return std::unexpected(error(rc, err, "release_mem"));
+    if (int rc = plugin_->api->release_mem(instance_, peer, remote_mem, &err))
+        return std::unexpected(error(rc, err, "release_mem"));
     return {};
 }
 
 Result<void> Transport::submit(uint64_t peer, std::span<const ferry_xfer_op_t> ops) {
     ferry_error_t err{};
-    if (int rc = plugin_->api->submit(instance_, peer, ops.data(), ops.size(), &err)) return std::unexpected(error(rc, err, "submit"));
+    if (int rc = plugin_->api->submit(instance_, peer, ops.data(), ops.size(), &err))
+        return std::unexpected(error(rc, err, "submit"));
     return {};
 }
 
@@ -153,4 +157,4 @@ Result<size_t> Transport::poll(std::span<ferry_completion_t> out) {
     return static_cast<size_t>(rc);
 }
 
-} // namespace ferry
+}  // namespace ferry

@@ -22,8 +22,7 @@ class Transport {
 public:
     // `staging`: offered to plugins with FERRY_CAP_STAGED_DEVICE (ABI 1.1 stage_* calls) when
     // it has a GPU runtime; it must outlive the transport.
-    static Result<std::unique_ptr<Transport>> create(std::shared_ptr<LoadedPlugin> plugin,
-                                                     const PluginOptions &options,
+    static Result<std::unique_ptr<Transport>> create(std::shared_ptr<LoadedPlugin> plugin, const PluginOptions &options,
                                                      StagingService *staging = nullptr);
     ~Transport();
     Transport(const Transport &) = delete;
@@ -63,4 +62,4 @@ private:
     bool staged_ = false;
 };
 
-} // namespace ferry
+}  // namespace ferry

@@ -99,7 +99,7 @@ std::string unhex(std::string_view h) {
     return out;
 }
 
-} // namespace
+}  // namespace
 
 // Proofs pinned from the hand-written SHA-256/HMAC this library replaced: the wire is
 // unchanged, so engines of either version interoperate.
@@ -124,12 +124,14 @@ TEST(HmacSha256, ProofsOnTheWireAreThoseOfEarlierVersions) {
 TEST(HmacSha256, ASecretWithoutLibcryptoIsRefusedWithWhatToInstall) {
     ASSERT_EQ(setenv("FERRY_LIBCRYPTO", "/nonexistent/libcrypto.so.3", 1), 0);
     std::unique_ptr<PeerProcess> with_secret, without;
-    with_secret = std::make_unique<PeerProcess>(std::vector<std::string>{"--size", "4096", "--option", "auth_secret=" + kSecret});
+    with_secret =
+        std::make_unique<PeerProcess>(std::vector<std::string>{"--size", "4096", "--option", "auth_secret=" + kSecret});
     without = std::make_unique<PeerProcess>(std::vector<std::string>{"--size", "4096"});
     unsetenv("FERRY_LIBCRYPTO");
     EXPECT_FALSE(with_secret->ok) << with_secret->ready_line;
-    EXPECT_TRUE(contains(with_secret->error, "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be "
-                                             "loaded: install libssl3 (Debian/Ubuntu) or openssl-libs (RHEL)"))
+    EXPECT_TRUE(contains(with_secret->error,
+                         "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be "
+                         "loaded: install libssl3 (Debian/Ubuntu) or openssl-libs (RHEL)"))
         << with_secret->error;
     EXPECT_TRUE(contains(with_secret->error, "/nonexistent/libcrypto.so.3")) << with_secret->error;
     EXPECT_TRUE(without->ok) << without->error;
@@ -153,7 +155,8 @@ TEST(HmacSha256, TcpSoGivenAKeyWithoutLibcryptoRefusesIt) {
                 if (p.name == "tcp" && p.state == PluginState::Loaded) tcp = p.plugin;
             if (!tcp) _exit(2);
             // The key of kSecret, pinned above: computing it here would need libcrypto.
-            auto t = Transport::create(tcp, {{"auth_key", "af34c3c4d4732049341bfd18fe04285bf3b9403259679590ebc97d8c411bf396"}});
+            auto t = Transport::create(
+                tcp, {{"auth_key", "af34c3c4d4732049341bfd18fe04285bf3b9403259679590ebc97d8c411bf396"}});
             std::fprintf(stderr, "%s\n", t ? "created" : t.error().message.c_str());
             std::fflush(stderr);
             _exit(t ? 1 : 0);
@@ -169,7 +172,8 @@ TEST(HmacSha256, Rfc4231Vectors) {
     const Case cases[] = {
         {std::string(20, '\x0b'), "Hi There", "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
         {"Jefe", "what do ya want for nothing?", "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
-        {std::string(20, '\xaa'), std::string(50, '\xdd'), "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+        {std::string(20, '\xaa'), std::string(50, '\xdd'),
+         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
         {unhex("0102030405060708090a0b0c0d0e0f10111213141516171819"), std::string(50, '\xcd'),
          "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
         {std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First",
@@ -282,7 +286,7 @@ TEST(ControlAuth, AWrongSecretIsRefusedClearlyAndLoggedOnceByTheServer) {
     {
         StderrCapture capture;
         seg = client->open_segment(server->segment_name());
-        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // the server thread logs
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server thread logs
         log = capture.text();
     }
     ASSERT_FALSE(seg) << "a peer with another secret fetched the descriptor";
@@ -377,7 +381,15 @@ TEST(ControlAuth, AReplayedHandshakeIsRefused) {
 namespace {
 
 constexpr size_t kTcpHeader = 40;
-enum : uint8_t { kTcpHello = 1, kTcpHelloAck = 2, kTcpReadReq = 5, kTcpReadResp = 6, kTcpError = 7, kTcpAuth = 9, kTcpAuthAck = 10 };
+enum : uint8_t {
+    kTcpHello = 1,
+    kTcpHelloAck = 2,
+    kTcpReadReq = 5,
+    kTcpReadResp = 6,
+    kTcpError = 7,
+    kTcpAuth = 9,
+    kTcpAuthAck = 10
+};
 
 std::vector<uint8_t> tcp_header(uint8_t type, uint8_t flags, uint32_t msg_len, uint64_t id = 0, uint64_t addr = 0,
                                 uint64_t length = 0) {
@@ -397,7 +409,7 @@ std::vector<uint8_t> tcp_header(uint8_t type, uint8_t flags, uint32_t msg_len, u
 struct TcpReply {
     uint8_t type = 0, flags = 0;
     int32_t status = 0;
-    std::vector<uint8_t> data; // msg_len bytes after the header
+    std::vector<uint8_t> data;  // msg_len bytes after the header
     uint64_t length = 0;
 };
 
@@ -475,7 +487,7 @@ std::vector<uint8_t> hello_with(const uint8_t nonce[32], bool has_key) {
     return m;
 }
 
-} // namespace
+}  // namespace
 
 TEST(TcpAuth, TheRightKeyIsServedAndAReplayOfItsHandshakeIsRefused) {
     PeerProcess peer({"--size", "65536", "--option", "auth_secret=" + kSecret});
@@ -681,7 +693,8 @@ TEST(ShmAuth, ServesOnlyItsOwnUserWhenTheClusterHasASecret) {
             Request r{Opcode::Read, local.data(), *seg, peer.base, local.size(), transport};
             auto b = (*e)->submit(std::span(&r, 1));
             Result<void> w = b ? (*e)->wait(*b, std::chrono::seconds(20)) : Result<void>(std::unexpected(b.error()));
-            report(std::string(transport) + " " + (w ? "OK" : std::to_string(w.error().code) + " " + w.error().message));
+            report(std::string(transport) + " " +
+                   (w ? "OK" : std::to_string(w.error().code) + " " + w.error().message));
         }
         _exit(0);
     }

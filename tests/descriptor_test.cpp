@@ -13,12 +13,11 @@ SegmentDescriptor sample() {
     d.host_id = "machine/boot";
     d.generation = 9;
     d.transports = {{"tcp", {1, 2, 3}}, {"shm", {}}};
-    d.regions = {{0x1000, 0x1000, 0, -1, 3, {{"tcp", {}}, {"shm", {9, 9}}}},
-                 {0x4000, 0x100, 1, 2, 1, {{"tcp", {7}}}}};
+    d.regions = {{0x1000, 0x1000, 0, -1, 3, {{"tcp", {}}, {"shm", {9, 9}}}}, {0x4000, 0x100, 1, 2, 1, {{"tcp", {7}}}}};
     return d;
 }
 
-} // namespace
+}  // namespace
 
 TEST(Descriptor, RoundTrip) {
     auto bytes = encode_descriptor(sample());
@@ -44,7 +43,7 @@ TEST(Descriptor, ControlAddressRoundTripsAndIsOptional) {
     for (size_t n = 0; n < bytes.size(); ++n)
         EXPECT_FALSE(decode_descriptor(std::span(bytes.data(), n))) << "prefix of " << n << " bytes decoded";
     auto unknown_flag = bytes;
-    unknown_flag[6] |= 0x2; // header flags: bit 1 is not defined
+    unknown_flag[6] |= 0x2;  // header flags: bit 1 is not defined
     auto refused = decode_descriptor(unknown_flag);
     ASSERT_FALSE(refused);
     EXPECT_NE(refused.error().message.find("unknown header flags"), std::string::npos) << refused.error().message;
@@ -88,7 +87,7 @@ TEST(Descriptor, RejectsOverlapHugeCountsAndOtherVersions) {
     d.regions[1].addr = 0x1800;
     EXPECT_FALSE(decode_descriptor(encode_descriptor(d)));
     auto bytes = encode_descriptor(sample());
-    bytes[4] = 2; // version 2
+    bytes[4] = 2;  // version 2
     auto v = decode_descriptor(bytes);
     ASSERT_FALSE(v);
     EXPECT_EQ(v.error().code, -EPROTONOSUPPORT);

@@ -18,8 +18,8 @@ using ferry::test::PeerProcess;
 namespace {
 
 std::vector<std::string> peer_args(uint64_t size) {
-    return {"--size", std::to_string(size), "--option", "plugins=efa", "--option", "efa.provider=tcp",
-            "--option", "efa.max_mr_size=4m"};
+    return {"--size",   std::to_string(size), "--option", "plugins=efa",
+            "--option", "efa.provider=tcp",   "--option", "efa.max_mr_size=4m"};
 }
 
 class EfaEngineTest : public ::testing::Test {
@@ -43,7 +43,7 @@ protected:
     std::vector<uint8_t> local;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(EfaEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
     PeerProcess peer(peer_args(16 << 20));
@@ -53,18 +53,21 @@ TEST_F(EfaEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
     // Reads cross the peer's 4 MiB registration boundaries.
     std::vector<Request> reads;
     for (uint64_t off = 0; off < peer.size; off += 3 << 20)
-        reads.push_back({Opcode::Read, local.data() + off, *seg, peer.base + off, std::min<uint64_t>(3 << 20, peer.size - off), ""});
+        reads.push_back({Opcode::Read, local.data() + off, *seg, peer.base + off,
+                         std::min<uint64_t>(3 << 20, peer.size - off), ""});
     std::string used;
     auto r = run(reads, &used);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(used, "efa");
-    for (uint64_t i = 0; i < peer.size; ++i)
-        ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
+    for (uint64_t i = 0; i < peer.size; ++i) ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
 
     std::vector<uint8_t> expected(peer.size);
     for (uint64_t i = 0; i < peer.size; ++i) expected[i] = test::peer_pattern(i);
-    struct Piece { uint64_t off, len; };
-    std::vector<Piece> pieces = {{0, 1}, {1, 4095}, {5000, (1 << 20) + 3}, {(4 << 20) - 9, 4 << 20}, {peer.size - 7, 7}};
+    struct Piece {
+        uint64_t off, len;
+    };
+    std::vector<Piece> pieces = {
+        {0, 1}, {1, 4095}, {5000, (1 << 20) + 3}, {(4 << 20) - 9, 4 << 20}, {peer.size - 7, 7}};
     std::vector<Request> writes;
     uint64_t src = 32 << 20;
     for (auto p : pieces) {
@@ -112,7 +115,8 @@ TEST_F(EfaEngineTest, PeerKilledMidTransferFailsItsOpsAndOthersCarryOn) {
     ASSERT_TRUE(s1 && s2);
     std::vector<Request> big;
     for (int i = 0; i < 1024; ++i)
-        big.push_back({Opcode::Write, local.data() + (i % 64) * (1 << 20), *s1, doomed.base + (i % 64) * (1 << 20), 1 << 20, "efa"});
+        big.push_back({Opcode::Write, local.data() + (i % 64) * (1 << 20), *s1, doomed.base + (i % 64) * (1 << 20),
+                       1 << 20, "efa"});
     auto b = engine->submit(big);
     ASSERT_TRUE(b) << b.error().message;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -54,7 +54,7 @@ protected:
     SegmentId seg = 0;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(EngineTest, ReadAndWriteMoveTheBytes) {
     std::vector<Request> reqs = {{Opcode::Read, local.data(), seg, raddr(100), 5000, ""},
@@ -148,7 +148,8 @@ TEST_F(EngineTest, AccessRightsAreEnforced) {
     EXPECT_EQ(readonly[0], 0x5a);
     Request r{Opcode::Read, local.data(), seg, reinterpret_cast<uintptr_t>(readonly.data()), 16, ""};
     auto b = initiator->submit(std::span(&r, 1));
-    ASSERT_TRUE(b) << b.error().message << " (memory registered after open_segment is found by re-reading the descriptor)";
+    ASSERT_TRUE(b) << b.error().message
+                   << " (memory registered after open_segment is found by re-reading the descriptor)";
     EXPECT_TRUE(initiator->wait(*b, std::chrono::seconds(5)));
     EXPECT_EQ(local[0], 0x5a);
 }
@@ -165,9 +166,9 @@ TEST_F(EngineTest, GpuMemoryWithoutAGpuTransportIsRefused) {
     ASSERT_FALSE(r) << "a host vector registered as CUDA memory must be refused";
     // Without a CUDA driver nothing can stage it; with one, the stager sees it is not device memory.
     if (r.error().code == -ENOTSUP)
-        EXPECT_NE(r.error().message.find("no loaded transport can move cuda memory"), std::string::npos) << r.error().message;
-    else
-        EXPECT_NE(r.error().message.find("is not CUDA device memory"), std::string::npos) << r.error().message;
+        EXPECT_NE(r.error().message.find("no loaded transport can move cuda memory"), std::string::npos)
+            << r.error().message;
+    else EXPECT_NE(r.error().message.find("is not CUDA device memory"), std::string::npos) << r.error().message;
 }
 
 TEST_F(EngineTest, BatchBookkeepingErrors) {
@@ -210,12 +211,16 @@ TEST(EngineConfig, ControlLimitsAreRangeChecked) {
         auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {key, value}});
         ASSERT_FALSE(e) << key << "=" << value;
         EXPECT_EQ(e.error().code, -EINVAL);
-        EXPECT_NE(e.error().message.find(std::string("'") + key + "' = '" + value + "'; use " + range), std::string::npos)
+        EXPECT_NE(e.error().message.find(std::string("'") + key + "' = '" + value + "'; use " + range),
+                  std::string::npos)
             << e.error().message;
     }
-    auto e = Engine::create({{"plugins", "example"}, {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR},
-                             {"control_max_connections", "16"}, {"control_max_connections_per_peer", "4"},
-                             {"control_idle_timeout_ms", "1000"}, {"control_log_interval_ms", "100"}});
+    auto e = Engine::create({{"plugins", "example"},
+                             {"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR},
+                             {"control_max_connections", "16"},
+                             {"control_max_connections_per_peer", "4"},
+                             {"control_idle_timeout_ms", "1000"},
+                             {"control_log_interval_ms", "100"}});
     EXPECT_TRUE(e) << e.error().message;
 }
 
@@ -252,7 +257,8 @@ TEST(CApi, EndToEndAndLastError) {
     ASSERT_EQ(ferry_engine_segment_name(b, name, sizeof name), 0);
     EXPECT_EQ(ferry_engine_segment_name(b, name, 3), -ENOSPC);
     std::vector<uint8_t> src(1000, 0xab), dst(1000, 0);
-    ASSERT_EQ(ferry_register(a, dst.data(), dst.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0);
+    ASSERT_EQ(ferry_register(a, dst.data(), dst.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE),
+              0);
     ASSERT_EQ(ferry_register(b, src.data(), src.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ), 0);
     ferry_segment_id_t seg;
     ASSERT_EQ(ferry_open_segment(a, name, &seg), 0) << ferry_last_error();
@@ -268,7 +274,8 @@ TEST(CApi, EndToEndAndLastError) {
     EXPECT_EQ(ferry_free_batch(a, batch), 0);
     req.opcode = FERRY_WRITE;
     EXPECT_EQ(ferry_submit(a, &req, 1, &batch), -EACCES);
-    EXPECT_NE(std::string(ferry_last_error()).find("without remote write access"), std::string::npos) << ferry_last_error();
+    EXPECT_NE(std::string(ferry_last_error()).find("without remote write access"), std::string::npos)
+        << ferry_last_error();
     EXPECT_EQ(ferry_register(nullptr, dst.data(), 1, 0, -1, 0), -EINVAL);
     ferry_engine_destroy(a);
     ferry_engine_destroy(b);

@@ -50,9 +50,19 @@ public:
     std::string start() {
         const std::string client = url();
         const std::string peer = "http://127.0.0.1:" + std::to_string(client_port_ + 1);
-        std::vector<std::string> args = {"etcd", "--data-dir", (dir_ / "data").string(), "--listen-client-urls", client,
-                                         "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                                         "--initial-advertise-peer-urls", peer, "--initial-cluster", "default=" + peer};
+        std::vector<std::string> args = {"etcd",
+                                         "--data-dir",
+                                         (dir_ / "data").string(),
+                                         "--listen-client-urls",
+                                         client,
+                                         "--advertise-client-urls",
+                                         client,
+                                         "--listen-peer-urls",
+                                         peer,
+                                         "--initial-advertise-peer-urls",
+                                         peer,
+                                         "--initial-cluster",
+                                         "default=" + peer};
         args.insert(args.end(), flags_.begin(), flags_.end());
         // Built before fork: the child of a multithreaded process only makes async-signal-safe calls.
         std::vector<char *> argv;
@@ -81,7 +91,8 @@ public:
             int status = 0;
             if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
                 pid_ = -1;
-                return "etcd exited at start (port " + std::to_string(client_port_) + " in use?); its log: " + log_tail();
+                return "etcd exited at start (port " + std::to_string(client_port_) +
+                       " in use?); its log: " + log_tail();
             }
             last = sh(probe, &status);
             if (status == 0) return "";
@@ -129,15 +140,23 @@ std::string missing_tools() {
 std::string make_certificates(const std::filesystem::path &d) {
     const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2";
     const std::string p = d.string() + "/";
-    std::string script = "set -e; cd " + p + "; "
-                         "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -subj /CN=ferry-test-ca; "
-                         "openssl req -x509" + ec + " -keyout other-ca.key -out other-ca.pem -subj /CN=some-other-ca; "
-                         "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > server.ext; "
-                         "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
-                         "for who in server client; do "
-                         "openssl req" + ec + " -keyout $who.key -out $who.csr -subj /CN=ferry-$who; "
-                         "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-                         "-extfile $who.ext -out $who.pem; done";
+    std::string script =
+        "set -e; cd " + p +
+        "; "
+        "openssl req -x509" +
+        ec +
+        " -keyout ca.key -out ca.pem -subj /CN=ferry-test-ca; "
+        "openssl req -x509" +
+        ec +
+        " -keyout other-ca.key -out other-ca.pem -subj /CN=some-other-ca; "
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > server.ext; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > client.ext; "
+        "for who in server client; do "
+        "openssl req" +
+        ec +
+        " -keyout $who.key -out $who.csr -subj /CN=ferry-$who; "
+        "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+        "-extfile $who.ext -out $who.pem; done";
     int status = 0;
     std::string out = sh(script, &status);
     return status == 0 ? "" : "making test certificates failed: " + out;
@@ -186,7 +205,7 @@ void expect_found_and_read(const Config &peer_config, const Config &config) {
     for (size_t i = 0; i < local.size(); ++i) ASSERT_EQ(local[i], test::peer_pattern(i)) << i;
 }
 
-} // namespace
+}  // namespace
 
 // ---- keys checked before anything is contacted -------------------------------------------
 
@@ -199,18 +218,22 @@ TEST(EtcdSecureConfig, InconsistentKeysAreRefusedWithWhatToSet) {
         return e ? std::string("created") : e.error().message;
     };
     const std::string ca = (dir / "ca.pem").string();
-    EXPECT_TRUE(contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_ca_file", ca}}), "write etcds://127.0.0.1:1/p"));
+    EXPECT_TRUE(
+        contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_ca_file", ca}}), "write etcds://127.0.0.1:1/p"));
     EXPECT_TRUE(contains(create({{"metadata", "etcds://127.0.0.1:1/p"}, {"etcd_cert_file", ca}}), "set both"));
     EXPECT_TRUE(contains(create({{"metadata", "etcds://127.0.0.1:1/p"}, {"etcd_ca_file", "/nonexistent/ca.pem"}}),
                          "config key 'etcd_ca_file': cannot read '/nonexistent/ca.pem'"));
-    EXPECT_TRUE(contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}}), "set 'etcd_password_file'"));
-    EXPECT_TRUE(contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_password", "pw"}}), "'etcd_user' is not"));
+    EXPECT_TRUE(
+        contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}}), "set 'etcd_password_file'"));
+    EXPECT_TRUE(
+        contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_password", "pw"}}), "'etcd_user' is not"));
     EXPECT_TRUE(contains(create({{"metadata", "P2PHANDSHAKE"}, {"etcd_user", "u"}, {"etcd_password", "pw"}}),
                          "not an etcd:// or etcds:// address"));
     EXPECT_TRUE(contains(create({{"metadata", "etcd://https://127.0.0.1:1/p"}}), "etcds://h1:2379,h2:2379/prefix"));
     // A secret file is read with a bound: /dev/zero is refused, not read forever.
-    EXPECT_TRUE(contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}, {"etcd_password_file", "/dev/zero"}}),
-                         "holds more than 65536 bytes"));
+    EXPECT_TRUE(contains(
+        create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}, {"etcd_password_file", "/dev/zero"}}),
+        "holds more than 65536 bytes"));
 }
 
 // ---- TLS with client certificates ---------------------------------------------------------
@@ -226,11 +249,12 @@ protected:
             return;
         }
         const std::string p = certs_->path().string() + "/";
-        etcd_ = new EtcdProcess(23790, "https",
-                                {"--cert-file", p + "server.pem", "--key-file", p + "server.key", "--trusted-ca-file",
-                                 p + "ca.pem", "--client-cert-auth"},
-                                "curl -sS -f -m 2 -X POST {URL}/v3/maintenance/status -d '{}' --cacert " + p +
-                                    "ca.pem --cert " + p + "client.pem --key " + p + "client.key | grep -q '\"header\"'");
+        etcd_ =
+            new EtcdProcess(23790, "https",
+                            {"--cert-file", p + "server.pem", "--key-file", p + "server.key", "--trusted-ca-file",
+                             p + "ca.pem", "--client-cert-auth"},
+                            "curl -sS -f -m 2 -X POST {URL}/v3/maintenance/status -d '{}' --cacert " + p +
+                                "ca.pem --cert " + p + "client.pem --key " + p + "client.key | grep -q '\"header\"'");
         setup_error_ = etcd_->start();
     }
     static void TearDownTestSuite() {
@@ -416,7 +440,8 @@ TEST_F(EtcdAuth, WithoutCredentialsTheErrorSaysWhatToSet) {
     elsewhere["metadata"] = "etcd://" + etcd_->endpoint() + "/not-ferrys";
     auto denied = Engine::create(elsewhere);
     ASSERT_FALSE(denied);
-    EXPECT_TRUE(contains(denied.error().message, "grant etcd user 'ferry' a role with READWRITE")) << denied.error().message;
+    EXPECT_TRUE(contains(denied.error().message, "grant etcd user 'ferry' a role with READWRITE"))
+        << denied.error().message;
 }
 
 // Tokens expire after a second unused, and an etcd restart forgets them all: leases, fetches
@@ -428,7 +453,7 @@ TEST_F(EtcdAuth, ExpiredAndForgottenTokensAreReplaced) {
     ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));
     auto first = std::make_unique<PeerProcess>(as_peer_args(config("auth-phoenix")));
     ASSERT_TRUE(first->ok) << first->error;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500)); // the reader's token expires unused
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the reader's token expires unused
     auto seg = (*engine)->open_segment("auth-phoenix");
     ASSERT_TRUE(seg) << seg.error().message;
     ASSERT_TRUE(read_all(**engine, *seg, first->base, local));

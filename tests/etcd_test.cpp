@@ -65,8 +65,8 @@ public:
         auto deadline = Clock::now() + std::chrono::seconds(20);
         while (Clock::now() < deadline) {
             int status;
-            if (ferry::test::run_command("curl -s -m 1 -X POST http://" + endpoint() + "/v3/maintenance/status -d '{}' >/dev/null",
-                                         &status),
+            if (ferry::test::run_command(
+                    "curl -s -m 1 -X POST http://" + endpoint() + "/v3/maintenance/status -d '{}' >/dev/null", &status),
                 status == 0)
                 return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -97,7 +97,7 @@ protected:
         return {{"plugins", "tcp"}, {"metadata", url}, {"local_server_name", name}, {"etcd_lease_ttl_s", "2"}};
     }
     std::vector<std::string> peer_args(const std::string &name) {
-        return {"--size", "1048576", "--option", "metadata=" + url, "--option", "local_server_name=" + name,
+        return {"--size",   "1048576",           "--option", "metadata=" + url, "--option", "local_server_name=" + name,
                 "--option", "etcd_lease_ttl_s=2"};
     }
     // Waits (bounded) until `open_segment(name)` gives the expected kind of answer.
@@ -122,7 +122,7 @@ protected:
     std::string url;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(EtcdTest, SegmentsArePublishedAndFetchedThroughEtcd) {
     PeerProcess peer(peer_args("node-a"));
@@ -151,16 +151,15 @@ TEST_F(EtcdTest, ACrashedEnginesSegmentLeavesAfterItsLease) {
         PeerProcess doomed(peer_args("doomed"));
         ASSERT_TRUE(doomed.ok) << doomed.error;
         ASSERT_TRUE((*engine)->open_segment("doomed"));
-        doomed.kill_now(); // no clean shutdown: only the lease can remove it
+        doomed.kill_now();  // no clean shutdown: only the lease can remove it
     }
     ASSERT_TRUE((*engine)->close_segment(*(*engine)->open_segment("doomed")));
     auto start = Clock::now();
     EXPECT_TRUE(eventually([&] {
         auto s = (*engine)->open_segment("doomed");
-        if (s) (void)(*engine)->close_segment(*s); // still there: forget it and ask etcd again
+        if (s) (void)(*engine)->close_segment(*s);  // still there: forget it and ask etcd again
         return !s;
-    }))
-        << "the dead engine's segment is still in etcd long after its 2 s lease";
+    })) << "the dead engine's segment is still in etcd long after its 2 s lease";
     std::cout << "segment gone after " << std::chrono::duration<double>(Clock::now() - start).count() << " s\n";
 }
 
@@ -188,7 +187,7 @@ TEST_F(EtcdTest, EnginesRegisterAgainAfterEtcdRestartsWithoutItsData) {
     PeerProcess peer(peer_args("survivor"));
     ASSERT_TRUE(peer.ok) << peer.error;
     etcd.stop();
-    ASSERT_TRUE(etcd.start(/*wipe=*/true)); // every lease and key is gone
+    ASSERT_TRUE(etcd.start(/*wipe=*/true));  // every lease and key is gone
     auto engine = Engine::create(config("late-reader"));
     ASSERT_TRUE(engine) << engine.error().message;
     bool back = eventually([&] { return static_cast<bool>((*engine)->open_segment("survivor")); });

@@ -13,7 +13,8 @@ namespace {
 std::string fake(const std::string &name) { return std::string(FERRY_FAKE_PLUGIN_DIR) + "/" + name + ".so"; }
 
 std::string ferry_info(const std::string &env, const std::string &args, int *status) {
-    return ferry::test::run_command("env -u FERRY_PLUGINS " + env + " " + FERRY_INFO_BIN + " " + args + " 2>&1", status);
+    return ferry::test::run_command("env -u FERRY_PLUGINS " + env + " " + FERRY_INFO_BIN + " " + args + " 2>&1",
+                                    status);
 }
 
 class FerryInfoTest : public ::testing::Test {
@@ -30,11 +31,11 @@ protected:
         path += " LD_LIBRARY_PATH=" + lib.path().string();
     }
     TempDir dir;
-    TempDir lib; // a libferry with no ferry/plugins next to it
+    TempDir lib;  // a libferry with no ferry/plugins next to it
     std::string path;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(FerryInfoTest, WithoutADriverThePlainCopyLoadsAndVariantsSaySo) {
     int status = 0;
@@ -53,8 +54,10 @@ TEST_F(FerryInfoTest, WithADriverTheNewestMatchingVariantWins) {
     std::string out = ferry_info(path + ":" + FERRY_FAKE_RUNTIME_DIR, "--json", &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("\"cuda_major\":13"), std::string::npos) << out;
-    EXPECT_NE(out.find("\"path\":\"" + (dir / "cuda13/fake_gpu.so").string() + "\",\"variant\":\"cuda13\",\"state\":\"loaded\""),
-              std::string::npos) << out;
+    EXPECT_NE(out.find("\"path\":\"" + (dir / "cuda13/fake_gpu.so").string() +
+                       "\",\"variant\":\"cuda13\",\"state\":\"loaded\""),
+              std::string::npos)
+        << out;
     EXPECT_NE(out.find("\"variant\":\"cuda12\",\"state\":\"shadowed\""), std::string::npos) << out;
     EXPECT_NE(out.find("built for CUDA 14 but the driver supports CUDA 13 at most"), std::string::npos) << out;
     EXPECT_NE(out.find("\"variant\":\"\",\"state\":\"shadowed\""), std::string::npos) << out;
@@ -79,7 +82,8 @@ TEST_F(FerryInfoTest, SaysHowLongEachProbeTook) {
     ASSERT_NE(good, std::string::npos) << out;
     auto timing = out.find("      load ", good);
     ASSERT_NE(timing, std::string::npos) << out;
-    EXPECT_LT(timing, std::min(out.find("  [", good + 20), out.find("Discovery: "))) << "no timing line under fake_good: " << out;
+    EXPECT_LT(timing, std::min(out.find("  [", good + 20), out.find("Discovery: ")))
+        << "no timing line under fake_good: " << out;
     EXPECT_NE(out.find(" ms, probe ", timing), std::string::npos) << out;
     EXPECT_NE(out.find("Discovery: "), std::string::npos) << out;
     EXPECT_NE(out.find(" ms (runtimes "), std::string::npos) << out;
@@ -106,9 +110,10 @@ TEST_F(FerryInfoTest, ExitsNonZeroAndSaysWhereItLookedWhenNoPluginFileExists) {
     EXPECT_EQ(status, 1) << out;
     EXPECT_NE(out.find("(no plugin files found)"), std::string::npos) << out;
     EXPECT_NE(out.find("no plugin files (<name>.so) in any directory of the search path (" + empty.path().string()),
-              std::string::npos) << out;
-    EXPECT_NE(out.find((lib / "ferry/plugins").string()), std::string::npos) << out; // where it looked
-    EXPECT_NE(out.find("set FERRY_PLUGIN_PATH"), std::string::npos) << out;          // what to set
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find((lib / "ferry/plugins").string()), std::string::npos) << out;  // where it looked
+    EXPECT_NE(out.find("set FERRY_PLUGIN_PATH"), std::string::npos) << out;           // what to set
     out = ferry_info(env, "--json", &status);
     EXPECT_EQ(status, 1) << out;
     EXPECT_NE(out.find("\"errors\":[\"no plugin files"), std::string::npos) << out;
@@ -119,7 +124,8 @@ TEST_F(FerryInfoTest, ExitsNonZeroAndSaysWhereItLookedWhenNoPluginFileExists) {
 TEST(FerryInfoBuildTree, FindsThisBuildsPluginsWithNoEnvironment) {
     int status = 0;
     std::string out = ferry::test::run_command(
-        std::string("env -u FERRY_PLUGIN_PATH -u FERRY_PLUGINS -u LD_LIBRARY_PATH ") + FERRY_INFO_BIN + " 2>&1", &status);
+        std::string("env -u FERRY_PLUGIN_PATH -u FERRY_PLUGINS -u LD_LIBRARY_PATH ") + FERRY_INFO_BIN + " 2>&1",
+        &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find(std::string("tcp  [loaded]  ") + FERRY_BUILD_PLUGIN_DIR + "/tcp.so"), std::string::npos) << out;
     EXPECT_EQ(out.find("(no plugin files found)"), std::string::npos) << out;

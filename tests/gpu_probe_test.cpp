@@ -26,7 +26,7 @@ bool exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-} // namespace
+}  // namespace
 
 #ifdef FERRY_CUDA_IPC_DIR
 TEST(GpuProbe, CudaIpcSaysWhetherADriverIsThere) {
@@ -35,7 +35,8 @@ TEST(GpuProbe, CudaIpcSaysWhetherADriverIsThere) {
     ASSERT_NE(p.state, PluginState::Failed) << p.reason;
     EXPECT_FALSE(p.reason.empty());
     if (p.state == PluginState::Unavailable) {
-        EXPECT_TRUE(p.reason.find("no NVIDIA driver") != std::string::npos || p.reason.find("CUDA") != std::string::npos)
+        EXPECT_TRUE(p.reason.find("no NVIDIA driver") != std::string::npos ||
+                    p.reason.find("CUDA") != std::string::npos)
             << p.reason;
     } else {
         EXPECT_NE(p.reason.find("CUDA device"), std::string::npos) << p.reason;

@@ -37,7 +37,7 @@ protected:
     TempDir dir;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(LoaderTest, GoodPluginLoadsAndProbes) {
     put("fake_good");
@@ -131,7 +131,9 @@ TEST_F(LoaderTest, CorruptAndEmptyFilesFailCleanly) {
 }
 
 TEST_F(LoaderTest, FailuresDoNotStopTheOthers) {
-    for (auto n : {"fake_good", "fake_wrong_abi", "fake_no_symbol", "fake_missing_dep", "fake_unavailable", "fake_newer_minor"}) put(n);
+    for (auto n :
+         {"fake_good", "fake_wrong_abi", "fake_no_symbol", "fake_missing_dep", "fake_unavailable", "fake_newer_minor"})
+        put(n);
     auto r = load_from({dir.path()});
     EXPECT_EQ(record(r, "fake_good").state, PluginState::Loaded);
     EXPECT_EQ(record(r, "fake_newer_minor").state, PluginState::Loaded);

@@ -40,7 +40,7 @@ std::vector<Notification> take_at_least(Engine &engine, size_t count) {
     return all;
 }
 
-} // namespace
+}  // namespace
 
 TEST(Notify, ToAnotherProcessInOrderWithTheSendersName) {
     PeerProcess peer({"--size", "4096"});
@@ -70,7 +70,7 @@ TEST(Notify, FromAnotherProcessWithItsSegmentName) {
     EXPECT_TRUE(engine->take_notifications().empty());
     ASSERT_EQ(peer.command("notify " + engine->segment_name() + " hello"), "OK");
     ASSERT_EQ(peer.command("notify " + engine->segment_name() + " again"), "OK");
-    auto notes = engine->take_notifications(); // already queued when the peer said OK
+    auto notes = engine->take_notifications();  // already queued when the peer said OK
     ASSERT_EQ(notes.size(), 2u);
     EXPECT_EQ(notes[0].from, peer.segment);
     EXPECT_EQ(std::string(notes[0].message.begin(), notes[0].message.end()), "hello");
@@ -106,7 +106,7 @@ TEST(Notify, SizeLimitAndUnknownSegmentAreRefusedClearly) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code, -EMSGSIZE);
     EXPECT_NE(r.error().message.find("exceed the limit"), std::string::npos) << r.error().message;
-    big.pop_back(); // exactly the limit goes through
+    big.pop_back();  // exactly the limit goes through
     r = engine->send_notification(*seg, big);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(peer.command("take").substr(0, 8), "TAKEN 1 ");
@@ -214,7 +214,7 @@ TEST(Notify, AfterTheReceiverClosedAnIdleConnection) {
         ++sent;
         // Idle across the receiver's deadline, give or take: some rounds find the connection
         // closed, some race its close.
-        std::this_thread::sleep_for(std::chrono::milliseconds(150 + 10 * round)); // the idle time under test
+        std::this_thread::sleep_for(std::chrono::milliseconds(150 + 10 * round));  // the idle time under test
     }
     auto got = take_at_least(*receiver, sent);
     ASSERT_EQ(got.size(), sent);

@@ -52,11 +52,9 @@ std::string range(const void *addr, size_t length) {
     return s.str();
 }
 
-long long ms_since(Clock::time_point t) {
-    return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
-}
+long long ms_since(Clock::time_point t) { return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count(); }
 
-} // namespace
+}  // namespace
 
 TEST(NotifyWait, ReturnsWhenOneArrivesAndTimesOutWithItsOwnCode) {
     PeerProcess peer({"--size", "4096"});
@@ -79,7 +77,7 @@ TEST(NotifyWait, ReturnsWhenOneArrivesAndTimesOutWithItsOwnCode) {
     std::string reply;
     Clock::time_point sent_at;
     std::thread sender([&] {
-        std::this_thread::sleep_for(milliseconds(200)); // the waiter blocks first (not a synchronisation)
+        std::this_thread::sleep_for(milliseconds(200));  // the waiter blocks first (not a synchronisation)
         sent_at = Clock::now();
         reply = peer.command("notify " + engine->segment_name() + " wake");
     });
@@ -186,7 +184,8 @@ TEST(NotifyWait, ABatchWaitsForItsNotificationAndReportsOneNotDelivered) {
     ASSERT_TRUE(seg) << seg.error().message;
     std::vector<Request> writes;
     for (size_t off = 0; off < dst.size(); off += 32 << 10)
-        writes.push_back({Opcode::Write, src.data() + off, *seg, reinterpret_cast<uintptr_t>(dst.data()) + off, 32 << 10, ""});
+        writes.push_back(
+            {Opcode::Write, src.data() + off, *seg, reinterpret_cast<uintptr_t>(dst.data()) + off, 32 << 10, ""});
 
     auto b = sender->submit_with_notification(writes, *seg, bytes("done"));
     ASSERT_TRUE(b) << b.error().message;
@@ -208,7 +207,8 @@ TEST(NotifyWait, ABatchWaitsForItsNotificationAndReportsOneNotDelivered) {
     w = sender->wait(*b, milliseconds(60000));
     ASSERT_FALSE(w);
     EXPECT_EQ(w.error().code, -ENOBUFS);
-    EXPECT_NE(w.error().message.find("succeeded, but its notification to segment"), std::string::npos) << w.error().message;
+    EXPECT_NE(w.error().message.find("succeeded, but its notification to segment"), std::string::npos)
+        << w.error().message;
     EXPECT_NE(w.error().message.find("take_notifications"), std::string::npos) << w.error().message;
     for (size_t i = 0; i < writes.size(); ++i) EXPECT_EQ(sender->status(*b, i)->state, OpState::Done);
     ASSERT_TRUE(sender->free_batch(*b));
@@ -241,8 +241,8 @@ TEST(NotifyWait, AnEngineDestroyedWithANotificationPendingTearsDownCleanly) {
         Request w{Opcode::Write, src.data(), *seg, reinterpret_cast<uintptr_t>(dst.data()), src.size(), ""};
         auto b = sender->submit_with_notification(std::span(&w, 1), *seg, bytes("bye"));
         ASSERT_TRUE(b);
-        if (round % 2) (void)sender->status(*b, 0); // sometimes drive it part of the way
-    } // destroyed with the batch (and maybe its notification) in flight
+        if (round % 2) (void)sender->status(*b, 0);  // sometimes drive it part of the way
+    }                                                // destroyed with the batch (and maybe its notification) in flight
     (void)target->take_notifications();
 }
 
@@ -266,7 +266,7 @@ TEST(NotifyWait, AWaiterIsReleasedWhenItsEngineIsDestroyed) {
             auto paren = line.rfind(')');
             blocked = paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'S';
         }
-        if (!blocked) std::this_thread::sleep_for(milliseconds(5)); // polling the waiter's state
+        if (!blocked) std::this_thread::sleep_for(milliseconds(5));  // polling the waiter's state
     }
     ASSERT_TRUE(blocked) << "the waiter never blocked";
     engine.reset();
@@ -287,7 +287,8 @@ TEST(NotifyWait, AFloodingPeerIsHeldToTheQueueBound) {
     ASSERT_TRUE(got);
     EXPECT_EQ(got->size(), 100u);
     EXPECT_FALSE(readable(engine->notification_fd(), 0));
-    EXPECT_EQ(flooder.command("flood " + engine->segment_name() + " 150"), "FLOODED 100 50 0") << "taking made room again";
+    EXPECT_EQ(flooder.command("flood " + engine->segment_name() + " 150"), "FLOODED 100 50 0")
+        << "taking made room again";
 }
 
 TEST(NotifyWait, StrangersCannotWakeAServerThatHasASecret) {
@@ -316,13 +317,14 @@ TEST(NotifyWait, WaitNamesHowManyOpsFailedAndTheFirstFew) {
     ASSERT_TRUE(engine->register_memory(local.data(), local.size()));
     auto seg = engine->open_segment(target->segment_name());
     ASSERT_TRUE(seg);
-    ASSERT_TRUE(target->unregister_memory(dropped.data())); // our cached descriptor still lists it
+    ASSERT_TRUE(target->unregister_memory(dropped.data()));  // our cached descriptor still lists it
 
     const std::set<size_t> bad = {4, 9, 17, 50, 77};
     std::vector<Request> reads;
     for (size_t i = 0; i < 128; ++i) {
         auto &from = bad.count(i) ? dropped : kept;
-        reads.push_back({Opcode::Read, local.data() + i * 512, *seg, reinterpret_cast<uintptr_t>(from.data()) + i * 512, 512, ""});
+        reads.push_back(
+            {Opcode::Read, local.data() + i * 512, *seg, reinterpret_cast<uintptr_t>(from.data()) + i * 512, 512, ""});
     }
     auto b = engine->submit(reads);
     ASSERT_TRUE(b) << b.error().message;
@@ -351,8 +353,10 @@ TEST(NotifyWait, CApiWaitsPollsAndAttachesANotificationToABatch) {
     char name_b[256];
     ASSERT_EQ(ferry_engine_segment_name(b, name_b, sizeof name_b), 0);
     std::vector<uint8_t> dst(4096, 0), src(4096, 8);
-    ASSERT_EQ(ferry_register(b, dst.data(), dst.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_WRITE), 0) << ferry_last_error();
-    ASSERT_EQ(ferry_register(a, src.data(), src.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_register(b, dst.data(), dst.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_WRITE), 0)
+        << ferry_last_error();
+    ASSERT_EQ(ferry_register(a, src.data(), src.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ), 0)
+        << ferry_last_error();
     ferry_segment_id_t seg = 0;
     ASSERT_EQ(ferry_open_segment(a, name_b, &seg), 0) << ferry_last_error();
 

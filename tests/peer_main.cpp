@@ -37,8 +37,7 @@ int main(int argc, char **argv) {
             std::string rights = argv[++i];
             memory.access = (rights.find('r') != std::string::npos ? ferry::kRemoteRead : 0) |
                             (rights.find('w') != std::string::npos ? ferry::kRemoteWrite : 0);
-        }
-        else if (a == "--option" && i + 1 < argc) {
+        } else if (a == "--option" && i + 1 < argc) {
             std::string kv = argv[++i];
             auto eq = kv.find('=');
             config[kv.substr(0, eq)] = kv.substr(eq + 1);
@@ -78,14 +77,16 @@ int main(int argc, char **argv) {
                 if (!seg) return std::unexpected(seg.error());
                 if (verb == "writenotify") {
                     std::memset(buffer.data(), static_cast<int>(value), length);
-                    ferry::Request w{ferry::Opcode::Write, buffer.data(), *seg, std::strtoull(addr.c_str(), nullptr, 16), length};
+                    ferry::Request w{ferry::Opcode::Write, buffer.data(), *seg,
+                                     std::strtoull(addr.c_str(), nullptr, 16), length};
                     auto batch = (*engine)->submit(std::span(&w, 1));
                     if (!batch) return std::unexpected(batch.error());
                     auto done = (*engine)->wait(*batch);
                     (void)(*engine)->free_batch(*batch);
                     if (!done) return done;
                 }
-                return (*engine)->send_notification(*seg, {reinterpret_cast<const uint8_t *>(text.data()), text.size()});
+                return (*engine)->send_notification(*seg,
+                                                    {reinterpret_cast<const uint8_t *>(text.data()), text.size()});
             }();
             if (reply) std::printf("OK\n");
             else std::printf("ERROR %d %s\n", reply.error().code, reply.error().message.c_str());
@@ -132,7 +133,9 @@ int main(int argc, char **argv) {
         } else if (cmd == "take") {
             auto notes = (*engine)->take_notifications();
             std::printf("TAKEN %zu", notes.size());
-            for (auto &n : notes) std::printf(" %s|%.*s", n.from.c_str(), static_cast<int>(n.message.size()), reinterpret_cast<const char *>(n.message.data()));
+            for (auto &n : notes)
+                std::printf(" %s|%.*s", n.from.c_str(), static_cast<int>(n.message.size()),
+                            reinterpret_cast<const char *>(n.message.data()));
             std::printf("\n");
         } else if (cmd == "quit") {
             break;

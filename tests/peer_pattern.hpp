@@ -21,4 +21,4 @@ FERRY_TEST_ORDERED_ELSEWHERE inline uint64_t fnv1a(const uint8_t *p, size_t n) {
     return h;
 }
 
-} // namespace ferry::test
+}  // namespace ferry::test

@@ -12,7 +12,7 @@
 #include <vector>
 
 #ifndef FERRY_TEST_PEER_BIN
-#define FERRY_TEST_PEER_BIN "" // set by the tests that use the default peer
+#define FERRY_TEST_PEER_BIN ""  // set by the tests that use the default peer
 #endif
 
 namespace ferry::test {
@@ -71,7 +71,7 @@ public:
 
     bool ok = false;
     std::string error;
-    std::string ready_line; // the whole READY line, for peers that print more
+    std::string ready_line;  // the whole READY line, for peers that print more
     std::string segment;
     uint64_t base = 0;
     uint64_t size = 0;
@@ -95,4 +95,4 @@ private:
     FILE *out_ = nullptr;
 };
 
-} // namespace ferry::test
+}  // namespace ferry::test

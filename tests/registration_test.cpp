@@ -26,7 +26,7 @@ Result<void> run(Engine &e, const std::vector<Request> &reqs) {
     return w;
 }
 
-} // namespace
+}  // namespace
 
 // 50k regions: the quadratic republish took ~2 min for this (10k: 5.5 s); linear work is well
 // under a second. The deadline is 20x that, for a loaded 2-core CI machine.
@@ -43,8 +43,8 @@ TEST(Registration, ManyRegionsRegisterInLinearTimeAndPeersSeeAllOfThem) {
         ASSERT_TRUE(r) << i << ": " << r.error().message;
     }
     auto took = std::chrono::steady_clock::now() - start;
-    EXPECT_LT(took, std::chrono::seconds(20)) << "registering " << kRegions << " regions took "
-                                              << std::chrono::duration<double>(took).count() << " s";
+    EXPECT_LT(took, std::chrono::seconds(20))
+        << "registering " << kRegions << " regions took " << std::chrono::duration<double>(took).count() << " s";
 
     auto seg = initiator->open_segment(target->segment_name());
     ASSERT_TRUE(seg) << seg.error().message;
@@ -81,7 +81,7 @@ TEST(Registration, ARegionRegisteredAfterTheFetchIsFoundAndAnUnregisteredOneIsRe
     EXPECT_EQ(regions->size(), 2u);
 
     ASSERT_TRUE(target->unregister_memory(later.data()));
-    regions = initiator->segment_regions(*seg); // re-reads the descriptor
+    regions = initiator->segment_regions(*seg);  // re-reads the descriptor
     ASSERT_TRUE(regions);
     ASSERT_EQ(regions->size(), 1u);
     EXPECT_EQ((*regions)[0].addr, reinterpret_cast<uintptr_t>(first.data()));

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <memory>
 
-#include "ferry/engine.hpp"
 #include <unistd.h>
+#include "ferry/engine.hpp"
 
 #include "gpu_staging.hpp"
 #include "library_path.hpp"
@@ -33,9 +33,9 @@ protected:
     std::string info(const std::string &env = "") {
         int status = 0;
         std::string out = ferry::test::run_command("env -u FERRY_PLUGINS FERRY_PLUGIN_PATH=" + plugins.path().string() +
-                                                       " LD_LIBRARY_PATH=" + lib.path().string() + " ROCM_PATH=" +
-                                                       (opt / "rocm").string() + " " + env + " " + FERRY_INFO_BIN +
-                                                       " --json 2>&1",
+                                                       " LD_LIBRARY_PATH=" + lib.path().string() +
+                                                       " ROCM_PATH=" + (opt / "rocm").string() + " " + env + " " +
+                                                       FERRY_INFO_BIN + " --json 2>&1",
                                                    &status);
         EXPECT_EQ(status, 0) << out;
         return out;
@@ -47,7 +47,7 @@ protected:
     TempDir plugins, lib, opt;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(RocmVariantTest, RocmCore7WithOnlyHip6ChoosesRocm6) {
     add(FERRY_FAKE_ROCM_CORE7, "librocm-core.so.1");
@@ -57,11 +57,13 @@ TEST_F(RocmVariantTest, RocmCore7WithOnlyHip6ChoosesRocm6) {
     EXPECT_NE(out.find("\"rocm_source\":\"rocm-core\""), std::string::npos) << out;
     EXPECT_NE(out.find("\"rocm_variant\":\"rocm6\""), std::string::npos) << out;
     EXPECT_NE(out.find("ROCm 7.2.4 (rocm-core) but libamdhip64.so.7 is not on the loader path; libamdhip64.so.6 is ("),
-              std::string::npos) << out;
+              std::string::npos)
+        << out;
     EXPECT_NE(out.find(record("rocm6", "loaded")), std::string::npos) << out;
     EXPECT_NE(out.find(record("rocm7", "variant-skipped")), std::string::npos) << out;
     EXPECT_NE(out.find("rocm7/: ROCm 7.2.4 found (rocm-core) but libamdhip64.so.7 is not on the loader path"),
-              std::string::npos) << out;
+              std::string::npos)
+        << out;
 }
 
 TEST_F(RocmVariantTest, Hip6AndHip7BothPresentChoose7AndShadow6) {
@@ -94,7 +96,8 @@ TEST_F(RocmVariantTest, AmdOptLayoutOffTheLoaderPathSaysHowToFixIt) {
     EXPECT_NE(out.find("rocm7/: ROCm 7.2.3-91 found (" + (opt / "rocm/.info/version").string() +
                        ") but libamdhip64.so.7 is not on the loader path: add " + (opt / "rocm/lib").string() +
                        " to ld.so.conf (then run ldconfig) or LD_LIBRARY_PATH"),
-              std::string::npos) << out;
+              std::string::npos)
+        << out;
     EXPECT_NE(out.find(record("rocm7", "variant-skipped")), std::string::npos) << out;
     // On the loader path, the same install is chosen.
     out = info("LD_LIBRARY_PATH=" + (opt / "rocm/lib").string());
@@ -120,10 +123,11 @@ TEST_F(RocmVariantTest, GpuStagingUsesTheChosenVariantsRuntime) {
     add(FERRY_FAKE_HIP6, "libamdhip64.so.6");
     add(FERRY_FAKE_HIP7, "libamdhip64.so.7");
     int status = 0;
-    std::string out = ferry::test::run_command(
-        "env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD=" + lib.path().string() + " LD_LIBRARY_PATH=" + lib.path().string() +
-            " /proc/" + std::to_string(getpid()) + "/exe --gtest_filter=RocmVariantTest.GpuStagingUsesTheChosenVariantsRuntime 2>&1",
-        &status);
+    std::string out =
+        ferry::test::run_command("env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD=" + lib.path().string() +
+                                     " LD_LIBRARY_PATH=" + lib.path().string() + " /proc/" + std::to_string(getpid()) +
+                                     "/exe --gtest_filter=RocmVariantTest.GpuStagingUsesTheChosenVariantsRuntime 2>&1",
+                                 &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("STAGER: hipHostMalloc: fake HIP 6 (HIP error 606)"), std::string::npos) << out;
 }
@@ -142,8 +146,9 @@ TEST_F(RocmVariantTest, GpuStagingLeavesHipUnloadedWithoutAnAmdGpu) {
     add(FERRY_FAKE_HIP6, "libamdhip64.so.6");
     int status = 0;
     std::string out = ferry::test::run_command(
-        "env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD= LD_LIBRARY_PATH=" + lib.path().string() +
-            " /proc/" + std::to_string(getpid()) + "/exe --gtest_filter=RocmVariantTest.GpuStagingLeavesHipUnloadedWithoutAnAmdGpu 2>&1",
+        "env FERRY_TEST_STAGER_CHILD=1 FERRY_TEST_KFD= LD_LIBRARY_PATH=" + lib.path().string() + " /proc/" +
+            std::to_string(getpid()) +
+            "/exe --gtest_filter=RocmVariantTest.GpuStagingLeavesHipUnloadedWithoutAnAmdGpu 2>&1",
         &status);
     EXPECT_EQ(status, 0) << out;
     EXPECT_NE(out.find("STAGER: no HIP device: /dev/kfd does not exist"), std::string::npos) << out;
@@ -162,7 +167,7 @@ TEST(LoaderWouldFind, SearchesLdLibraryPathThenTheCacheAndOnlyFindsFiles) {
     EXPECT_FALSE(ferry::loader_would_find(""));
     EXPECT_FALSE(ferry::loader_would_find("../libferry_probe_test.so.3")) << "a name with a slash is no search";
     EXPECT_FALSE(ferry::loader_would_find("libferry_no_such_library.so.9"));
-    auto libc = ferry::loader_would_find("libc.so.6"); // from /etc/ld.so.cache or a default directory
+    auto libc = ferry::loader_would_find("libc.so.6");  // from /etc/ld.so.cache or a default directory
     ASSERT_TRUE(libc);
     EXPECT_TRUE(std::filesystem::exists(*libc)) << *libc;
     if (saved) setenv("LD_LIBRARY_PATH", keep.c_str(), 1);

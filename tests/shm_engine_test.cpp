@@ -53,7 +53,7 @@ protected:
     std::vector<uint8_t> local;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(ShmEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
     PeerProcess peer(peer_args(8 << 20));
@@ -68,12 +68,13 @@ TEST_F(ShmEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
     auto r = run(reads, &used);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(used, "shm") << "the same host: shm comes before tcp";
-    for (uint64_t i = 0; i < peer.size; ++i)
-        ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
+    for (uint64_t i = 0; i < peer.size; ++i) ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
 
     std::vector<uint8_t> expected(peer.size);
     for (uint64_t i = 0; i < peer.size; ++i) expected[i] = test::peer_pattern(i);
-    struct Piece { uint64_t off, len; };
+    struct Piece {
+        uint64_t off, len;
+    };
     std::vector<Piece> pieces = {{0, 1}, {1, 4095}, {5000, (1 << 20) + 3}, {3 << 20, 4 << 20}, {peer.size - 7, 7}};
     std::vector<Request> writes;
     uint64_t src = 32 << 20;
@@ -130,8 +131,8 @@ TEST_F(ShmEngineTest, PeerKilledMidTransferFailsItsOpsAndOthersCarryOn) {
             EXPECT_NE(st->message.find("pid"), std::string::npos) << st->message;
         }
     }
-    std::cout << failed << " of " << big.size() << " ops failed after the kill"
-              << (w ? "" : (": " + w.error().message)) << "\n";
+    std::cout << failed << " of " << big.size() << " ops failed after the kill" << (w ? "" : (": " + w.error().message))
+              << "\n";
     ASSERT_TRUE(engine->free_batch(*b));
     auto r = run({{Opcode::Read, local.data(), *s2, survivor.base, survivor.size, "shm"}});
     ASSERT_TRUE(r) << "the other peer is still served: " << r.error().message;

@@ -35,7 +35,7 @@ protected:
     std::vector<uint8_t> local;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(TcpEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
     PeerProcess peer({"--size", "8388608"});
@@ -48,13 +48,14 @@ TEST_F(TcpEngineTest, ReadAndWriteAcrossProcessesWithVerification) {
         reads.push_back({Opcode::Read, local.data() + off, *seg, peer.base + off, 1 << 20, "tcp"});
     auto r = run(reads);
     ASSERT_TRUE(r) << r.error().message;
-    for (uint64_t i = 0; i < peer.size; ++i)
-        ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
+    for (uint64_t i = 0; i < peer.size; ++i) ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
 
     // Writes of awkward sizes and offsets; the peer's checksum must match what we expect.
     std::vector<uint8_t> expected(peer.size);
     for (uint64_t i = 0; i < peer.size; ++i) expected[i] = test::peer_pattern(i);
-    struct Piece { uint64_t off, len; };
+    struct Piece {
+        uint64_t off, len;
+    };
     std::vector<Piece> pieces = {{0, 1}, {1, 4095}, {5000, (1 << 20) + 3}, {3 << 20, 4 << 20}, {peer.size - 7, 7}};
     std::vector<Request> writes;
     uint64_t src = 32 << 20;
@@ -97,7 +98,8 @@ TEST_F(TcpEngineTest, PeerKilledMidTransferFailsItsOpsAndOthersCarryOn) {
     // 1 GiB of writes cannot finish in the 20 ms before the kill.
     std::vector<Request> big;
     for (int i = 0; i < 1024; ++i)
-        big.push_back({Opcode::Write, local.data() + (i % 64) * (1 << 20), *s1, doomed.base + (i % 64) * (1 << 20), 1 << 20, ""});
+        big.push_back(
+            {Opcode::Write, local.data() + (i % 64) * (1 << 20), *s1, doomed.base + (i % 64) * (1 << 20), 1 << 20, ""});
     auto b = engine->submit(big);
     ASSERT_TRUE(b) << b.error().message;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -135,7 +137,8 @@ TEST(TransportFallback, APreferredTransportThatCannotConnectIsSkipped) {
     const std::string path = std::string("plugin_path=") + FERRY_EXAMPLE_PLUGIN_DIR;
     PeerProcess peer({"--size", "65536", "--option", path, "--option", "plugins=tcp,example"});
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto engine = Engine::create({{"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {"plugins", "tcp,example"}, {"protocols", "example,tcp"}});
+    auto engine = Engine::create(
+        {{"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {"plugins", "tcp,example"}, {"protocols", "example,tcp"}});
     ASSERT_TRUE(engine) << engine.error().message;
     std::vector<uint8_t> local(65536);
     ASSERT_TRUE((*engine)->register_memory(local.data(), local.size()));

@@ -52,4 +52,4 @@ inline std::string run_command(const std::string &command, int *status) {
     return out;
 }
 
-} // namespace ferry::test
+}  // namespace ferry::test

@@ -17,8 +17,8 @@
 namespace ferry {
 
 struct Error {
-    int code = 0;        // negative errno-style
-    std::string message; // names the problem and what to do
+    int code = 0;         // negative errno-style
+    std::string message;  // names the problem and what to do
 };
 
 template <class T>
@@ -61,7 +61,7 @@ struct Request {
     SegmentId segment = 0;
     uint64_t remote = 0;
     uint64_t length = 0;
-    std::string transport; // empty: choose by priority
+    std::string transport;  // empty: choose by priority
 };
 
 enum class OpState : uint32_t { Pending = 0, Done = 1, Failed = 2 };
@@ -84,21 +84,21 @@ struct RemoteRegion {
 
 // A message another engine sent with send_notification.
 struct Notification {
-    std::string from;             // the sender's segment name (its Engine::segment_name())
-    std::vector<uint8_t> message; // the bytes as sent (may be empty)
+    std::string from;              // the sender's segment name (its Engine::segment_name())
+    std::vector<uint8_t> message;  // the bytes as sent (may be empty)
 };
 inline constexpr size_t kMaxNotificationBytes = 1u << 20;
 
 // Pinned host memory the GPU staging lends out (to the plugins serving peers' access to our GPU
 // memory, and to our own initiator-side pipeline), for tests and benches.
 struct StagingStats {
-    uint64_t max_bytes = 0;       // gpu_staging_max_bytes: the bound (0: staging disabled)
-    uint64_t slice_bytes = 0;     // gpu_staging_slice_bytes: one slice
-    uint64_t lent_bytes = 0;      // lent out now
-    uint64_t peak_lent_bytes = 0; // most lent out at once since the engine started
-    uint64_t acquire_refused = 0; // slices refused at the bound (the asker waits or fails)
-    uint64_t copies = 0;          // GPU <-> pinned copies started
-    uint64_t copy_failures = 0;   // of those, failed
+    uint64_t max_bytes = 0;        // gpu_staging_max_bytes: the bound (0: staging disabled)
+    uint64_t slice_bytes = 0;      // gpu_staging_slice_bytes: one slice
+    uint64_t lent_bytes = 0;       // lent out now
+    uint64_t peak_lent_bytes = 0;  // most lent out at once since the engine started
+    uint64_t acquire_refused = 0;  // slices refused at the bound (the asker waits or fails)
+    uint64_t copies = 0;           // GPU <-> pinned copies started
+    uint64_t copy_failures = 0;    // of those, failed
 };
 
 struct TransportInfo {
@@ -112,8 +112,7 @@ class FERRY_API Engine {
 public:
     static Result<std::unique_ptr<Engine>> create(const Config &config);
     // YAML file, then `overrides` on top.
-    static Result<std::unique_ptr<Engine>> create_from_file(const std::string &yaml_path,
-                                                            const Config &overrides = {});
+    static Result<std::unique_ptr<Engine>> create_from_file(const std::string &yaml_path, const Config &overrides = {});
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
@@ -190,4 +189,4 @@ struct PluginReportOutput {
 };
 FERRY_API PluginReportOutput describe_plugins(const Config &config = {});
 
-} // namespace ferry
+}  // namespace ferry

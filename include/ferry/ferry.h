@@ -49,15 +49,11 @@ enum {
 };
 
 enum {
-    FERRY_REMOTE_READ = 1,  /* peers may read the region */
-    FERRY_REMOTE_WRITE = 2  /* peers may write the region */
+    FERRY_REMOTE_READ = 1, /* peers may read the region */
+    FERRY_REMOTE_WRITE = 2 /* peers may write the region */
 };
 
-enum {
-    FERRY_OP_PENDING = 0,
-    FERRY_OP_DONE = 1,
-    FERRY_OP_FAILED = 2
-};
+enum { FERRY_OP_PENDING = 0, FERRY_OP_DONE = 1, FERRY_OP_FAILED = 2 };
 
 typedef struct ferry_request {
     uint32_t opcode;            /* FERRY_READ or FERRY_WRITE */
@@ -70,19 +66,18 @@ typedef struct ferry_request {
 } ferry_request_t;
 
 typedef struct ferry_op_status {
-    uint32_t state;      /* FERRY_OP_* */
-    int32_t error;       /* negative errno-style code when FAILED */
-    char transport[32];  /* transport that carried the op */
-    char message[256];   /* why it failed */
+    uint32_t state;     /* FERRY_OP_* */
+    int32_t error;      /* negative errno-style code when FAILED */
+    char transport[32]; /* transport that carried the op */
+    char message[256];  /* why it failed */
 } ferry_op_status_t;
 
 /* Create an engine from key/value pairs (see README "Configuration"). */
-FERRY_C_API int ferry_engine_create(const char *const *keys, const char *const *values,
-                                    size_t count, ferry_engine_t **engine);
+FERRY_C_API int ferry_engine_create(const char *const *keys, const char *const *values, size_t count,
+                                    ferry_engine_t **engine);
 /* Create an engine from a YAML file; keys/values (may be empty) override it. */
-FERRY_C_API int ferry_engine_create_from_file(const char *yaml_path, const char *const *keys,
-                                              const char *const *values, size_t count,
-                                              ferry_engine_t **engine);
+FERRY_C_API int ferry_engine_create_from_file(const char *yaml_path, const char *const *keys, const char *const *values,
+                                              size_t count, ferry_engine_t **engine);
 FERRY_C_API void ferry_engine_destroy(ferry_engine_t *engine);
 
 /* Name peers use to open this engine's segment. Copies it, NUL-terminated, into buf. */
@@ -90,8 +85,8 @@ FERRY_C_API int ferry_engine_segment_name(ferry_engine_t *engine, char *buf, siz
 
 /* Register [addr, addr+length) with every transport that can move this memory kind.
  * access: FERRY_REMOTE_READ | FERRY_REMOTE_WRITE. device: GPU ordinal, -1 for host. */
-FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length,
-                               uint32_t memory_kind, int32_t device, uint32_t access);
+FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length, uint32_t memory_kind,
+                               int32_t device, uint32_t access);
 FERRY_C_API int ferry_unregister(ferry_engine_t *engine, void *addr);
 
 /* Pinned host memory the GPU staging lends out (engine keys gpu_staging_max_bytes and
@@ -107,13 +102,12 @@ typedef struct ferry_staging_stats {
 } ferry_staging_stats_t;
 FERRY_C_API int ferry_staging_stats(ferry_engine_t *engine, ferry_staging_stats_t *out);
 
-FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name,
-                                   ferry_segment_id_t *segment);
+FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name, ferry_segment_id_t *segment);
 FERRY_C_API int ferry_close_segment(ferry_engine_t *engine, ferry_segment_id_t segment);
 
 /* Submit a batch; never blocks on the network. */
-FERRY_C_API int ferry_submit(ferry_engine_t *engine, const ferry_request_t *requests,
-                             size_t count, ferry_batch_id_t *batch);
+FERRY_C_API int ferry_submit(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
+                             ferry_batch_id_t *batch);
 /* Status of op `index` of a batch; drives progress without blocking. */
 FERRY_C_API int ferry_get_status(ferry_engine_t *engine, ferry_batch_id_t batch, size_t index,
                                  ferry_op_status_t *status);
@@ -158,12 +152,11 @@ typedef struct ferry_notification {
  * (authenticated when a cluster secret is set). Returns 0 once that engine has queued them, so
  * a notification sent after a WRITE batch completed arrives after the written bytes are
  * visible. -EMSGSIZE when too long, -ENOBUFS when the receiver's queue is full. */
-FERRY_C_API int ferry_send_notification(ferry_engine_t *engine, ferry_segment_id_t segment,
-                                        const void *data, size_t length);
+FERRY_C_API int ferry_send_notification(ferry_engine_t *engine, ferry_segment_id_t segment, const void *data,
+                                        size_t length);
 /* Drain the notifications received so far, oldest first: *notifications is an array of *count
  * entries the caller frees with ferry_free_notifications (NULL and 0 when none arrived). */
-FERRY_C_API int ferry_take_notifications(ferry_engine_t *engine,
-                                         ferry_notification_t **notifications, size_t *count);
+FERRY_C_API int ferry_take_notifications(ferry_engine_t *engine, ferry_notification_t **notifications, size_t *count);
 /* Free what ferry_take_notifications returned; NULL is fine. */
 FERRY_C_API void ferry_free_notifications(ferry_notification_t *notifications, size_t count);
 /* As ferry_take_notifications, but blocks until at least one is queued (returning as soon as
@@ -186,9 +179,9 @@ FERRY_C_API int ferry_notification_fd(ferry_engine_t *engine, int *fd);
  * but delivering it failed (e.g. -ENOBUFS: the target's queue is full), that error ("all N ops
  * of batch B succeeded, but its notification ... was not delivered: ..."). Until then the batch
  * is in flight (ferry_free_batch: -EBUSY). (C API version 3.) */
-FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const ferry_request_t *requests,
-                                               size_t count, ferry_segment_id_t target, const void *data,
-                                               size_t length, ferry_batch_id_t *batch);
+FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
+                                               ferry_segment_id_t target, const void *data, size_t length,
+                                               ferry_batch_id_t *batch);
 
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);

@@ -65,9 +65,9 @@ typedef enum ferry_mem_kind {
 } ferry_mem_kind_t;
 
 /* Capability bits in ferry_plugin_v1_t.caps. */
-#define FERRY_CAP_MEM_HOST (1ull << 0)  /* can move host memory */
-#define FERRY_CAP_MEM_CUDA (1ull << 1)  /* can move CUDA device memory directly */
-#define FERRY_CAP_MEM_ROCM (1ull << 2)  /* can move ROCm device memory directly */
+#define FERRY_CAP_MEM_HOST (1ull << 0)   /* can move host memory */
+#define FERRY_CAP_MEM_CUDA (1ull << 1)   /* can move CUDA device memory directly */
+#define FERRY_CAP_MEM_ROCM (1ull << 2)   /* can move ROCm device memory directly */
 #define FERRY_CAP_INTRA_NODE (1ull << 8) /* reaches peers on the same host */
 #define FERRY_CAP_INTER_NODE (1ull << 9) /* reaches peers on other hosts */
 /* Accepts the option auth_key (hex; the host derives it from the cluster secret, and passes it
@@ -116,7 +116,7 @@ typedef struct ferry_kv {
 typedef struct ferry_host_api {
     uint32_t struct_size; /* sizeof(ferry_host_api_t) as the host compiled it */
     uint32_t reserved;
-    void *ctx;            /* pass back as the first argument of the callbacks */
+    void *ctx; /* pass back as the first argument of the callbacks */
     /* Route a log line through the host's logger. May be called from any thread. */
     void (*log)(void *ctx, int level, const char *plugin_name, const char *message);
     /* Current log level: lines above it are dropped, so skip formatting them. */
@@ -135,8 +135,7 @@ typedef struct ferry_host_api {
     /* Borrow a pinned host buffer of at least `bytes` (<= stage_slice_bytes) for device memory of
      * (kind, device_id). Returns -EAGAIN when the bound is reached (release one and try again,
      * or fail the op with it), -ENOTSUP when no runtime for `kind` is loaded. Never blocks. */
-    int (*stage_acquire)(void *ctx, uint32_t kind, int32_t device_id, uint64_t bytes, void **buf,
-                         ferry_error_t *err);
+    int (*stage_acquire)(void *ctx, uint32_t kind, int32_t device_id, uint64_t bytes, void **buf, ferry_error_t *err);
     /* Give a borrowed buffer back. No copy on it may still be running. */
     void (*stage_release)(void *ctx, void *buf);
     /* Start copying `bytes` between device memory at `device_addr` (inside a region registered
@@ -145,31 +144,29 @@ typedef struct ferry_host_api {
      * host thread, never from inside stage_copy; status 0 or a negative code with a message.
      * Copies started on one (kind, device_id) finish in the order they were started. On a
      * negative return `done` is never called. */
-    int (*stage_copy)(void *ctx, uint32_t kind, int32_t device_id, uint64_t device_addr, void *buf,
-                      uint64_t bytes, int to_device,
-                      void (*done)(void *arg, int status, const char *message), void *arg,
+    int (*stage_copy)(void *ctx, uint32_t kind, int32_t device_id, uint64_t device_addr, void *buf, uint64_t bytes,
+                      int to_device, void (*done)(void *arg, int status, const char *message), void *arg,
                       ferry_error_t *err);
 } ferry_host_api_t;
 
 /* Bytes of ferry_host_api_t up to and including `member`: a plugin reads a field only when
  * host->struct_size is at least this. */
-#define FERRY_HOST_API_SIZE_UNTIL(member) \
-    (offsetof(ferry_host_api_t, member) + sizeof(((ferry_host_api_t *)0)->member))
+#define FERRY_HOST_API_SIZE_UNTIL(member) (offsetof(ferry_host_api_t, member) + sizeof(((ferry_host_api_t *)0)->member))
 
 /* Result of `probe`. */
 typedef struct ferry_probe_result {
-    int available;                   /* 1: usable on this host, 0: not */
-    char reason[FERRY_MESSAGE_MAX];  /* why not, or what was found, for ferry-info */
+    int available;                  /* 1: usable on this host, 0: not */
+    char reason[FERRY_MESSAGE_MAX]; /* why not, or what was found, for ferry-info */
 } ferry_probe_result_t;
 
 /* A memory region, local (register_mem) or remote (import_mem). */
 typedef struct ferry_mem_region {
-    uint64_t addr;      /* virtual address in the owning process */
-    uint64_t length;    /* bytes */
-    uint32_t kind;      /* ferry_mem_kind_t */
-    int32_t device_id;  /* device ordinal for GPU memory, -1 for host memory */
-    uint32_t access;    /* FERRY_ACCESS_* bits granted to remote peers */
-    uint32_t reserved;  /* zero */
+    uint64_t addr;     /* virtual address in the owning process */
+    uint64_t length;   /* bytes */
+    uint32_t kind;     /* ferry_mem_kind_t */
+    int32_t device_id; /* device ordinal for GPU memory, -1 for host memory */
+    uint32_t access;   /* FERRY_ACCESS_* bits granted to remote peers */
+    uint32_t reserved; /* zero */
 } ferry_mem_region_t;
 
 /* One one-sided operation. Both ranges lie inside a single registered region each. */
@@ -187,7 +184,7 @@ typedef struct ferry_xfer_op {
 /* Completion of one op. */
 typedef struct ferry_completion {
     uint64_t user_data;
-    int32_t status;                  /* 0 or a negative errno-style code */
+    int32_t status; /* 0 or a negative errno-style code */
     uint32_t reserved;
     char message[FERRY_MESSAGE_MAX]; /* set when status != 0 */
 } ferry_completion_t;
@@ -197,10 +194,10 @@ typedef struct ferry_transport ferry_transport_t;
 
 typedef struct ferry_plugin_v1 {
     /* ---- header: identical in every ABI major ---- */
-    uint32_t abi_version;   /* FERRY_PLUGIN_ABI_VERSION the plugin was built with */
-    uint32_t struct_size;   /* sizeof(ferry_plugin_v1_t) the plugin was built with */
-    const char *name;       /* transport name, e.g. "tcp"; matches the file name */
-    const char *version;    /* plugin version string, e.g. "1.0.0" */
+    uint32_t abi_version; /* FERRY_PLUGIN_ABI_VERSION the plugin was built with */
+    uint32_t struct_size; /* sizeof(ferry_plugin_v1_t) the plugin was built with */
+    const char *name;     /* transport name, e.g. "tcp"; matches the file name */
+    const char *version;  /* plugin version string, e.g. "1.0.0" */
 
     /* ---- ABI 1.0 ---- */
     uint64_t caps; /* FERRY_CAP_* */
@@ -212,8 +209,8 @@ typedef struct ferry_plugin_v1 {
 
     /* Create a transport instance from key/value options. `host` stays valid until destroy.
      * Serving (answering peers' requests) starts here. */
-    int (*create)(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
-                  ferry_transport_t **out, ferry_error_t *err);
+    int (*create)(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host, ferry_transport_t **out,
+                  ferry_error_t *err);
 
     /* Stop serving, fail in-flight ops, free everything. Called once. */
     void (*destroy)(ferry_transport_t *transport);
@@ -221,12 +218,11 @@ typedef struct ferry_plugin_v1 {
     /* Bytes a peer needs to reach this instance (address, port, queue numbers, ...).
      * `*len` holds the capacity of `buf` on entry and the size written on return. When the
      * buffer is too small, returns -ENOSPC and sets `*len` to the size needed. */
-    int (*export_endpoint)(ferry_transport_t *transport, void *buf, size_t *len,
-                           ferry_error_t *err);
+    int (*export_endpoint)(ferry_transport_t *transport, void *buf, size_t *len, ferry_error_t *err);
 
     /* Register a local region for transfers (and for remote access per region->access). */
-    int (*register_mem)(ferry_transport_t *transport, const ferry_mem_region_t *region,
-                        uint64_t *mem_handle, ferry_error_t *err);
+    int (*register_mem)(ferry_transport_t *transport, const ferry_mem_region_t *region, uint64_t *mem_handle,
+                        ferry_error_t *err);
 
     /* Deregister. Returns once no transfer touches the region any more; later remote requests
      * for it are refused. */
@@ -234,36 +230,31 @@ typedef struct ferry_plugin_v1 {
 
     /* Remote-access bytes for a registered region (keys, IPC handles); may be empty (*len = 0).
      * Same buffer convention as export_endpoint. */
-    int (*export_mem)(ferry_transport_t *transport, uint64_t mem_handle, void *buf, size_t *len,
-                      ferry_error_t *err);
+    int (*export_mem)(ferry_transport_t *transport, uint64_t mem_handle, void *buf, size_t *len, ferry_error_t *err);
 
     /* Connect to a peer from its exported endpoint bytes. May block for the connection
      * set-up (bounded by the plugin's timeout), never for transfers. */
-    int (*connect)(ferry_transport_t *transport, const void *endpoint, size_t len,
-                   uint64_t *peer, ferry_error_t *err);
+    int (*connect)(ferry_transport_t *transport, const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
 
     /* Drop a peer. In-flight ops to it complete with -ECANCELED. */
     int (*disconnect)(ferry_transport_t *transport, uint64_t peer, ferry_error_t *err);
 
     /* Make a peer's region usable as remote_mem in ops: `region` from the peer's descriptor,
      * `desc` its export_mem bytes. */
-    int (*import_mem)(ferry_transport_t *transport, uint64_t peer,
-                      const ferry_mem_region_t *region, const void *desc, size_t len,
-                      uint64_t *remote_mem, ferry_error_t *err);
+    int (*import_mem)(ferry_transport_t *transport, uint64_t peer, const ferry_mem_region_t *region, const void *desc,
+                      size_t len, uint64_t *remote_mem, ferry_error_t *err);
 
     /* Forget an imported region. */
-    int (*release_mem)(ferry_transport_t *transport, uint64_t peer, uint64_t remote_mem,
-                       ferry_error_t *err);
+    int (*release_mem)(ferry_transport_t *transport, uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
 
     /* Post `n_ops` ops to `peer`. Never blocks on the network. All-or-nothing: on failure no
      * op was started. */
-    int (*submit)(ferry_transport_t *transport, uint64_t peer, const ferry_xfer_op_t *ops,
-                  size_t n_ops, ferry_error_t *err);
+    int (*submit)(ferry_transport_t *transport, uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops,
+                  ferry_error_t *err);
 
     /* Move up to `max` finished ops into `out`. Returns how many (0 when none), or a negative
      * code. Never blocks. */
-    int (*poll)(ferry_transport_t *transport, ferry_completion_t *out, size_t max,
-                ferry_error_t *err);
+    int (*poll)(ferry_transport_t *transport, ferry_completion_t *out, size_t max, ferry_error_t *err);
 
     /* A file descriptor that becomes readable while completions are waiting, so hosts can
      * sleep in poll(2)/epoll instead of spinning. Owned by the plugin; the host never reads

@@ -9,6 +9,7 @@
 #include <cstddef> /* defines __GLIBCXX__ when the library is libstdc++ */
 #endif
 #if defined(__cplusplus) && defined(__GLIBCXX__) && defined(__x86_64__)
-__asm__(".symver _ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE,"
-        "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE@GLIBCXX_3.4.11");
+__asm__(
+    ".symver _ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE,"
+    "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE@GLIBCXX_3.4.11");
 #endif

@@ -30,7 +30,7 @@ using Digest = std::array<uint8_t, kDigestBytes>;
 
 namespace detail {
 
-struct EvpMd; // OpenSSL's EVP_MD, opaque in 1.1 and 3
+struct EvpMd;  // OpenSSL's EVP_MD, opaque in 1.1 and 3
 // The few symbols used; their signatures are the same in OpenSSL 1.1 and 3.
 using HmacFn = unsigned char *(*)(const EvpMd *md, const void *key, int key_len, const unsigned char *data,
                                   size_t data_len, unsigned char *out, unsigned int *out_len);
@@ -41,7 +41,7 @@ struct Libcrypto {
     HmacFn hmac = nullptr;
     Sha256Fn evp_sha256 = nullptr;
     MemcmpFn memcmp = nullptr;
-    std::string error; // empty once every symbol is resolved
+    std::string error;  // empty once every symbol is resolved
 };
 
 inline Libcrypto load_libcrypto() {
@@ -62,8 +62,9 @@ inline Libcrypto load_libcrypto() {
         for (const char *name : defaults)
             if (!lib) attempt(name);
     if (!lib) {
-        c.error = "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be loaded: install libssl3 "
-                  "(Debian/Ubuntu) or openssl-libs (RHEL)";
+        c.error =
+            "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be loaded: install libssl3 "
+            "(Debian/Ubuntu) or openssl-libs (RHEL)";
         if (overridden) c.error += ", or point FERRY_LIBCRYPTO at an existing libcrypto";
         c.error += " (" + tried + ")";
         return c;
@@ -72,12 +73,13 @@ inline Libcrypto load_libcrypto() {
     c.evp_sha256 = reinterpret_cast<Sha256Fn>(dlsym(lib, "EVP_sha256"));
     c.memcmp = reinterpret_cast<MemcmpFn>(dlsym(lib, "CRYPTO_memcmp"));
     if (!c.hmac || !c.evp_sha256 || !c.memcmp) {
-        c.error = "auth_secret is set but the libcrypto that was loaded lacks HMAC, EVP_sha256 or CRYPTO_memcmp; "
-                  "install OpenSSL 1.1 or 3 (libssl3 on Debian/Ubuntu, openssl-libs on RHEL)";
+        c.error =
+            "auth_secret is set but the libcrypto that was loaded lacks HMAC, EVP_sha256 or CRYPTO_memcmp; "
+            "install OpenSSL 1.1 or 3 (libssl3 on Debian/Ubuntu, openssl-libs on RHEL)";
         c.hmac = nullptr;
         c.memcmp = nullptr;
     }
-    return c; // never dlclose'd: function pointers stay valid until the process exits
+    return c;  // never dlclose'd: function pointers stay valid until the process exits
 }
 
 inline const Libcrypto &libcrypto() {
@@ -85,7 +87,7 @@ inline const Libcrypto &libcrypto() {
     return c;
 }
 
-} // namespace detail
+}  // namespace detail
 
 // True when HMAC-SHA-256 can be computed; load_error() says why not (and what to install).
 inline bool available() { return detail::libcrypto().error.empty(); }
@@ -178,4 +180,4 @@ inline bool from_hex(std::string_view hex, std::string &out) {
     return true;
 }
 
-} // namespace ferry_crypto
+}  // namespace ferry_crypto

@@ -15,10 +15,12 @@
 
 namespace ferry_plugin {
 
-template <class Transport> struct Entry {
+template <class Transport>
+struct Entry {
     static Transport *T(ferry_transport_t *t) { return reinterpret_cast<Transport *>(t); }
 
-    template <class F> static int guard(ferry_error_t *err, const char *what, F &&fn) {
+    template <class F>
+    static int guard(ferry_error_t *err, const char *what, F &&fn) {
         try {
             return fn();
         } catch (const std::bad_alloc &) {
@@ -37,15 +39,13 @@ template <class Transport> struct Entry {
     static int invalid(ferry_error_t *err, const char *what, const char *condition) {
         return set_error(err, -EINVAL, "%s: %s: %s is false", plugin_name(), what, condition);
     }
-#define FERRY_ENTRY_REQUIRE(cond, what)                                                        \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            return invalid(err, what, #cond);                                                  \
+#define FERRY_ENTRY_REQUIRE(cond, what)                \
+    do {                                               \
+        if (!(cond)) return invalid(err, what, #cond); \
     } while (0)
 
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
-        if (result == nullptr)
-            return -EINVAL;
+        if (result == nullptr) return -EINVAL;
         try {
             return Transport::probe(options, n, result);
         } catch (...) {
@@ -53,15 +53,14 @@ template <class Transport> struct Entry {
         }
     }
 
-    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
-                      ferry_transport_t **out, ferry_error_t *err) {
+    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out,
+                      ferry_error_t *err) {
         FERRY_ENTRY_REQUIRE(out != nullptr, "create");
         FERRY_ENTRY_REQUIRE(options != nullptr || n == 0, "create");
         return guard(err, "create", [&] {
             Transport *t = nullptr;
             int rc = Transport::create(options, n, host, &t, err);
-            if (rc == 0)
-                *out = reinterpret_cast<ferry_transport_t *>(t);
+            if (rc == 0) *out = reinterpret_cast<ferry_transport_t *>(t);
             return rc;
         });
     }
@@ -69,8 +68,7 @@ template <class Transport> struct Entry {
     static void destroy(ferry_transport_t *t) {
         try {
             delete T(t);
-        } catch (...) {
-        }
+        } catch (...) {}
     }
 
     static int export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) {
@@ -78,8 +76,7 @@ template <class Transport> struct Entry {
         return guard(err, "export_endpoint", [&] { return T(t)->export_endpoint(buf, len, err); });
     }
 
-    static int register_mem(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *handle,
-                            ferry_error_t *err) {
+    static int register_mem(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
         FERRY_ENTRY_REQUIRE(t != nullptr && r != nullptr && handle != nullptr, "register_mem");
         return guard(err, "register_mem", [&] { return T(t)->register_mem(r, handle, err); });
     }
@@ -116,11 +113,9 @@ template <class Transport> struct Entry {
         return guard(err, "release_mem", [&] { return T(t)->release_mem(peer, remote_mem, err); });
     }
 
-    static int submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n,
-                      ferry_error_t *err) {
+    static int submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
         FERRY_ENTRY_REQUIRE(t != nullptr && (ops != nullptr || n == 0), "submit");
-        if (n == 0)
-            return 0;
+        if (n == 0) return 0;
         return guard(err, "submit", [&] { return T(t)->submit(peer, ops, n, err); });
     }
 
@@ -141,11 +136,26 @@ template <class Transport>
 constexpr ferry_plugin_v1_t entry_table(const char *name, const char *version, uint64_t caps) {
     using E = Entry<Transport>;
     return ferry_plugin_v1_t{
-        FERRY_PLUGIN_ABI_VERSION, sizeof(ferry_plugin_v1_t), name, version, caps,
-        E::probe, E::create, E::destroy, E::export_endpoint, E::register_mem, E::deregister_mem,
-        E::export_mem, E::connect, E::disconnect, E::import_mem, E::release_mem, E::submit,
-        E::poll, E::completion_fd,
+        FERRY_PLUGIN_ABI_VERSION,
+        sizeof(ferry_plugin_v1_t),
+        name,
+        version,
+        caps,
+        E::probe,
+        E::create,
+        E::destroy,
+        E::export_endpoint,
+        E::register_mem,
+        E::deregister_mem,
+        E::export_mem,
+        E::connect,
+        E::disconnect,
+        E::import_mem,
+        E::release_mem,
+        E::submit,
+        E::poll,
+        E::completion_fd,
     };
 }
 
-} // namespace ferry_plugin
+}  // namespace ferry_plugin

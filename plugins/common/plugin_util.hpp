@@ -21,9 +21,7 @@ const char *plugin_name();
 class Logger {
 public:
     explicit Logger(const ferry_host_api_t *host) : host_(host) {}
-    bool enabled(int level) const {
-        return host_ != nullptr && host_->log != nullptr && level <= host_->log_level;
-    }
+    bool enabled(int level) const { return host_ != nullptr && host_->log != nullptr && level <= host_->log_level; }
     void log(int level, const char *fmt, ...) const __attribute__((format(printf, 3, 4)));
 
 private:
@@ -35,18 +33,17 @@ std::string strprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2))
 void copy_message(char *dst, const char *msg);
 // Writes the message into err (when not NULL) and returns code (a negative errno).
 int set_error(ferry_error_t *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-std::string errno_string(int e); // thread-safe strerror
+std::string errno_string(int e);  // thread-safe strerror
 
 // Unsigned decimal; with `sizes`, an optional k/m/g suffix (KiB/MiB/GiB). False when malformed.
 bool parse_u64(const char *s, bool sizes, uint64_t *out);
 bool parse_bool(const char *s, bool *out);
 
-
 // Finished ops waiting for poll(). The eventfd is readable exactly while the queue is not empty
 // (both change under one lock).
 class CompletionQueue {
 public:
-    CompletionQueue(); // throws std::system_error when no eventfd can be made
+    CompletionQueue();  // throws std::system_error when no eventfd can be made
     ~CompletionQueue();
     CompletionQueue(const CompletionQueue &) = delete;
     CompletionQueue &operator=(const CompletionQueue &) = delete;
@@ -65,4 +62,4 @@ private:
 
 ferry_completion_t make_completion(uint64_t user_data, int status, const std::string &message);
 
-} // namespace ferry_plugin
+}  // namespace ferry_plugin

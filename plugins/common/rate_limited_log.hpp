@@ -19,7 +19,8 @@ public:
         : log_(log), level_(level), interval_(interval) {}
 
     // One event; `what` is formatted only when it will be logged.
-    template <class MakeText> void event(MakeText &&what) {
+    template <class MakeText>
+    void event(MakeText &&what) {
         std::lock_guard lock(mu_);
         auto now = Clock::now();
         if (logged_once_ && now - last_ < interval_) {
@@ -31,8 +32,7 @@ public:
             log_.log(level_, "%s (and %llu more like it in the last %lld s)", text.c_str(),
                      static_cast<unsigned long long>(suppressed_),
                      static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - last_).count()));
-        else
-            log_.log(level_, "%s", text.c_str());
+        else log_.log(level_, "%s", text.c_str());
         suppressed_ = 0;
         last_ = now;
         logged_once_ = true;
@@ -52,4 +52,4 @@ private:
     uint64_t suppressed_ = 0;
 };
 
-} // namespace ferry_plugin
+}  // namespace ferry_plugin

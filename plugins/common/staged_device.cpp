@@ -20,14 +20,14 @@ std::string fmt(const char *f, ...) {
     return buf;
 }
 
-} // namespace
+}  // namespace
 
 const char *kind_name(uint32_t kind) {
     switch (kind) {
-    case FERRY_MEM_HOST: return "host";
-    case FERRY_MEM_CUDA: return "CUDA";
-    case FERRY_MEM_ROCM: return "ROCm";
-    default: return "unknown";
+        case FERRY_MEM_HOST: return "host";
+        case FERRY_MEM_CUDA: return "CUDA";
+        case FERRY_MEM_ROCM: return "ROCm";
+        default: return "unknown";
     }
 }
 
@@ -50,31 +50,32 @@ std::string Slice::message() const {
 
 Stager::Stager(const ferry_host_api_t *host, const char *plugin) : host_(host), plugin_(plugin) {
     offered_ = host != nullptr && host->struct_size >= FERRY_HOST_API_SIZE_UNTIL(stage_copy) &&
-               host->stage_slice_bytes > 0 && host->stage_acquire != nullptr &&
-               host->stage_release != nullptr && host->stage_copy != nullptr;
+               host->stage_slice_bytes > 0 && host->stage_acquire != nullptr && host->stage_release != nullptr &&
+               host->stage_copy != nullptr;
 }
 
 Stager::~Stager() { wait_idle(); }
 
 int Stager::check_region(const ferry_mem_region_t &r, std::string *why) const {
-    if (r.kind == FERRY_MEM_HOST)
-        return 0;
+    if (r.kind == FERRY_MEM_HOST) return 0;
     if (r.kind != FERRY_MEM_CUDA && r.kind != FERRY_MEM_ROCM) {
         *why = fmt("%s: unknown memory kind %u", plugin_, r.kind);
         return -EINVAL;
     }
     if (host_ == nullptr || host_->struct_size < FERRY_HOST_API_SIZE_UNTIL(stage_copy)) {
-        *why = fmt("%s: cannot serve %s device memory: the host is older than plugin ABI 1.1 and offers "
-                   "no staging calls (ferry_host_api_t of %u bytes, %zu needed); run a Ferry core of the "
-                   "same release as the plugin",
-                   plugin_, kind_name(r.kind), host_ == nullptr ? 0u : host_->struct_size,
-                   FERRY_HOST_API_SIZE_UNTIL(stage_copy));
+        *why =
+            fmt("%s: cannot serve %s device memory: the host is older than plugin ABI 1.1 and offers "
+                "no staging calls (ferry_host_api_t of %u bytes, %zu needed); run a Ferry core of the "
+                "same release as the plugin",
+                plugin_, kind_name(r.kind), host_ == nullptr ? 0u : host_->struct_size,
+                FERRY_HOST_API_SIZE_UNTIL(stage_copy));
         return -ENOTSUP;
     }
     if (!offered_) {
-        *why = fmt("%s: cannot serve %s device memory: the host offers no staging (no GPU runtime "
-                   "loaded, or GPU staging disabled in the engine)",
-                   plugin_, kind_name(r.kind));
+        *why =
+            fmt("%s: cannot serve %s device memory: the host offers no staging (no GPU runtime "
+                "loaded, or GPU staging disabled in the engine)",
+                plugin_, kind_name(r.kind));
         return -ENOTSUP;
     }
     return 0;
@@ -94,8 +95,7 @@ void Stager::released() {
 
 bool Stager::wait_release(unsigned ms) {
     std::unique_lock lk(mu_);
-    if (held_ == 0)
-        return false;
+    if (held_ == 0) return false;
     const uint64_t was = held_;
     cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return held_ < was; });
     return true;
@@ -109,8 +109,7 @@ void Stager::wait_idle() {
 // ---- StageWindow ----
 
 StageWindow::StageWindow(Stager &s, unsigned depth, std::function<void()> notify)
-    : stager_(s), depth_(depth == 0 ? 1 : depth),
-      core_(std::make_shared<WindowCore>()) {
+    : stager_(s), depth_(depth == 0 ? 1 : depth), core_(std::make_shared<WindowCore>()) {
     core_->stager = &s;
     core_->notify = std::move(notify);
 }
@@ -127,12 +126,11 @@ unsigned StageWindow::held() const {
     return core_->held;
 }
 
-StageWindow::Got StageWindow::acquire(uint32_t kind, int32_t device_id, uint64_t offset,
-                                      uint64_t len, SlicePtr *out, int *code, std::string *why) {
+StageWindow::Got StageWindow::acquire(uint32_t kind, int32_t device_id, uint64_t offset, uint64_t len, SlicePtr *out,
+                                      int *code, std::string *why) {
     {
         std::lock_guard lk(core_->mu);
-        if (core_->held >= depth_)
-            return Got::Wait;
+        if (core_->held >= depth_) return Got::Wait;
     }
     void *buf = nullptr;
     ferry_error_t e{};
@@ -148,36 +146,32 @@ StageWindow::Got StageWindow::acquire(uint32_t kind, int32_t device_id, uint64_t
             ++stager_.held_;
         }
         rc = h->stage_acquire(h->ctx, kind, device_id, len, &buf, &e);
-        if (rc == 0 && buf != nullptr)
-            break;
+        if (rc == 0 && buf != nullptr) break;
         {
             std::lock_guard lk(stager_.mu_);
             --stager_.held_;
             stager_.cv_.notify_all();
         }
-        if (rc != -EAGAIN)
-            break;
-        if (held() > 0)
-            return Got::Wait; // ours come back and make room
+        if (rc != -EAGAIN) break;
+        if (held() > 0) return Got::Wait;  // ours come back and make room
         std::lock_guard lk(stager_.mu_);
-        if (stager_.held_ > 0)
-            return Got::Wait; // other owners of this instance give theirs back
-        if (stager_.releases_ == gen)
-            break; // the bound is held outside this instance: nothing of ours will free it
+        if (stager_.held_ > 0) return Got::Wait;  // other owners of this instance give theirs back
+        if (stager_.releases_ == gen) break;  // the bound is held outside this instance: nothing of ours will free it
         // one came back since the attempt: try again
     }
     if (rc == -EAGAIN) {
         *code = -EAGAIN;
-        *why = fmt("%s: no pinned host buffer to stage %s device memory: the engine's bound "
-                   "(gpu_staging_max_bytes) is reached by other transfers and this one holds none (%s); "
-                   "raise gpu_staging_max_bytes or move fewer GPU bytes at once",
-                   stager_.plugin_, kind_name(kind), e.message);
+        *why =
+            fmt("%s: no pinned host buffer to stage %s device memory: the engine's bound "
+                "(gpu_staging_max_bytes) is reached by other transfers and this one holds none (%s); "
+                "raise gpu_staging_max_bytes or move fewer GPU bytes at once",
+                stager_.plugin_, kind_name(kind), e.message);
         return Got::Fail;
     }
     if (rc != 0 || buf == nullptr) {
         *code = rc != 0 ? rc : -EIO;
-        *why = fmt("%s: cannot borrow a staging buffer for %s device memory %d: %s", stager_.plugin_,
-                   kind_name(kind), device_id, rc != 0 ? e.message : "the host lent a NULL buffer");
+        *why = fmt("%s: cannot borrow a staging buffer for %s device memory %d: %s", stager_.plugin_, kind_name(kind),
+                   device_id, rc != 0 ? e.message : "the host lent a NULL buffer");
         return Got::Fail;
     }
     auto s = std::make_shared<Slice>();
@@ -203,8 +197,7 @@ void on_copy_done(void *arg, int status, const char *message) {
     {
         std::lock_guard lk(core->mu);
         s->status_ = status;
-        if (status != 0)
-            s->message_ = message != nullptr && *message ? message : "the staging copy failed";
+        if (status != 0) s->message_ = message != nullptr && *message ? message : "the staging copy failed";
         s->phase_ = Slice::Phase::Copied;
         keep = std::move(s->self_);
         if (s->release_when_copied_) {
@@ -212,16 +205,14 @@ void on_copy_done(void *arg, int status, const char *message) {
             --core->held;
             give_back = true;
         }
-        if (core->notify)
-            core->notify();
+        if (core->notify) core->notify();
         core->cv.notify_all();
     }
     if (give_back) {
         const ferry_host_api_t *h = core->stager->host_;
         h->stage_release(h->ctx, s->buf_);
-        if (s->on_release)
-            s->on_release();
-        core->stager->released(); // the instance may be destroyed from here on
+        if (s->on_release) s->on_release();
+        core->stager->released();  // the instance may be destroyed from here on
     }
 }
 
@@ -238,7 +229,7 @@ int StageWindow::copy(const SlicePtr &s, uint64_t device_addr, bool to_device, s
     if (rc != 0) {
         std::lock_guard lk(core_->mu);
         s->phase_ = Slice::Phase::Held;
-        s->self_.reset(); // the caller still holds s
+        s->self_.reset();  // the caller still holds s
         *why = fmt("%s: cannot start the staging copy %s %s device memory: %s", stager_.plugin_,
                    to_device ? "into" : "out of", kind_name(s->kind_), e.message);
     }
@@ -248,10 +239,9 @@ int StageWindow::copy(const SlicePtr &s, uint64_t device_addr, bool to_device, s
 void StageWindow::release(const SlicePtr &s) {
     {
         std::lock_guard lk(core_->mu);
-        if (s->phase_ == Slice::Phase::Released)
-            return;
+        if (s->phase_ == Slice::Phase::Released) return;
         if (s->phase_ == Slice::Phase::Copying) {
-            s->release_when_copied_ = true; // on_copy_done gives it back
+            s->release_when_copied_ = true;  // on_copy_done gives it back
             return;
         }
         s->phase_ = Slice::Phase::Released;
@@ -259,8 +249,7 @@ void StageWindow::release(const SlicePtr &s) {
     }
     const ferry_host_api_t *h = stager_.host_;
     h->stage_release(h->ctx, s->buf_);
-    if (s->on_release)
-        s->on_release();
+    if (s->on_release) s->on_release();
     stager_.released();
 }
 
@@ -272,9 +261,8 @@ void StageWindow::wait_copied(const SlicePtr &s) {
 // ---- stage_run ----
 
 int stage_run(StageWindow &w, uint32_t kind, int32_t device_id, uint64_t device_addr, uint64_t len, bool to_device,
-              const std::function<int(void *, uint64_t, uint64_t, std::string *)> &io,
-              std::string *why) {
-    std::deque<SlicePtr> pending; // copies started, in order
+              const std::function<int(void *, uint64_t, uint64_t, std::string *)> &io, std::string *why) {
+    std::deque<SlicePtr> pending;  // copies started, in order
     const uint64_t slice = w.slice_bytes();
     uint64_t off = 0;
     int failed = 0;
@@ -317,11 +305,9 @@ int stage_run(StageWindow &w, uint32_t kind, int32_t device_id, uint64_t device_
             pending.push_back(std::move(s));
             off += n;
         }
-        if (failed != 0)
-            break;
+        if (failed != 0) break;
         if (pending.empty()) {
-            if (waiting)
-                w.stager_wait_release(); // the bound is held by other owners of this instance
+            if (waiting) w.stager_wait_release();  // the bound is held by other owners of this instance
             continue;
         }
         SlicePtr s = std::move(pending.front());
@@ -332,8 +318,7 @@ int stage_run(StageWindow &w, uint32_t kind, int32_t device_id, uint64_t device_
         } else if (!to_device) {
             std::string msg;
             int rc = io(s->buf(), s->offset(), s->length(), &msg);
-            if (rc != 0)
-                fail(rc, std::move(msg));
+            if (rc != 0) fail(rc, std::move(msg));
         }
         w.release(s);
     }
@@ -346,4 +331,4 @@ int stage_run(StageWindow &w, uint32_t kind, int32_t device_id, uint64_t device_
     return failed;
 }
 
-} // namespace ferry_staged
+}  // namespace ferry_staged

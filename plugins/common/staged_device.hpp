@@ -37,12 +37,12 @@ struct WindowCore;
 class Slice {
 public:
     void *buf() const { return buf_; }
-    uint64_t offset() const { return off_; } // in the owner's op (or stream)
+    uint64_t offset() const { return off_; }  // in the owner's op (or stream)
     uint64_t length() const { return len_; }
-    bool copied() const;                     // the copy finished (with status())
-    int status() const;                      // 0 or the copy's negative code
-    std::string message() const;             // the host's message when status() != 0
-    uint64_t tag = 0;                        // the owner's (request id, ...)
+    bool copied() const;          // the copy finished (with status())
+    int status() const;           // 0 or the copy's negative code
+    std::string message() const;  // the host's message when status() != 0
+    uint64_t tag = 0;             // the owner's (request id, ...)
     // Called once the buffer is back with the host (no copy runs on the device range any
     // more): owners drop their reference on the registered region here. Any thread.
     std::function<void()> on_release;
@@ -51,7 +51,7 @@ private:
     friend class StageWindow;
     friend void on_copy_done(void *, int, const char *);
     std::shared_ptr<WindowCore> core_;
-    std::shared_ptr<Slice> self_; // keeps the slice alive while its copy runs
+    std::shared_ptr<Slice> self_;  // keeps the slice alive while its copy runs
     void *buf_ = nullptr;
     uint32_t kind_ = 0;
     int32_t device_id_ = -1;
@@ -67,7 +67,7 @@ using SlicePtr = std::shared_ptr<Slice>;
 class Stager {
 public:
     Stager(const ferry_host_api_t *host, const char *plugin);
-    ~Stager(); // waits like wait_idle()
+    ~Stager();  // waits like wait_idle()
     Stager(const Stager &) = delete;
     Stager &operator=(const Stager &) = delete;
 
@@ -77,16 +77,16 @@ public:
     // register_mem: 0 for host memory or a device region the host can stage; else a negative code
     // and the reason (old host, staging disabled, unknown kind).
     int check_region(const ferry_mem_region_t &r, std::string *why) const;
-    uint64_t held() const; // buffers this instance has borrowed now
+    uint64_t held() const;  // buffers this instance has borrowed now
     // Sync owners whose acquire found the bound reached while holding nothing themselves: waits
     // up to `ms` for any buffer of this instance to come back. False when it holds none.
     bool wait_release(unsigned ms);
-    void wait_idle(); // every copy ended, every buffer released
+    void wait_idle();  // every copy ended, every buffer released
 
 private:
     friend class StageWindow;
     friend void on_copy_done(void *, int, const char *);
-    void released(); // one buffer came back
+    void released();  // one buffer came back
 
     const ferry_host_api_t *host_;
     const char *plugin_;
@@ -94,15 +94,15 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     uint64_t held_ = 0;
-    uint64_t releases_ = 0; // buffers given back so far: tells a lost race from a full bound
+    uint64_t releases_ = 0;  // buffers given back so far: tells a lost race from a full bound
 };
 
 struct WindowCore {
     Stager *stager = nullptr;
     std::mutex mu;
-    std::condition_variable cv;   // a copy ended or a buffer came back
-    std::function<void()> notify; // the owner's wake-up (cleared on detach), called under mu
-    unsigned held = 0;            // buffers of this window
+    std::condition_variable cv;    // a copy ended or a buffer came back
+    std::function<void()> notify;  // the owner's wake-up (cleared on detach), called under mu
+    unsigned held = 0;             // buffers of this window
 };
 
 class StageWindow {
@@ -110,7 +110,7 @@ public:
     // notify: called from the host's thread (under the window's lock: it must not call back
     // into the window) whenever one of the window's copies ends; may be empty.
     StageWindow(Stager &s, unsigned depth, std::function<void()> notify = {});
-    ~StageWindow(); // detach(): every slice is given back (those still copying, when they end)
+    ~StageWindow();  // detach(): every slice is given back (those still copying, when they end)
     StageWindow(const StageWindow &) = delete;
     StageWindow &operator=(const StageWindow &) = delete;
 
@@ -121,8 +121,8 @@ public:
     // once one of them is released); or the bound is reached and the instance holds buffers of
     // other owners (retry after Stager::wait_release / a timer). Fail: *code, *why (the bound
     // reached with no buffer of this instance out: naming gpu_staging_max_bytes).
-    Got acquire(uint32_t kind, int32_t device_id, uint64_t offset, uint64_t len, SlicePtr *out,
-                int *code, std::string *why);
+    Got acquire(uint32_t kind, int32_t device_id, uint64_t offset, uint64_t len, SlicePtr *out, int *code,
+                std::string *why);
     // Starts the copy of the slice's bytes to (to_device) or from device_addr. On failure the
     // slice stays held (release it) and *why says why.
     int copy(const SlicePtr &s, uint64_t device_addr, bool to_device, std::string *why);
@@ -133,7 +133,7 @@ public:
     unsigned held() const;
     unsigned depth() const { return depth_; }
     uint64_t slice_bytes() const { return stager_.slice_bytes(); }
-    void detach(); // stop notifying the owner
+    void detach();  // stop notifying the owner
     // Sync owners told Wait while holding nothing: the bound is held by other owners of this
     // instance; waits a little for one of their buffers to come back.
     void stager_wait_release() { stager_.wait_release(50); }
@@ -151,9 +151,8 @@ private:
 // where it belongs, or the first failure's code with *why; either way no copy runs any more and
 // every buffer is back when it returns.
 int stage_run(StageWindow &w, uint32_t kind, int32_t device_id, uint64_t device_addr, uint64_t len, bool to_device,
-              const std::function<int(void *buf, uint64_t off, uint64_t len, std::string *why)> &io,
-              std::string *why);
+              const std::function<int(void *buf, uint64_t off, uint64_t len, std::string *why)> &io, std::string *why);
 
 const char *kind_name(uint32_t kind);
 
-} // namespace ferry_staged
+}  // namespace ferry_staged

@@ -13,21 +13,22 @@ namespace ferry_gpu {
 namespace {
 
 int fail(cudaError_t rc, const char *call, std::string &error) {
-    error = std::string(call) + ": " + cudaGetErrorString(rc) + " (CUDA error " + std::to_string(static_cast<int>(rc)) + ")";
-    cudaGetLastError(); // never leave a non-sticky error for the next call to trip over
+    error = std::string(call) + ": " + cudaGetErrorString(rc) + " (CUDA error " + std::to_string(static_cast<int>(rc)) +
+            ")";
+    cudaGetLastError();  // never leave a non-sticky error for the next call to trip over
     switch (rc) {
-    case cudaErrorMemoryAllocation: return -ENOMEM;
-    case cudaErrorInvalidValue: return -EINVAL;
-    case cudaErrorInsufficientDriver:
-    case cudaErrorNoDevice: return -ENODEV;
-    case cudaErrorPeerAccessUnsupported: return -ENOTSUP;
-    default: return -EIO;
+        case cudaErrorMemoryAllocation: return -ENOMEM;
+        case cudaErrorInvalidValue: return -EINVAL;
+        case cudaErrorInsufficientDriver:
+        case cudaErrorNoDevice: return -ENODEV;
+        case cudaErrorPeerAccessUnsupported: return -ENOTSUP;
+        default: return -EIO;
     }
 }
 
-#define CHECK(call)                                         \
-    do {                                                    \
-        cudaError_t rc_ = (call);                           \
+#define CHECK(call)                                             \
+    do {                                                        \
+        cudaError_t rc_ = (call);                               \
         if (rc_ != cudaSuccess) return fail(rc_, #call, error); \
     } while (0)
 
@@ -54,14 +55,16 @@ public:
         if (rc == cudaErrorInsufficientDriver) {
             int driver = 0;
             cudaDriverGetVersion(&driver);
-            reason = "NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
-                     " but this plugin was built with CUDA " + std::to_string(CUDART_VERSION / 1000) + "; use the cuda" +
-                     std::to_string(driver / 1000) + " plugin variant or update the driver";
+            reason = "NVIDIA driver supports CUDA " + std::to_string(driver / 1000) + "." +
+                     std::to_string(driver % 1000 / 10) + " but this plugin was built with CUDA " +
+                     std::to_string(CUDART_VERSION / 1000) + "; use the cuda" + std::to_string(driver / 1000) +
+                     " plugin variant or update the driver";
             cudaGetLastError();
             return;
         }
         if (rc != cudaSuccess || count == 0) {
-            reason = rc == cudaSuccess ? "no CUDA device visible" : std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc);
+            reason = rc == cudaSuccess ? "no CUDA device visible"
+                                       : std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc);
             cudaGetLastError();
             return;
         }
@@ -138,13 +141,14 @@ public:
         int can = 0;
         CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
         if (!can) {
-            error = "CUDA device " + std::to_string(device) + " cannot access device " + std::to_string(peer) + " (no P2P path)";
+            error = "CUDA device " + std::to_string(device) + " cannot access device " + std::to_string(peer) +
+                    " (no P2P path)";
             return -ENOTSUP;
         }
         CHECK(cudaSetDevice(device));
         cudaError_t rc = cudaDeviceEnablePeerAccess(peer, 0);
         if (rc == cudaErrorPeerAccessAlreadyEnabled) {
-            cudaGetLastError(); // sticky until read: clear it, it is not a failure
+            cudaGetLastError();  // sticky until read: clear it, it is not a failure
             return 0;
         }
         if (rc != cudaSuccess) return fail(rc, "cudaDeviceEnablePeerAccess", error);
@@ -188,8 +192,8 @@ private:
     GetAddressRange get_range_ = nullptr;
 };
 
-} // namespace
+}  // namespace
 
 std::unique_ptr<Runtime> make_runtime() { return std::make_unique<CudaRuntime>(); }
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu

@@ -31,56 +31,46 @@ bool same_peer(const sockaddr_storage &a, const std::vector<uint8_t> &want) {
     return false;
 }
 
-} // namespace
+}  // namespace
 
 bool same_address_family(const std::vector<uint8_t> &ours, const uint8_t *addr, size_t len) {
     sa_family_t mine, theirs;
-    if (ours.size() < sizeof mine)
-        return true;
+    if (ours.size() < sizeof mine) return true;
     memcpy(&mine, ours.data(), sizeof mine);
-    if (mine != AF_INET && mine != AF_INET6)
-        return true;
-    if (len != ours.size())
-        return false;
+    if (mine != AF_INET && mine != AF_INET6) return true;
+    if (len != ours.size()) return false;
     memcpy(&theirs, addr, sizeof theirs);
     in_port_t port;
-    memcpy(&port, addr + offsetof(sockaddr_in, sin_port), sizeof port); // same offset in sockaddr_in6
+    memcpy(&port, addr + offsetof(sockaddr_in, sin_port), sizeof port);  // same offset in sockaddr_in6
     return theirs == mine && port != 0;
 }
 
 size_t cut_connections_to(const std::vector<uint8_t> &addr) {
-    if (addr.size() < sizeof(sa_family_t))
-        return 0;
+    if (addr.size() < sizeof(sa_family_t)) return 0;
     sa_family_t family;
     memcpy(&family, addr.data(), sizeof family);
-    if (family != AF_INET && family != AF_INET6)
-        return 0;
+    if (family != AF_INET && family != AF_INET6) return 0;
     DIR *d = opendir("/proc/self/fd");
-    if (d == nullptr)
-        return 0;
+    if (d == nullptr) return 0;
     size_t cut = 0;
     const int self = dirfd(d);
     while (dirent *e = readdir(d)) {
         char *end = nullptr;
         long fd = strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end != '\0' || fd == self)
-            continue;
+        if (end == e->d_name || *end != '\0' || fd == self) continue;
         struct stat st;
-        if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
-            continue;
+        if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
         int type = 0;
         socklen_t tl = sizeof type;
-        if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
-            continue;
+        if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
         sockaddr_storage peer{};
         socklen_t pl = sizeof peer;
         if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr *>(&peer), &pl) != 0 || !same_peer(peer, addr))
             continue;
-        if (shutdown(static_cast<int>(fd), SHUT_RDWR) == 0)
-            ++cut;
+        if (shutdown(static_cast<int>(fd), SHUT_RDWR) == 0) ++cut;
     }
     closedir(d);
     return cut;
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

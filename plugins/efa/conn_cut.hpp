@@ -21,4 +21,4 @@ size_t cut_connections_to(const std::vector<uint8_t> &addr);
 // addresses (ours is one) the same family and a port; other formats are taken as they are.
 bool same_address_family(const std::vector<uint8_t> &ours, const uint8_t *addr, size_t len);
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

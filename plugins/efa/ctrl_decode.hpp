@@ -30,4 +30,4 @@ CtrlBad decode_ctrl(const uint8_t *data, size_t len, size_t addr_len, CtrlMsg *o
 
 const char *ctrl_bad_name(CtrlBad why);
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

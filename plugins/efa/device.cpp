@@ -34,11 +34,11 @@ bool is_efa(const std::string &device_dir) {
         if (strcmp(base ? base + 1 : target, "efa") == 0) return true;
     }
     unsigned long vendor = 0, device = 0;
-    return read_hex(device_dir + "/vendor", &vendor) && read_hex(device_dir + "/device", &device) &&
-           vendor == 0x1d0f && device >= 0xefa0 && device <= 0xefa3;
+    return read_hex(device_dir + "/vendor", &vendor) && read_hex(device_dir + "/device", &device) && vendor == 0x1d0f &&
+           device >= 0xefa0 && device <= 0xefa3;
 }
 
-} // namespace
+}  // namespace
 
 bool efa_device_present(std::string *where) {
     *where = kClassDir;
@@ -65,4 +65,4 @@ bool efa_device_present(std::string *where) {
     return found;
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

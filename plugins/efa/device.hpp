@@ -11,4 +11,4 @@ namespace ferry_efa {
 // vendor 0x1d0f, device 0xefa0-0xefa3). `where` names what was looked at, for the reason text.
 bool efa_device_present(std::string *where);
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

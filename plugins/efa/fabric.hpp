@@ -38,15 +38,15 @@ public:
     fid_av *av = nullptr;
     fid_cq *cq = nullptr;
     fid_ep *ep = nullptr;
-    int wait_fd = -1; // the CQ's wait object, -1 when the provider has none
+    int wait_fd = -1;  // the CQ's wait object, -1 when the provider has none
 
-    int mr_mode = 0;           // as the provider returned it
-    size_t mr_key_size = 8;    // bytes of a remote key
-    size_t max_msg_size = 0;   // largest single RMA
-    bool hmem = false;         // the provider registers device memory (FI_HMEM)
-    bool thread_safe = false;  // FI_THREAD_SAFE: otherwise every call is serialized
-    std::vector<uint8_t> name; // fi_getname: our address, published in the endpoint bytes
-    std::string name_str;      // printable form of name
+    int mr_mode = 0;            // as the provider returned it
+    size_t mr_key_size = 8;     // bytes of a remote key
+    size_t max_msg_size = 0;    // largest single RMA
+    bool hmem = false;          // the provider registers device memory (FI_HMEM)
+    bool thread_safe = false;   // FI_THREAD_SAFE: otherwise every call is serialized
+    std::vector<uint8_t> name;  // fi_getname: our address, published in the endpoint bytes
+    std::string name_str;       // printable form of name
 
     // Serializes libfabric calls when the provider is not FI_THREAD_SAFE.
     std::unique_lock<std::mutex> lock() {
@@ -59,4 +59,4 @@ private:
     std::mutex mu_;
 };
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

@@ -49,7 +49,7 @@ bool bind(void *lib, const char *name, const char *version, F &out, std::string 
     return out != nullptr;
 }
 
-} // namespace
+}  // namespace
 
 bool load(std::string *why) {
     std::call_once(once, [] {
@@ -68,8 +68,7 @@ bool load(std::string *why) {
                bind(lib, "fi_strerror", FERRY_EFA_V_fi_strerror, a.strerror, a.failure) &&
                bind(lib, "fi_version", FERRY_EFA_V_fi_version, a.version, a.failure);
     });
-    if (!api().ok && why != nullptr)
-        *why = api().failure;
+    if (!api().ok && why != nullptr) *why = api().failure;
     return api().ok;
 }
 
@@ -78,10 +77,12 @@ int getinfo(uint32_t v, const char *n, const char *s, uint64_t f, const fi_info 
 }
 void freeinfo(fi_info *info) { api().freeinfo(info); }
 fi_info *dupinfo(const fi_info *info) { return api().dupinfo(info); }
-int open_fabric(fi_fabric_attr *attr, fid_fabric **fabric, void *context) { return api().fabric(attr, fabric, context); }
+int open_fabric(fi_fabric_attr *attr, fid_fabric **fabric, void *context) {
+    return api().fabric(attr, fabric, context);
+}
 const char *strerror(int code) { return api().strerror(code); }
 uint32_t version() { return api().version(); }
 
 #endif
 
-} // namespace ferry_efa::fabric
+}  // namespace ferry_efa::fabric

@@ -24,4 +24,4 @@ int open_fabric(fi_fabric_attr *attr, fid_fabric **fabric, void *context);
 const char *strerror(int code);
 uint32_t version();
 
-} // namespace ferry_efa::fabric
+}  // namespace ferry_efa::fabric

@@ -14,22 +14,21 @@
 namespace ferry_efa {
 
 const MrChunk &LocalRegion::chunk_at(uint64_t a) const {
-    auto it = std::upper_bound(chunks.begin(), chunks.end(), a, [](uint64_t x, const MrChunk &c) { return x < c.addr; });
+    auto it =
+        std::upper_bound(chunks.begin(), chunks.end(), a, [](uint64_t x, const MrChunk &c) { return x < c.addr; });
     return *(it - 1);
 }
 
 bool LocalRegion::pin() {
     std::lock_guard lock(mu_);
-    if (!live_)
-        return false;
+    if (!live_) return false;
     ++users_;
     return true;
 }
 
 void LocalRegion::unpin() {
     std::lock_guard lock(mu_);
-    if (--users_ == 0)
-        cv_.notify_all();
+    if (--users_ == 0) cv_.notify_all();
 }
 
 void LocalRegion::retire_and_wait(const Logger &log) {
@@ -38,8 +37,7 @@ void LocalRegion::retire_and_wait(const Logger &log) {
     while (users_ != 0)
         if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return users_ == 0; }))
             log.log(FERRY_LOG_WARN,
-                    "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64
-                    " op(s) the provider still holds",
+                    "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64 " op(s) the provider still holds",
                     addr, length, users_);
 }
 
@@ -52,9 +50,7 @@ KeySource::KeySource(size_t key_bytes) {
     next_ = key_bytes >= 8 ? (r & 0xffffffff00000000ull) | 1 : 1;
 }
 
-uint64_t KeySource::next() {
-    return next_.fetch_add(1) & mask_;
-}
+uint64_t KeySource::next() { return next_.fetch_add(1) & mask_; }
 
 namespace {
 
@@ -66,10 +62,8 @@ bool split_worth_trying(int rc) {
 int register_chunk(Fabric &fab, KeySource &keys, const ferry_mem_region_t &r, uint64_t addr, uint64_t len,
                    MrChunk *out) {
     uint64_t access = FI_READ | FI_WRITE;
-    if (r.access & FERRY_ACCESS_REMOTE_READ)
-        access |= FI_REMOTE_READ;
-    if (r.access & FERRY_ACCESS_REMOTE_WRITE)
-        access |= FI_REMOTE_WRITE;
+    if (r.access & FERRY_ACCESS_REMOTE_READ) access |= FI_REMOTE_READ;
+    if (r.access & FERRY_ACCESS_REMOTE_WRITE) access |= FI_REMOTE_WRITE;
     iovec iov{reinterpret_cast<void *>(addr), len};
     fi_mr_attr attr{};
     attr.mr_iov = &iov;
@@ -86,19 +80,16 @@ int register_chunk(Fabric &fab, KeySource &keys, const ferry_mem_region_t &r, ui
     const bool prov_key = fab.mr_mode & FI_MR_PROV_KEY;
     int rc = 0;
     fid_mr *mr = nullptr;
-    for (int attempt = 0; attempt < 8; ++attempt) { // an application key may already be taken
+    for (int attempt = 0; attempt < 8; ++attempt) {  // an application key may already be taken
         attr.requested_key = prov_key ? 0 : keys.next();
         auto lk = fab.lock();
         rc = fi_mr_regattr(fab.domain, &attr, 0, &mr);
-        if (rc != -FI_ENOKEY || prov_key)
-            break;
+        if (rc != -FI_ENOKEY || prov_key) break;
     }
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (fab.mr_mode & FI_MR_ENDPOINT) {
         auto lk = fab.lock();
-        if ((rc = fi_mr_bind(mr, &fab.ep->fid, 0)) == 0)
-            rc = fi_mr_enable(mr);
+        if ((rc = fi_mr_bind(mr, &fab.ep->fid, 0)) == 0) rc = fi_mr_enable(mr);
         if (rc != 0) {
             fi_close(&mr->fid);
             return rc;
@@ -113,7 +104,7 @@ int register_chunk(Fabric &fab, KeySource &keys, const ferry_mem_region_t &r, ui
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 int register_region(Fabric &fab, uint64_t max_mr_size, KeySource &keys, const ferry_mem_region_t &r,
                     LocalRegion &region, std::string *why) {
@@ -125,7 +116,7 @@ int register_region(Fabric &fab, uint64_t max_mr_size, KeySource &keys, const fe
         MrChunk c;
         int rc = register_chunk(fab, keys, r, at, len, &c);
         if (rc != 0 && split_worth_trying(rc) && len > (1ull << 20) && max_mr_size == 0) {
-            limit = std::max<uint64_t>(len / 2, 1ull << 20); // the provider's limit, found by halving
+            limit = std::max<uint64_t>(len / 2, 1ull << 20);  // the provider's limit, found by halving
             continue;
         }
         if (rc != 0) {
@@ -143,8 +134,7 @@ int register_region(Fabric &fab, uint64_t max_mr_size, KeySource &keys, const fe
 void close_region(Fabric &fab, LocalRegion &region) {
     auto lk = fab.lock();
     for (auto &c : region.chunks)
-        if (c.mr)
-            fi_close(&c.mr->fid);
+        if (c.mr) fi_close(&c.mr->fid);
     region.chunks.clear();
 }
 
@@ -179,7 +169,7 @@ bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, 
         return false;
     }
     out->resize(h.count);
-    if (h.count > 0) // memcpy to an empty vector's null data() is undefined even for 0 bytes
+    if (h.count > 0)  // memcpy to an empty vector's null data() is undefined even for 0 bytes
         memcpy(out->data(), static_cast<const uint8_t *>(bytes) + sizeof h, h.count * sizeof(RemoteChunk));
     for (auto &c : *out) {
         c.revoked = 0;
@@ -192,4 +182,4 @@ bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, 
     return true;
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

@@ -20,12 +20,10 @@
 
 namespace ferry_efa {
 
-
-
 struct MrChunk {
     uint64_t addr = 0, len = 0;
     fid_mr *mr = nullptr;
-    void *desc = nullptr; // fi_mr_desc, passed for local buffers
+    void *desc = nullptr;  // fi_mr_desc, passed for local buffers
     uint64_t key = 0;
     uint64_t rma_base = 0;
 };
@@ -35,13 +33,11 @@ public:
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0, kind = FERRY_MEM_HOST;
     int32_t device = -1;
-    std::vector<MrChunk> chunks; // ascending, back to back
+    std::vector<MrChunk> chunks;  // ascending, back to back
 
-    bool contains(uint64_t a, uint64_t len) const {
-        return a >= addr && len <= length && a - addr <= length - len;
-    }
-    const MrChunk &chunk_at(uint64_t a) const; // a must be inside the region
-    bool pin();                                // false once retired
+    bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
+    const MrChunk &chunk_at(uint64_t a) const;  // a must be inside the region
+    bool pin();                                 // false once retired
     void unpin();
     void retire_and_wait(const Logger &log);
 
@@ -73,4 +69,4 @@ std::vector<uint8_t> export_chunks(const LocalRegion &region);
 bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, std::string *why);
 RemoteChunk to_remote(const LocalRegion &region, const MrChunk &c);
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

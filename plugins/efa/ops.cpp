@@ -19,16 +19,16 @@ namespace ferry_efa {
 namespace {
 
 const RemoteChunk *chunk_holding(const std::vector<RemoteChunk> &chunks, uint64_t a) {
-    auto it = std::upper_bound(chunks.begin(), chunks.end(), a, [](uint64_t x, const RemoteChunk &c) { return x < c.addr; });
-    if (it == chunks.begin())
-        return nullptr;
+    auto it =
+        std::upper_bound(chunks.begin(), chunks.end(), a, [](uint64_t x, const RemoteChunk &c) { return x < c.addr; });
+    if (it == chunks.begin()) return nullptr;
     --it;
     return a - it->addr < it->len ? &*it : nullptr;
 }
 
 const char *op_name(uint32_t opcode) { return opcode == FERRY_OP_READ ? "READ" : "WRITE"; }
 
-} // namespace
+}  // namespace
 
 int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
     std::lock_guard lock(mu_);
@@ -51,29 +51,30 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
         const ferry_xfer_op_t &op = ops[i];
         if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE)
             return set_error(err, -EINVAL, "efa: op %zu: unknown opcode %u", i, op.opcode);
-        if (op.length == 0)
-            return set_error(err, -EINVAL, "efa: op %zu: length is 0", i);
+        if (op.length == 0) return set_error(err, -EINVAL, "efa: op %zu: length is 0", i);
         auto imp = imports_.find(op.remote_mem);
         if (imp == imports_.end() || imp->second.peer != peer)
             return set_error(err, -EINVAL, "efa: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64, i,
                              op.remote_mem, peer);
         const Import &m = imp->second;
         if (op.remote_addr < m.addr || op.length > m.length || op.remote_addr - m.addr > m.length - op.length)
-            return set_error(err, -EINVAL, "efa: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region",
-                             i, op.remote_addr, op.length);
+            return set_error(err, -EINVAL,
+                             "efa: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region", i,
+                             op.remote_addr, op.length);
         auto reg = regions_.find(op.local_mem);
         if (reg == regions_.end() || !reg->second->contains(op.local_addr, op.length))
             return set_error(err, -EINVAL,
-                             "efa: op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside registered region %" PRIu64, i,
-                             op.local_addr, op.length, op.local_mem);
+                             "efa: op %zu: local [0x%" PRIx64 ", +%" PRIu64
+                             ") is not inside registered region %" PRIu64,
+                             i, op.local_addr, op.length, op.local_mem);
         locals[i] = reg->second;
         imports[i] = &m;
     }
     for (size_t i = 0; i < n; ++i)
         if (!locals[i]->pin()) {
-            for (size_t j = 0; j < i; ++j)
-                locals[j]->unpin();
-            return set_error(err, -EINVAL, "efa: op %zu: local region %" PRIu64 " is being deregistered", i, ops[i].local_mem);
+            for (size_t j = 0; j < i; ++j) locals[j]->unpin();
+            return set_error(err, -EINVAL, "efa: op %zu: local region %" PRIu64 " is being deregistered", i,
+                             ops[i].local_mem);
         }
     const auto now = Clock::now();
     std::vector<std::unique_ptr<Op>> built(n);
@@ -97,19 +98,19 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
                 const RemoteChunk *c = chunk_holding(imports[i]->chunks, at);
                 if (c == nullptr || c->revoked || (c->access & need) != need) {
                     op->status = c == nullptr || c->revoked ? -EFAULT : -EACCES;
-                    op->message = strprintf(
-                        "efa: peer %s refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", r.name_str.c_str(), op_name(x.opcode),
-                        x.remote_addr, x.length,
-                        c == nullptr ? "not inside a region it registered"
-                        : c->revoked ? "it deregistered that region"
-                                     : (need == FERRY_ACCESS_REMOTE_WRITE ? "its region is not registered for remote write"
-                                                                          : "its region is not registered for remote read"));
+                    op->message = strprintf("efa: peer %s refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s",
+                                            r.name_str.c_str(), op_name(x.opcode), x.remote_addr, x.length,
+                                            c == nullptr ? "not inside a region it registered"
+                                            : c->revoked ? "it deregistered that region"
+                                                         : (need == FERRY_ACCESS_REMOTE_WRITE
+                                                                ? "its region is not registered for remote write"
+                                                                : "its region is not registered for remote read"));
                     op->subs.clear();
                     break;
                 }
                 const MrChunk &lc = locals[i]->chunk_at(local);
-                uint64_t seg = std::min({left, c->addr + c->len - at, lc.addr + lc.len - local,
-                                         static_cast<uint64_t>(fab_.max_msg_size)});
+                uint64_t seg = std::min(
+                    {left, c->addr + c->len - at, lc.addr + lc.len - local, static_cast<uint64_t>(fab_.max_msg_size)});
                 SubOp s;
                 s.local = reinterpret_cast<void *>(local);
                 s.len = seg;
@@ -124,8 +125,7 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
             built[i] = std::move(op);
         }
     } catch (...) {
-        for (auto &l : locals)
-            l->unpin();
+        for (auto &l : locals) l->unpin();
         throw;
     }
     // From here nothing fails: every op completes exactly once.
@@ -167,8 +167,9 @@ int Transport::post(SubOp &s) {
     auto lk = fab_.lock();
     // FI_DELIVERY_COMPLETE: the completion means the bytes are in the peer's memory (the tcp
     // provider otherwise completes a write once it is handed to the socket).
-    return op.opcode == FERRY_OP_WRITE ? static_cast<int>(fi_writemsg(fab_.ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE))
-                                       : static_cast<int>(fi_readmsg(fab_.ep, &m, FI_COMPLETION));
+    return op.opcode == FERRY_OP_WRITE
+               ? static_cast<int>(fi_writemsg(fab_.ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE))
+               : static_cast<int>(fi_readmsg(fab_.ep, &m, FI_COMPLETION));
 }
 
 bool Transport::post_ops() {
@@ -177,7 +178,7 @@ bool Transport::post_ops() {
         SubOp *s = ready_.front();
         Op &op = *s->op;
         Remote &r = *op.remote;
-        if (op.doomed || r.state == Remote::State::Dead) { // canceled, timed out, or nowhere to go
+        if (op.doomed || r.state == Remote::State::Dead) {  // canceled, timed out, or nowhere to go
             ready_.pop_front();
             --op.unposted;
             fail_op(op, -ECONNRESET, strprintf("efa: peer %s is unreachable: %s", r.name_str.c_str(), r.why.c_str()));
@@ -191,16 +192,15 @@ bool Transport::post_ops() {
             continue;
         }
         int rc = post(*s);
-        if (rc == -FI_EAGAIN)
-            break; // the provider's queue is full or the connection is being set up
+        if (rc == -FI_EAGAIN) break;  // the provider's queue is full or the connection is being set up
         ready_.pop_front();
         --op.unposted;
         did = true;
         if (rc != 0) {
             if (op.status == 0) {
                 op.status = -EIO;
-                op.message = strprintf("efa: posting a %s to peer %s failed: %s", op_name(op.opcode), r.name_str.c_str(),
-                                       fi_error_string(rc).c_str());
+                op.message = strprintf("efa: posting a %s to peer %s failed: %s", op_name(op.opcode),
+                                       r.name_str.c_str(), fi_error_string(rc).c_str());
             }
             maybe_finish(op);
         } else {
@@ -216,41 +216,41 @@ std::string Transport::describe_error(const fi_cq_err_entry &e, const Remote &r,
     char prov[160] = "";
     {
         const char *p = fi_cq_strerror(fab_.cq, e.prov_errno, e.err_data, prov, sizeof prov);
-        if (p != nullptr && p != prov)
-            snprintf(prov, sizeof prov, "%s", p);
+        if (p != nullptr && p != prov) snprintf(prov, sizeof prov, "%s", p);
     }
     const char *meaning;
     switch (e.err) {
-    case FI_EACCES:
-    case FI_EPERM:
-        *status = -EACCES;
-        meaning = "the peer refused the access right";
-        break;
-    case FI_EINVAL:
-    case FI_EFAULT:
-    case FI_EKEYREJECTED:
-    case FI_ENOKEY:
-        *status = -EFAULT;
-        meaning = "refused by the peer (no registration with that key and range: deregistered or forged)";
-        break;
-    case FI_ETIMEDOUT:
-        *status = -ETIMEDOUT;
-        meaning = "the provider timed out";
-        break;
-    case FI_ECANCELED:
-        if (e.prov_errno == ENOENT && r.state == Remote::State::Up) { // tcp: the peer found no such key
-            *status = -EFAULT;
-            meaning = "refused by the peer (no registration with that key, range and right: deregistered or "
-                      "forged), which dropped the connection";
+        case FI_EACCES:
+        case FI_EPERM:
+            *status = -EACCES;
+            meaning = "the peer refused the access right";
             break;
-        }
-        *status = -ECONNRESET;
-        meaning = r.state == Remote::State::Up ? "the connection failed" : "the connection was reset";
-        break;
-    default:
-        *status = -ECONNRESET;
-        meaning = "the connection failed (peer exited or unreachable)";
-        break;
+        case FI_EINVAL:
+        case FI_EFAULT:
+        case FI_EKEYREJECTED:
+        case FI_ENOKEY:
+            *status = -EFAULT;
+            meaning = "refused by the peer (no registration with that key and range: deregistered or forged)";
+            break;
+        case FI_ETIMEDOUT:
+            *status = -ETIMEDOUT;
+            meaning = "the provider timed out";
+            break;
+        case FI_ECANCELED:
+            if (e.prov_errno == ENOENT && r.state == Remote::State::Up) {  // tcp: the peer found no such key
+                *status = -EFAULT;
+                meaning =
+                    "refused by the peer (no registration with that key, range and right: deregistered or "
+                    "forged), which dropped the connection";
+                break;
+            }
+            *status = -ECONNRESET;
+            meaning = r.state == Remote::State::Up ? "the connection failed" : "the connection was reset";
+            break;
+        default:
+            *status = -ECONNRESET;
+            meaning = "the connection failed (peer exited or unreachable)";
+            break;
     }
     return strprintf("peer %s: %s: %s (provider: %s)", r.name_str.c_str(), meaning, fi_error_string(e.err).c_str(),
                      prov);
@@ -270,20 +270,17 @@ void Transport::sub_done(SubOp &s, const fi_cq_err_entry *e) {
             op.message = strprintf("efa: %s of %" PRIu64 " bytes failed: %s", op_name(op.opcode), s.len, msg.c_str());
         }
         // Refused op or broken connection? A Hello tells; ops submitted meanwhile wait.
-        if (r.state == Remote::State::Up)
-            ping(r);
+        if (r.state == Remote::State::Up) ping(r);
     }
     maybe_finish(op);
-    if (!revokes_.empty())
-        check_revokes();
+    if (!revokes_.empty()) check_revokes();
 }
 
 // The op fails with `status`: none of its pieces is posted from now on, and its completion is
 // delivered by maybe_finish once the provider holds none of them (the caller's buffer is then
 // ours again). The first failure names the op's fate.
 void Transport::fail_op(Op &op, int status, const std::string &message) {
-    if (op.doomed)
-        return;
+    if (op.doomed) return;
     op.doomed = true;
     op.doomed_at = Clock::now();
     op.status = status;
@@ -291,8 +288,7 @@ void Transport::fail_op(Op &op, int status, const std::string &message) {
 }
 
 void Transport::maybe_finish(Op &op) {
-    if (op.unposted != 0 || op.outstanding != 0)
-        return;
+    if (op.unposted != 0 || op.outstanding != 0) return;
     cq_.push(op.user_data, op.status, op.message);
     op.pin->unpin();
     ops_.erase(&op);
@@ -310,10 +306,8 @@ void Transport::settle(Remote &r) {
         }
     std::vector<Op *> done;
     for (auto &[p, op] : ops_)
-        if (op->remote == &r && op->doomed && op->unposted == 0 && op->outstanding == 0)
-            done.push_back(op.get());
-    for (Op *op : done)
-        maybe_finish(*op);
+        if (op->remote == &r && op->doomed && op->unposted == 0 && op->outstanding == 0) done.push_back(op.get());
+    for (Op *op : done) maybe_finish(*op);
 }
 
 // Makes the provider hand back what it holds for r. Removing the address is not enough: the tcp
@@ -321,8 +315,7 @@ void Transport::settle(Remote &r) {
 // buffers whenever the peer resumes. Shutting that connection down makes it fail all of it at
 // once (as flushed errors). Providers without sockets give ops back on their own errors.
 void Transport::reclaim(Remote &r) {
-    if (r.outstanding == 0 && r.sending == 0)
-        return;
+    if (r.outstanding == 0 && r.sending == 0) return;
     remove_addr(r);
     size_t n = cut_connections_to(r.name);
     log_.log(FERRY_LOG_DEBUG,
@@ -344,8 +337,7 @@ void Transport::check_timeouts() {
             fail_op(*op, -ETIMEDOUT,
                     strprintf("efa: %s on peer %s not done within %u ms (peer stopped, overloaded or gone)",
                               op_name(op->opcode), op->remote->name_str.c_str(), cfg_.op_timeout_ms));
-            if (std::find(stuck.begin(), stuck.end(), op->remote) == stuck.end())
-                stuck.push_back(op->remote);
+            if (std::find(stuck.begin(), stuck.end(), op->remote) == stuck.end()) stuck.push_back(op->remote);
         } else if (op->doomed && op->outstanding > 0 && !op->warned &&
                    now - op->doomed_at > std::chrono::milliseconds(cfg_.connect_timeout_ms)) {
             op->warned = true;
@@ -365,4 +357,4 @@ void Transport::check_timeouts() {
     }
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

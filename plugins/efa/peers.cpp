@@ -15,7 +15,7 @@ namespace ferry_efa {
 
 namespace {
 constexpr unsigned kMaxAttempts = 5;
-} // namespace
+}  // namespace
 
 Remote *Transport::remote_for(uint64_t token, const uint8_t *name, size_t name_len) {
     auto &slot = remotes_[token];
@@ -31,8 +31,7 @@ Remote *Transport::remote_for(uint64_t token, const uint8_t *name, size_t name_l
 }
 
 bool Transport::insert_addr(Remote &r) {
-    if (r.addr != FI_ADDR_NOTAVAIL)
-        return true;
+    if (r.addr != FI_ADDR_NOTAVAIL) return true;
     fi_addr_t a = FI_ADDR_NOTAVAIL;
     int rc;
     {
@@ -51,8 +50,7 @@ bool Transport::insert_addr(Remote &r) {
 // operations it still held (they come back as errors): the way to get buffers back from a peer
 // that stopped answering, and to recover a connection the provider gave up on.
 void Transport::remove_addr(Remote &r) {
-    if (r.addr == FI_ADDR_NOTAVAIL)
-        return;
+    if (r.addr == FI_ADDR_NOTAVAIL) return;
     {
         auto lk = fab_.lock();
         fi_av_remove(fab_.av, &r.addr, 1, 0);
@@ -82,10 +80,8 @@ void Transport::remote_up(Remote &r) {
 }
 
 void Transport::remote_failed(Remote &r, const std::string &why, bool refused) {
-    if (refused || r.attempts + 1 >= kMaxAttempts)
-        kill_remote(r, why);
-    else
-        reset(r, why);
+    if (refused || r.attempts + 1 >= kMaxAttempts) kill_remote(r, why);
+    else reset(r, why);
 }
 
 void Transport::reset(Remote &r, const std::string &why) {
@@ -152,9 +148,8 @@ int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std:
     // answers one fake chunk at a time cannot keep import_mem busy forever.
     constexpr unsigned kMaxRounds = 1024;
     const uint64_t end = addr + len;
-    std::set<std::pair<uint64_t, uint64_t>> seen; // (addr, key)
-    for (const auto &o : *out)
-        seen.emplace(o.addr, o.key);
+    std::set<std::pair<uint64_t, uint64_t>> seen;  // (addr, key)
+    for (const auto &o : *out) seen.emplace(o.addr, o.key);
     for (unsigned round = 0; addr < end; ++round) {
         if (round == kMaxRounds) {
             *why = strprintf("its registrations of the range took more than %u answers", kMaxRounds);
@@ -175,20 +170,16 @@ int Transport::query(uint64_t peer, Remote &r, uint64_t addr, uint64_t len, std:
                                     : strprintf("%s", errno_string(-rc).c_str());
             return rc;
         }
-        if (w.body.size() < sizeof head)
-            return *why = "malformed answer", -EPROTO;
+        if (w.body.size() < sizeof head) return *why = "malformed answer", -EPROTO;
         memcpy(&head, w.body.data(), sizeof head);
-        if (w.body.size() < sizeof head + head.count * sizeof(RemoteChunk))
-            return *why = "truncated answer", -EPROTO;
+        if (w.body.size() < sizeof head + head.count * sizeof(RemoteChunk)) return *why = "truncated answer", -EPROTO;
         for (uint32_t i = 0; i < head.count; ++i) {
             RemoteChunk c;
             memcpy(&c, w.body.data() + sizeof head + i * sizeof c, sizeof c);
             c.revoked = 0;
-            if (seen.emplace(c.addr, c.key).second)
-                out->push_back(c);
+            if (seen.emplace(c.addr, c.key).second) out->push_back(c);
         }
-        if (head.next == 0 || head.next <= addr || head.count == 0)
-            break;
+        if (head.next == 0 || head.next <= addr || head.count == 0) break;
         addr = head.next;
     }
     std::sort(out->begin(), out->end(), [](const RemoteChunk &a, const RemoteChunk &b) { return a.addr < b.addr; });
@@ -204,7 +195,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         return set_error(err, -EPROTO, "efa: not an efa.so version %u endpoint", kWireVersion);
     std::unique_lock lock(mu_);
     Remote &r = *remote_for(h.token, static_cast<const uint8_t *>(endpoint) + sizeof h, h.name_len);
-    r.verified = true; // the host gave us this address
+    r.verified = true;  // the host gave us this address
     if (r.state == Remote::State::Idle || r.state == Remote::State::Dead) {
         r.attempts = 0;
         r.state = Remote::State::Resetting;
@@ -212,15 +203,15 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         wake();
     }
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
-    ++r.connecting; // not evicted while we wait on it
-    cv_.wait_until(lock, deadline, [&] {
-        return stop_.load() || r.state == Remote::State::Up || r.state == Remote::State::Dead;
-    });
+    ++r.connecting;  // not evicted while we wait on it
+    cv_.wait_until(lock, deadline,
+                   [&] { return stop_.load() || r.state == Remote::State::Up || r.state == Remote::State::Dead; });
     --r.connecting;
     if (r.state != Remote::State::Up) {
-        std::string why = r.state == Remote::State::Dead ? r.why : strprintf("no answer within %u ms", cfg_.connect_timeout_ms);
+        std::string why =
+            r.state == Remote::State::Dead ? r.why : strprintf("no answer within %u ms", cfg_.connect_timeout_ms);
         int code = r.state == Remote::State::Dead ? -ECONNREFUSED : -ETIMEDOUT;
-        if (r.users == 0) { // nobody else waits for it: stop trying
+        if (r.users == 0) {  // nobody else waits for it: stop trying
             remove_addr(r);
             r.state = Remote::State::Idle;
         }
@@ -239,22 +230,18 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         return set_error(err, -ENOENT, "efa: no peer %" PRIu64 " (never connected or already disconnected)", peer);
     Remote &r = *remotes_.at(it->second.token);
     peers_.erase(it);
-    for (auto i = imports_.begin(); i != imports_.end();)
-        i = i->second.peer == peer ? imports_.erase(i) : std::next(i);
+    for (auto i = imports_.begin(); i != imports_.end();) i = i->second.peer == peer ? imports_.erase(i) : std::next(i);
     const std::string msg = strprintf("efa: op canceled: disconnected from peer %s", r.name_str.c_str());
     for (auto &[p, op] : ops_)
-        if (op->peer == peer)
-            fail_op(*op, -ECANCELED, msg);
+        if (op->peer == peer) fail_op(*op, -ECANCELED, msg);
     if (--r.users == 0) {
         // The provider keeps what it was given until the connection goes: cut it, so those
         // buffers come back (as flushed errors) instead of staying with a peer that may never
         // answer. The canceled ops are reported once they are back.
         reclaim(r);
-        if (!r.held.empty())
-            remove_addr(r);
+        if (!r.held.empty()) remove_addr(r);
         drop_held(r, -ECANCELED, msg);
-        if (r.state != Remote::State::Dead)
-            r.state = Remote::State::Idle;
+        if (r.state != Remote::State::Dead) r.state = Remote::State::Idle;
     }
     settle(r);
     wake();
@@ -272,10 +259,9 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const
         return set_error(err, -EINVAL, "efa: %s", why.c_str());
     std::unique_lock lock(mu_);
     auto it = peers_.find(peer);
-    if (it == peers_.end())
-        return set_error(err, -ENOENT, "efa: no peer %" PRIu64, peer);
+    if (it == peers_.end()) return set_error(err, -ENOENT, "efa: no peer %" PRIu64, peer);
     Remote &r = *remotes_.at(it->second.token);
-    if (desc == nullptr || len == 0) { // no keys from the host: ask the peer which registrations cover it
+    if (desc == nullptr || len == 0) {  // no keys from the host: ask the peer which registrations cover it
         if (int rc = query(peer, r, region->addr, region->length, &imp.chunks, lock, &why))
             return set_error(err, rc, "efa: asking peer %s for its registrations of [0x%" PRIx64 ", +%" PRIu64 "): %s",
                              r.name_str.c_str(), region->addr, region->length, why.c_str());
@@ -295,4 +281,4 @@ int Transport::release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *er
     return 0;
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

@@ -22,7 +22,7 @@ namespace ferry_efa {
 namespace {
 constexpr size_t kRecvBufs = 32;
 constexpr size_t kSendBufs = 32;
-} // namespace
+}  // namespace
 
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
 
@@ -38,9 +38,10 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
     // libfabric. A provider the caller named (efa.provider, FERRY_EFA_PROVIDER) is always asked.
     if (std::string where; !cfg.provider_chosen && !efa_device_present(&where)) {
         result->available = 0;
-        copy_message(result->reason, ("no EFA device: " + where +
-                                      "; efa.provider=tcp (or FERRY_EFA_PROVIDER) runs efa.so over another libfabric provider")
-                                         .c_str());
+        copy_message(result->reason,
+                     ("no EFA device: " + where +
+                      "; efa.provider=tcp (or FERRY_EFA_PROVIDER) runs efa.so over another libfabric provider")
+                         .c_str());
         return 0;
     }
     fi_info *info = nullptr;
@@ -61,19 +62,16 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err) {
     Config cfg;
-    if (int rc = parse_config(options, n, &cfg, err))
-        return rc;
+    if (int rc = parse_config(options, n, &cfg, err)) return rc;
     std::unique_ptr<Transport> t(new Transport(cfg, host));
-    if (int rc = t->start(err))
-        return rc;
+    if (int rc = t->start(err)) return rc;
     *out = t.release();
     return 0;
 }
 
 int Transport::start(ferry_error_t *err) {
     std::string why;
-    if (int rc = fab_.open(cfg_, &why))
-        return set_error(err, rc == -FI_ENODATA ? -ENODEV : rc, "efa: %s", why.c_str());
+    if (int rc = fab_.open(cfg_, &why)) return set_error(err, rc == -FI_ENODATA ? -ENODEV : rc, "efa: %s", why.c_str());
     keys_ = std::make_unique<KeySource>(fab_.mr_key_size);
     if (getrandom(&token_, sizeof token_, 0) != static_cast<ssize_t>(sizeof token_))
         token_ = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
@@ -81,8 +79,8 @@ int Transport::start(ferry_error_t *err) {
 
     ctrl_slab_.resize((kRecvBufs + kSendBufs) * kCtrlSize);
     uint64_t key = (fab_.mr_mode & FI_MR_PROV_KEY) ? 0 : keys_->next();
-    int rc = fi_mr_reg(fab_.domain, ctrl_slab_.data(), ctrl_slab_.size(), FI_SEND | FI_RECV, 0, key, 0, &ctrl_mr_,
-                       nullptr);
+    int rc =
+        fi_mr_reg(fab_.domain, ctrl_slab_.data(), ctrl_slab_.size(), FI_SEND | FI_RECV, 0, key, 0, &ctrl_mr_, nullptr);
     if (rc == 0 && (fab_.mr_mode & FI_MR_ENDPOINT) && (rc = fi_mr_bind(ctrl_mr_, &fab_.ep->fid, 0)) == 0)
         rc = fi_mr_enable(ctrl_mr_);
     if (rc != 0)
@@ -136,16 +134,12 @@ Transport::~Transport() {
         fi_close(&fab_.ep->fid);
         fab_.ep = nullptr;
     }
-    for (auto &[h, r] : regions_)
-        close_region(fab_, *r);
-    if (ctrl_mr_)
-        fi_close(&ctrl_mr_->fid);
+    for (auto &[h, r] : regions_) close_region(fab_, *r);
+    if (ctrl_mr_) fi_close(&ctrl_mr_->fid);
     for (auto &[p, op] : ops_)
-        if (op->pin)
-            op->pin->unpin();
+        if (op->pin) op->pin->unpin();
     for (int fd : {wake_fd_, epoll_fd_})
-        if (fd >= 0)
-            close(fd);
+        if (fd >= 0) close(fd);
 }
 
 // Before the endpoint is closed, the provider hands back everything it holds: the tcp provider
@@ -154,38 +148,28 @@ Transport::~Transport() {
 // the CQ is read (the progress thread is gone: this is the only caller) until every piece and
 // control send came back, for at most connect_timeout_ms (capped at 5 s).
 void Transport::quiesce() {
-    if (fab_.ep == nullptr || fab_.cq == nullptr)
-        return;
+    if (fab_.ep == nullptr || fab_.cq == nullptr) return;
     std::lock_guard lock(mu_);
-    for (auto &[p, op] : ops_)
-        fail_op(*op, -ECANCELED, "efa: op canceled: the transport is being destroyed");
-    for (auto &[t, r] : remotes_)
-        reclaim(*r);
-    auto held = [&] {
-        return !ops_.empty() || free_sends_.size() < send_bufs_.size();
-    };
+    for (auto &[p, op] : ops_) fail_op(*op, -ECANCELED, "efa: op canceled: the transport is being destroyed");
+    for (auto &[t, r] : remotes_) reclaim(*r);
+    auto held = [&] { return !ops_.empty() || free_sends_.size() < send_bufs_.size(); };
     const auto deadline = Clock::now() + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 5000u));
     fi_cq_msg_entry entries[64];
     while (held() && Clock::now() < deadline) {
-        ready_.clear(); // unposted pieces: never posted now
-        for (auto &[p, op] : ops_)
-            op->unposted = 0;
-        for (auto &[t, r] : remotes_)
-            r->held.clear();
+        ready_.clear();  // unposted pieces: never posted now
+        for (auto &[p, op] : ops_) op->unposted = 0;
+        for (auto &[t, r] : remotes_) r->held.clear();
         std::vector<Op *> idle;
         for (auto &[p, op] : ops_)
-            if (op->outstanding == 0)
-                idle.push_back(op.get());
-        for (Op *op : idle)
-            maybe_finish(*op);
+            if (op->outstanding == 0) idle.push_back(op.get());
+        for (Op *op : idle) maybe_finish(*op);
         ssize_t n;
         {
             auto lk = fab_.lock();
             n = fi_cq_read(fab_.cq, entries, 64);
         }
         if (n > 0) {
-            for (ssize_t i = 0; i < n; ++i)
-                on_completion(entries[i]);
+            for (ssize_t i = 0; i < n; ++i) on_completion(entries[i]);
         } else if (n == -FI_EAVAIL) {
             fi_cq_err_entry e{};
             auto lk = fab_.lock();
@@ -257,12 +241,12 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
         r = it->second;
         regions_.erase(it);
     }
-    r->retire_and_wait(log_); // our own ops using it as the local side
+    r->retire_and_wait(log_);  // our own ops using it as the local side
     {
         std::unique_lock lock(mu_);
-        revoke(*r, lock); // peers' RMA into it
+        revoke(*r, lock);  // peers' RMA into it
     }
-    close_region(fab_, *r); // from here the provider refuses peers' RMA to it
+    close_region(fab_, *r);  // from here the provider refuses peers' RMA to it
     return 0;
 }
 
@@ -296,8 +280,7 @@ void Transport::post_recvs() {
         auto lk = fab_.lock();
         int rc = fi_recv(fab_.ep, b->data, kCtrlSize, ctrl_desc_, FI_ADDR_UNSPEC, &b->fi);
         if (rc != 0) {
-            if (rc != -FI_EAGAIN)
-                log_.log(FERRY_LOG_WARN, "fi_recv: %s", fi_error_string(rc).c_str());
+            if (rc != -FI_EAGAIN) log_.log(FERRY_LOG_WARN, "fi_recv: %s", fi_error_string(rc).c_str());
             return;
         }
         unposted_recvs_.pop_back();
@@ -306,26 +289,21 @@ void Transport::post_recvs() {
 
 void Transport::on_completion(const fi_cq_msg_entry &e) {
     auto *c = static_cast<Ctx *>(e.op_context);
-    if (c == nullptr)
-        return;
+    if (c == nullptr) return;
     switch (c->kind) {
-    case CtxKind::SubOp:
-        sub_done(*static_cast<SubOp *>(c), nullptr);
-        break;
-    case CtxKind::CtrlRecv: {
-        auto *b = static_cast<CtrlBuf *>(c);
-        if (stop_) { // being destroyed: nothing to answer
+        case CtxKind::SubOp: sub_done(*static_cast<SubOp *>(c), nullptr); break;
+        case CtxKind::CtrlRecv: {
+            auto *b = static_cast<CtrlBuf *>(c);
+            if (stop_) {  // being destroyed: nothing to answer
+                unposted_recvs_.push_back(b);
+                break;
+            }
+            on_ctrl(b->data, e.len);
             unposted_recvs_.push_back(b);
+            post_recvs();
             break;
         }
-        on_ctrl(b->data, e.len);
-        unposted_recvs_.push_back(b);
-        post_recvs();
-        break;
-    }
-    case CtxKind::CtrlSend:
-        on_ctrl_send_done(*static_cast<CtrlBuf *>(c), 0);
-        break;
+        case CtxKind::CtrlSend: on_ctrl_send_done(*static_cast<CtrlBuf *>(c), 0); break;
     }
 }
 
@@ -336,17 +314,12 @@ void Transport::on_error(const fi_cq_err_entry &e) {
         return;
     }
     switch (c->kind) {
-    case CtxKind::SubOp:
-        sub_done(*static_cast<SubOp *>(c), &e);
-        break;
-    case CtxKind::CtrlRecv:
-        unposted_recvs_.push_back(static_cast<CtrlBuf *>(c));
-        if (!stop_)
-            post_recvs();
-        break;
-    case CtxKind::CtrlSend:
-        on_ctrl_send_done(*static_cast<CtrlBuf *>(c), e.err ? e.err : FI_EIO);
-        break;
+        case CtxKind::SubOp: sub_done(*static_cast<SubOp *>(c), &e); break;
+        case CtxKind::CtrlRecv:
+            unposted_recvs_.push_back(static_cast<CtrlBuf *>(c));
+            if (!stop_) post_recvs();
+            break;
+        case CtxKind::CtrlSend: on_ctrl_send_done(*static_cast<CtrlBuf *>(c), e.err ? e.err : FI_EIO); break;
     }
 }
 
@@ -365,8 +338,7 @@ void Transport::progress_loop() {
                 n = fi_cq_read(fab_.cq, entries, 64);
             }
             if (n > 0) {
-                for (ssize_t i = 0; i < n; ++i)
-                    on_completion(entries[i]);
+                for (ssize_t i = 0; i < n; ++i) on_completion(entries[i]);
                 busy = true;
             } else if (n == -FI_EAVAIL) {
                 fi_cq_err_entry e{};
@@ -375,8 +347,7 @@ void Transport::progress_loop() {
                     auto lk = fab_.lock();
                     got = fi_cq_readerr(fab_.cq, &e, 0);
                 }
-                if (got == 1)
-                    on_error(e);
+                if (got == 1) on_error(e);
                 busy = true;
             } else if (n != -FI_EAGAIN) {
                 log_.log(FERRY_LOG_ERROR, "fi_cq_read: %s", fi_error_string(static_cast<int>(n)).c_str());
@@ -385,13 +356,10 @@ void Transport::progress_loop() {
                 check_timeouts();
                 next_timeout_scan_ = Clock::now() + std::chrono::milliseconds(50);
             }
-            if (!ready_.empty())
-                busy = true; // the provider pushed back (-FI_EAGAIN): keep progressing
+            if (!ready_.empty()) busy = true;  // the provider pushed back (-FI_EAGAIN): keep progressing
         }
-        if (busy)
-            last_work_ = Clock::now();
-        else
-            idle_wait();
+        if (busy) last_work_ = Clock::now();
+        else idle_wait();
     }
 }
 
@@ -402,8 +370,7 @@ void Transport::idle_wait() {
         std::lock_guard lock(mu_);
         active = !ops_.empty() || !ctrl_out_.empty();
         for (auto &[t, r] : remotes_)
-            if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting)
-                active = true;
+            if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting) active = true;
     }
     // Right after work (ours, or a wake-up by the provider: a peer's RMA into us also needs our
     // polling) more usually follows within microseconds: poll a little longer before paying for
@@ -422,18 +389,17 @@ void Transport::idle_wait() {
         }
         if (rc != FI_SUCCESS) {
             last_work_ = Clock::now();
-            return; // events are waiting: read them
+            return;  // events are waiting: read them
         }
     } else if (active) {
-        timeout = 0; // no wait object: poll while work is in flight
+        timeout = 0;  // no wait object: poll while work is in flight
         sched_yield();
     } else {
         timeout = 1;
     }
     epoll_event ev[4];
     int n = epoll_wait(epoll_fd_, ev, 4, timeout);
-    if (n > 0)
-        last_work_ = Clock::now();
+    if (n > 0) last_work_ = Clock::now();
     for (int i = 0; i < n; ++i)
         if (ev[i].data.fd == wake_fd_) {
             uint64_t v;
@@ -441,4 +407,4 @@ void Transport::idle_wait() {
         }
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

@@ -56,14 +56,14 @@ struct SubOp : Ctx {
 
 struct Op {
     uint64_t user_data = 0;
-    uint64_t peer = 0; // peer id (connect)
+    uint64_t peer = 0;  // peer id (connect)
     uint32_t opcode = 0;
     Remote *remote = nullptr;
     std::shared_ptr<LocalRegion> pin;
     Clock::time_point start;
     std::vector<SubOp> subs;
-    uint32_t unposted = 0;    // subs not handed to the provider yet
-    uint32_t outstanding = 0; // subs the provider holds
+    uint32_t unposted = 0;     // subs not handed to the provider yet
+    uint32_t outstanding = 0;  // subs the provider holds
     int status = 0;
     std::string message;
     // It fails (timeout, cancel, revocation): nothing more of it is posted, and it is reported
@@ -71,15 +71,15 @@ struct Op {
     // or is taken from (WRITE) the caller's buffer after the failure was reported.
     bool doomed = false;
     Clock::time_point doomed_at;
-    bool warned = false; // logged that the provider still holds it long after it failed
+    bool warned = false;  // logged that the provider still holds it long after it failed
 };
 
 struct CtrlBuf : Ctx {
     explicit CtrlBuf(CtxKind k) : Ctx(k) {}
     uint8_t *data = nullptr;
     size_t len = 0;
-    Remote *to = nullptr; // sends: destination
-    bool unverified = false; // counted in unverified_sending_
+    Remote *to = nullptr;     // sends: destination
+    bool unverified = false;  // counted in unverified_sending_
     uint64_t req_id = 0;
     CtrlType type = CtrlType::Hello;
 };
@@ -95,15 +95,15 @@ struct Remote {
     Clock::time_point next_try, ping_sent;
     uint64_t ping_req = 0;
     std::deque<SubOp *> held;
-    uint64_t outstanding = 0; // subops the provider holds
-    unsigned users = 0;       // live peer ids
-    bool initiates = false;   // it said Hello to us: it may hold our keys
-    std::string why;          // last failure, for messages
-    unsigned answers = 0;     // our answers to it waiting in ctrl_out_ (bounded: it may never read)
-    unsigned sending = 0;     // our messages to it the provider holds
-    bool verified = false;    // a message to it was delivered, or we connected to it
-    unsigned connecting = 0;  // connect() calls waiting on it (they hold a reference)
-    unsigned revokes = 0;     // its Revokes in revokes_ (bounded)
+    uint64_t outstanding = 0;  // subops the provider holds
+    unsigned users = 0;        // live peer ids
+    bool initiates = false;    // it said Hello to us: it may hold our keys
+    std::string why;           // last failure, for messages
+    unsigned answers = 0;      // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned sending = 0;      // our messages to it the provider holds
+    bool verified = false;     // a message to it was delivered, or we connected to it
+    unsigned connecting = 0;   // connect() calls waiting on it (they hold a reference)
+    unsigned revokes = 0;      // its Revokes in revokes_ (bounded)
 };
 
 // What unauthenticated peers may make an instance hold, and the ignored control messages,
@@ -112,18 +112,18 @@ inline constexpr size_t kMaxRemotes = 4096;
 inline constexpr size_t kMaxRemotesPerAddress = 4;
 inline constexpr unsigned kMaxAnswersPerRemote = 64;
 inline constexpr unsigned kMaxRevokesPerRemote = 64;
-inline constexpr size_t kMaxQueuedAnswers = 4096;   // all peers together (answers are up to 4 KiB)
+inline constexpr size_t kMaxQueuedAnswers = 4096;    // all peers together (answers are up to 4 KiB)
 inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
 inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
 inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
-    uint64_t impostor = 0; // a Hello naming a known instance from another address
-    uint64_t unreachable = 0; // a Hello whose address the provider does not take
-    uint64_t unknown = 0;  // from an instance that never said Hello
-    uint64_t crowded = 0;  // a new instance while kMaxRemotes are known and none can go, or its address is busy
-    uint64_t flooded = 0;  // answers dropped: the peer let kMaxAnswersPerRemote pile up
+    uint64_t impostor = 0;     // a Hello naming a known instance from another address
+    uint64_t unreachable = 0;  // a Hello whose address the provider does not take
+    uint64_t unknown = 0;      // from an instance that never said Hello
+    uint64_t crowded = 0;      // a new instance while kMaxRemotes are known and none can go, or its address is busy
+    uint64_t flooded = 0;      // answers dropped: the peer let kMaxAnswersPerRemote pile up
     uint64_t total = 0;
     Clock::time_point next_log{};
 };
@@ -132,7 +132,7 @@ struct PendingRevoke {
     Remote *from = nullptr;
     uint64_t req_id = 0;
     std::vector<uint64_t> keys;
-    bool told_busy = false; // the interim RevokeAck (-EINPROGRESS) went out
+    bool told_busy = false;  // the interim RevokeAck (-EINPROGRESS) went out
 };
 
 struct Peer {
@@ -142,12 +142,12 @@ struct Peer {
 struct Import {
     uint64_t peer = 0, addr = 0, length = 0;
     uint32_t access = 0;
-    std::vector<RemoteChunk> chunks; // ascending
+    std::vector<RemoteChunk> chunks;  // ascending
 };
 
 struct Waiter {
     bool done = false;
-    bool busy = false; // a Revoke's interim answer: the peer is alive, its RMA still in flight
+    bool busy = false;  // a Revoke's interim answer: the peer is alive, its RMA still in flight
     int status = 0;
     std::vector<uint8_t> body;
 };
@@ -165,8 +165,8 @@ public:
     int export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err);
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
-    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
-                   uint64_t *remote_mem, ferry_error_t *err);
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len, uint64_t *remote_mem,
+                   ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
@@ -243,30 +243,30 @@ private:
         uint64_t req_id;
         std::vector<uint8_t> bytes;
     };
-    std::deque<OutMsg> ctrl_out_; // waiting for a send buffer or for fi_send to take it
+    std::deque<OutMsg> ctrl_out_;  // waiting for a send buffer or for fi_send to take it
 
-    std::mutex mu_; // everything below, and the progress thread's work
+    std::mutex mu_;  // everything below, and the progress thread's work
     std::condition_variable cv_;
     std::atomic<bool> stop_{false};
     std::thread progress_;
     int wake_fd_ = -1, epoll_fd_ = -1;
 
-    std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_; // by handle
+    std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_;  // by handle
     uint64_t next_region_ = 1;
-    std::unordered_map<uint64_t, std::unique_ptr<Remote>> remotes_; // by token
+    std::unordered_map<uint64_t, std::unique_ptr<Remote>> remotes_;  // by token
     std::unordered_map<uint64_t, Peer> peers_;
     std::unordered_map<uint64_t, Import> imports_;
     uint64_t next_peer_ = 1, next_import_ = 1, next_req_ = 1;
     std::unordered_map<uint64_t, Waiter *> waiters_;
-    std::vector<PendingRevoke> revokes_; // keys a peer revoked, acknowledged once our RMA on them is done
+    std::vector<PendingRevoke> revokes_;  // keys a peer revoked, acknowledged once our RMA on them is done
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
-    std::deque<SubOp *> ready_; // to post
+    std::deque<SubOp *> ready_;  // to post
     IgnoredCtrl ignored_;
     size_t queued_answers_ = 0;
     unsigned unverified_sending_ = 0;
-    unsigned revoking_ = 0; // revoke() calls waiting (they hold Remote pointers: no eviction)
+    unsigned revoking_ = 0;  // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
-    Clock::time_point last_work_; // progress thread only: when it last found something to do
+    Clock::time_point last_work_;  // progress thread only: when it last found something to do
 };
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

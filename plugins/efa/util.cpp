@@ -16,4 +16,4 @@ std::string fi_error_string(int code) {
     return fabric::load(nullptr) ? fabric::strerror(code) : std::strerror(code);
 }
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

@@ -23,17 +23,17 @@
 
 namespace ferry_efa {
 
-inline constexpr uint32_t kEndpointMagic = 0x41464546; // "FEFA"
-inline constexpr uint32_t kMemMagic = 0x4d464546;      // "FEFM"
-inline constexpr uint32_t kCtrlMagic = 0x43464546;     // "FEFC"
+inline constexpr uint32_t kEndpointMagic = 0x41464546;  // "FEFA"
+inline constexpr uint32_t kMemMagic = 0x4d464546;       // "FEFM"
+inline constexpr uint32_t kCtrlMagic = 0x43464546;      // "FEFC"
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kCtrlSize = 4096;
 
 struct EndpointHead {
     uint32_t magic;
     uint16_t version;
-    uint16_t name_len; // fi_getname bytes that follow
-    uint64_t token;    // random per instance
+    uint16_t name_len;  // fi_getname bytes that follow
+    uint64_t token;     // random per instance
 };
 static_assert(sizeof(EndpointHead) == 16);
 
@@ -41,8 +41,8 @@ static_assert(sizeof(EndpointHead) == 16);
 // rma_base + (x - addr); rma_base is addr under FI_MR_VIRT_ADDR and 0 otherwise.
 struct RemoteChunk {
     uint64_t addr, len, key, rma_base;
-    uint32_t access;  // FERRY_ACCESS_* granted
-    uint32_t revoked; // 0 on the wire; set locally once the owner revoked the key
+    uint32_t access;   // FERRY_ACCESS_* granted
+    uint32_t revoked;  // 0 on the wire; set locally once the owner revoked the key
 };
 static_assert(sizeof(RemoteChunk) == 40);
 
@@ -50,7 +50,7 @@ struct MemHead {
     uint32_t magic;
     uint16_t version;
     uint16_t reserved;
-    uint32_t count; // RemoteChunk entries that follow
+    uint32_t count;  // RemoteChunk entries that follow
     uint32_t reserved2;
 };
 
@@ -73,11 +73,12 @@ struct QueryBody {
 };
 
 struct QueryReplyHead {
-    uint64_t next; // where to ask again, 0 when complete
+    uint64_t next;  // where to ask again, 0 when complete
     uint32_t count;
     uint32_t reserved;
 };
 
-inline constexpr size_t kChunksPerReply = (kCtrlSize - sizeof(CtrlHeader) - sizeof(QueryReplyHead)) / sizeof(RemoteChunk);
+inline constexpr size_t kChunksPerReply =
+    (kCtrlSize - sizeof(CtrlHeader) - sizeof(QueryReplyHead)) / sizeof(RemoteChunk);
 
-} // namespace ferry_efa
+}  // namespace ferry_efa

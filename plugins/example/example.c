@@ -87,7 +87,10 @@ static int example_create(const ferry_kv_t *options, size_t n, const ferry_host_
     pthread_mutex_lock(&g_lock);
     int slot = -1;
     for (int i = 0; i < MAX_INSTANCES; ++i)
-        if (!g_instances[i]) { slot = i; break; }
+        if (!g_instances[i]) {
+            slot = i;
+            break;
+        }
     if (slot >= 0) {
         t->id = g_next_id++;
         g_instances[slot] = t;
@@ -144,7 +147,8 @@ static int example_register(ferry_transport_t *t, const ferry_mem_region_t *r, u
 }
 
 static int example_deregister(ferry_transport_t *t, uint64_t handle, ferry_error_t *err) {
-    if (handle >= MAX_REGIONS || !t->regions[handle].used) return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
+    if (handle >= MAX_REGIONS || !t->regions[handle].used)
+        return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
     pthread_mutex_lock(&t->lock); /* copies hold this lock, so none is running after we take it */
     t->regions[handle].used = 0;
     pthread_mutex_unlock(&t->lock);
@@ -166,25 +170,35 @@ static int example_connect(ferry_transport_t *t, const void *endpoint, size_t le
     if (len != sizeof ep) return fail(err, -EPROTO, "endpoint is %zu bytes, expected %zu", len, sizeof ep);
     memcpy(&ep, endpoint, sizeof ep);
     if (ep.pid != (uint64_t)getpid())
-        return fail(err, -EHOSTUNREACH, "peer is process %" PRIu64 "; the example transport reaches only its own process", ep.pid);
+        return fail(err, -EHOSTUNREACH,
+                    "peer is process %" PRIu64 "; the example transport reaches only its own process", ep.pid);
     *peer = ep.instance_id;
     return 0;
 }
 
 static int example_disconnect(ferry_transport_t *t, uint64_t peer, ferry_error_t *err) {
-    (void)t; (void)peer; (void)err;
+    (void)t;
+    (void)peer;
+    (void)err;
     return 0; /* copies finish inside submit, so nothing is ever in flight */
 }
 
 static int example_import(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *region, const void *desc,
                           size_t len, uint64_t *remote_mem, ferry_error_t *err) {
-    (void)t; (void)peer; (void)desc; (void)len; (void)err;
+    (void)t;
+    (void)peer;
+    (void)desc;
+    (void)len;
+    (void)err;
     *remote_mem = region->addr;
     return 0;
 }
 
 static int example_release(ferry_transport_t *t, uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
-    (void)t; (void)peer; (void)remote_mem; (void)err;
+    (void)t;
+    (void)peer;
+    (void)remote_mem;
+    (void)err;
     return 0;
 }
 
@@ -214,7 +228,8 @@ static int push_completion(ferry_transport_t *t, uint64_t user_data, int status,
     return 0;
 }
 
-static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n,
+                          ferry_error_t *err) {
     pthread_mutex_lock(&g_lock); /* keeps the target alive while we copy */
     ferry_transport_t *target = NULL;
     for (int i = 0; i < MAX_INSTANCES; ++i)
@@ -245,8 +260,7 @@ static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_
         if (rc == 0) {
             if (op->opcode == FERRY_OP_READ)
                 memcpy((void *)(uintptr_t)op->local_addr, (const void *)(uintptr_t)op->remote_addr, op->length);
-            else
-                memcpy((void *)(uintptr_t)op->remote_addr, (const void *)(uintptr_t)op->local_addr, op->length);
+            else memcpy((void *)(uintptr_t)op->remote_addr, (const void *)(uintptr_t)op->local_addr, op->length);
         } else {
             snprintf(message, sizeof message, "peer refused [0x%" PRIx64 ", +%" PRIu64 "): %s", op->remote_addr,
                      op->length, rc == -EACCES ? "region lacks that access right" : "not inside a registered region");

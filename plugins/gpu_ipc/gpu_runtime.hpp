@@ -13,7 +13,7 @@
 
 namespace ferry_gpu {
 
-inline constexpr size_t kIpcHandleBytes = 64; // cudaIpcMemHandle_t and hipIpcMemHandle_t
+inline constexpr size_t kIpcHandleBytes = 64;  // cudaIpcMemHandle_t and hipIpcMemHandle_t
 
 struct IpcHandle {
     uint8_t bytes[kIpcHandleBytes];
@@ -26,8 +26,8 @@ class Runtime {
 public:
     virtual ~Runtime() = default;
 
-    virtual const char *name() const = 0;   // "CUDA" or "HIP"
-    virtual uint32_t memory_kind() const = 0; // FERRY_MEM_CUDA or FERRY_MEM_ROCM
+    virtual const char *name() const = 0;      // "CUDA" or "HIP"
+    virtual uint32_t memory_kind() const = 0;  // FERRY_MEM_CUDA or FERRY_MEM_ROCM
 
     // Usable here? available=false with a plain reason when the driver or device is missing.
     virtual void probe(bool &available, std::string &reason) = 0;
@@ -66,4 +66,4 @@ public:
 // Defined by the backend the plugin is built with.
 std::unique_ptr<Runtime> make_runtime();
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu

@@ -47,11 +47,14 @@ uint64_t get64(const uint8_t *&p) {
     return v;
 }
 
-} // namespace
+}  // namespace
 
 IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
                            size_t streams_per_device)
-    : rt_(std::move(runtime)), host_(host), name_(name), streams_per_device_(streams_per_device),
+    : rt_(std::move(runtime)),
+      host_(host),
+      name_(name),
+      streams_per_device_(streams_per_device),
       pid_(static_cast<uint64_t>(getpid())) {}
 
 IpcTransport::~IpcTransport() {
@@ -109,11 +112,13 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
     bool is_device = false;
     if (int rc = rt_->pointer_device(reinterpret_cast<void *>(r->addr), device, is_device, e)) return fail(err, rc, e);
     if (!is_device)
-        return fail(err, -EINVAL, "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") is not " + rt_->name() +
-                                      " device memory; register it as host memory");
+        return fail(err, -EINVAL,
+                    "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") is not " + rt_->name() +
+                        " device memory; register it as host memory");
     if (r->device_id >= 0 && r->device_id != device)
-        return fail(err, -EINVAL, hex(r->addr) + " lives on device " + std::to_string(device) + ", not on device " +
-                                      std::to_string(r->device_id) + " as registered");
+        return fail(err, -EINVAL,
+                    hex(r->addr) + " lives on device " + std::to_string(device) + ", not on device " +
+                        std::to_string(r->device_id) + " as registered");
     // The driver's range query needs a current context: the caller may hold none (memory from
     // the driver API, or registered from a thread other than the allocating one).
     if (int rc = rt_->set_device(device, e)) return fail(err, rc, e);
@@ -121,8 +126,9 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
     size_t size = 0;
     if (int rc = rt_->allocation_range(reinterpret_cast<void *>(r->addr), base, size, e)) return fail(err, rc, e);
     if (r->addr + r->length > base + size)
-        return fail(err, -EINVAL, "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") runs past the end of its " +
-                                      rt_->name() + " allocation [" + hex(base) + ", +" + std::to_string(size) + ")");
+        return fail(err, -EINVAL,
+                    "[" + hex(r->addr) + ", +" + std::to_string(r->length) + ") runs past the end of its " +
+                        rt_->name() + " allocation [" + hex(base) + ", +" + std::to_string(size) + ")");
     LocalRegion reg{*r, {}};
     reg.region.device_id = device;
     if (int rc = rt_->ipc_export(reinterpret_cast<void *>(base), reg.key.handle, e)) return fail(err, rc, e);
@@ -139,7 +145,8 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
 
 int IpcTransport::deregister_mem(uint64_t handle, ferry_error_t *err) {
     std::lock_guard lock(mu_);
-    if (!regions_.erase(handle)) return fail(err, -ENOENT, "no registered region with handle " + std::to_string(handle));
+    if (!regions_.erase(handle))
+        return fail(err, -ENOENT, "no registered region with handle " + std::to_string(handle));
     // Peers map whole allocations through IPC; the owner cannot revoke a mapping it handed
     // out, which is why the engine only publishes regions the application chose to share.
     return 0;
@@ -181,13 +188,14 @@ int IpcTransport::connect(const void *endpoint, size_t len, uint64_t *peer, ferr
 int IpcTransport::disconnect(uint64_t peer, ferry_error_t *err) {
     std::lock_guard lock(mu_);
     if (!peers_.erase(peer)) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
-    return 0; // copies already queued finish: their memory stays mapped until release_mem
+    return 0;  // copies already queued finish: their memory stays mapped until release_mem
 }
 
 int IpcTransport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
                              uint64_t *handle, ferry_error_t *err) {
     if (len != kRegionKeyBytes)
-        return fail(err, -EPROTO, "region key is " + std::to_string(len) + " bytes, expected " + std::to_string(kRegionKeyBytes));
+        return fail(err, -EPROTO,
+                    "region key is " + std::to_string(len) + " bytes, expected " + std::to_string(kRegionKeyBytes));
     RegionKey k;
     const auto *p = static_cast<const uint8_t *>(desc);
     memcpy(k.handle.bytes, p, kIpcHandleBytes);
@@ -198,17 +206,19 @@ int IpcTransport::import_mem(uint64_t peer, const ferry_mem_region_t *region, co
     memcpy(&k.device, p, 4);
     if (region->addr < k.alloc_base || region->length > k.alloc_size ||
         region->addr - k.alloc_base > k.alloc_size - region->length)
-        return fail(err, -EPROTO, "peer region [" + hex(region->addr) + ", +" + std::to_string(region->length) +
-                                      ") is not inside the allocation its key names");
+        return fail(err, -EPROTO,
+                    "peer region [" + hex(region->addr) + ", +" + std::to_string(region->length) +
+                        ") is not inside the allocation its key names");
     std::lock_guard lock(mu_);
     auto pit = peers_.find(peer);
     if (pit == peers_.end()) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
-    if (pit->second.pid != k.owner_pid) return fail(err, -EPROTO, "region key belongs to another process than the peer");
+    if (pit->second.pid != k.owner_pid)
+        return fail(err, -EPROTO, "region key belongs to another process than the peer");
     auto key = std::make_pair(k.owner_pid, k.alloc_base);
     Mapping &m = mappings_[key];
     if (!m.mapped) {
         if (k.owner_pid == pid_) {
-            m.mapped = reinterpret_cast<void *>(k.alloc_base); // our own memory: no IPC needed
+            m.mapped = reinterpret_cast<void *>(k.alloc_base);  // our own memory: no IPC needed
             m.opened_on = k.device;
         } else {
             std::string e;
@@ -310,13 +320,16 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
             return fail(err, -EINVAL, "op " + std::to_string(i) + ": unknown local or remote memory handle");
         const auto &l = lr->second.region;
         const auto &r = im->second.region;
-        if (op.length == 0 || op.local_addr < l.addr || op.length > l.length || op.local_addr - l.addr > l.length - op.length)
+        if (op.length == 0 || op.local_addr < l.addr || op.length > l.length ||
+            op.local_addr - l.addr > l.length - op.length)
             return fail(err, -EFAULT, "op " + std::to_string(i) + ": local range outside its registered region");
         if (op.remote_addr < r.addr || op.length > r.length || op.remote_addr - r.addr > r.length - op.length)
-            return fail(err, -EFAULT, "op " + std::to_string(i) + ": remote range [" + hex(op.remote_addr) + ", +" +
-                                          std::to_string(op.length) + ") outside the peer's registered region");
+            return fail(err, -EFAULT,
+                        "op " + std::to_string(i) + ": remote range [" + hex(op.remote_addr) + ", +" +
+                            std::to_string(op.length) + ") outside the peer's registered region");
         uint32_t need = op.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
-        if (!(r.access & need)) return fail(err, -EACCES, "op " + std::to_string(i) + ": the peer did not grant that access");
+        if (!(r.access & need))
+            return fail(err, -EACCES, "op " + std::to_string(i) + ": the peer did not grant that access");
         void *remote = im->second.alloc_mapped + (op.remote_addr - im->second.alloc_base);
         void *local = reinterpret_cast<void *>(op.local_addr);
         bool read = op.opcode == FERRY_OP_READ;
@@ -334,8 +347,9 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
                 pa = peer_access_.emplace(key, rc).first;
             }
             if (pa->second != 0)
-                return fail(err, pa->second, "op " + std::to_string(i) + ": device " + std::to_string(l.device_id) +
-                                                 " has no peer access to device " + std::to_string(mapped_dev));
+                return fail(err, pa->second,
+                            "op " + std::to_string(i) + ": device " + std::to_string(l.device_id) +
+                                " has no peer access to device " + std::to_string(mapped_dev));
         }
     }
     DeviceGuard guard(*rt_);
@@ -385,7 +399,7 @@ void IpcTransport::completion_loop() {
         {
             std::unique_lock lock(pending_mu_);
             pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-            if (pending_.empty()) return; // stopping with nothing left
+            if (pending_.empty()) return;  // stopping with nothing left
             p = pending_.front();
         }
         // Even when stopping: the copy is on the GPU already, and its memory must outlive it.
@@ -397,7 +411,7 @@ void IpcTransport::completion_loop() {
             pending_.pop_front();
             free_events_.push_back(p.event);
         }
-        pending_cv_.notify_all(); // release_mem may be waiting for the queue to drain
+        pending_cv_.notify_all();  // release_mem may be waiting for the queue to drain
     }
 }
 
@@ -432,4 +446,4 @@ int IpcTransport::poll(ferry_completion_t *out, size_t max) {
     return static_cast<int>(n);
 }
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu

@@ -27,16 +27,17 @@ namespace ferry_gpu {
 struct RegionKey {
     IpcHandle handle;
     uint64_t owner_pid = 0;
-    uint64_t alloc_base = 0; // allocation start in the owner's address space
+    uint64_t alloc_base = 0;  // allocation start in the owner's address space
     uint64_t alloc_size = 0;
-    int32_t device = -1;     // owner's device ordinal
+    int32_t device = -1;  // owner's device ordinal
 };
 inline constexpr size_t kRegionKeyBytes = kIpcHandleBytes + 8 + 8 + 8 + 4;
-inline constexpr uint32_t kEndpointMagic = 0x46475049; // "FGPI"
+inline constexpr uint32_t kEndpointMagic = 0x46475049;  // "FGPI"
 
 class IpcTransport {
 public:
-    IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name, size_t streams_per_device);
+    IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
+                 size_t streams_per_device);
     ~IpcTransport();
 
     int start(ferry_error_t *err);
@@ -58,18 +59,18 @@ private:
         ferry_mem_region_t region;
         RegionKey key;
     };
-    struct Mapping { // one opened allocation of a peer
+    struct Mapping {  // one opened allocation of a peer
         void *mapped = nullptr;
         int opened_on = -1;
         size_t users = 0;
     };
     struct Import {
         uint64_t peer = 0;
-        ferry_mem_region_t region; // in the peer's address space
-        std::pair<uint64_t, uint64_t> mapping_key; // (peer pid, alloc base)
-        uint8_t *alloc_mapped = nullptr;           // alloc_base as seen here
+        ferry_mem_region_t region;                  // in the peer's address space
+        std::pair<uint64_t, uint64_t> mapping_key;  // (peer pid, alloc base)
+        uint8_t *alloc_mapped = nullptr;            // alloc_base as seen here
         uint64_t alloc_base = 0;
-        int device = -1; // device the mapping lives on
+        int device = -1;  // device the mapping lives on
     };
     struct Peer {
         uint64_t pid = 0;
@@ -93,13 +94,13 @@ private:
     const size_t streams_per_device_;
     const uint64_t pid_;
 
-    std::mutex mu_; // regions, peers, imports, mappings, streams, peer access
+    std::mutex mu_;  // regions, peers, imports, mappings, streams, peer access
     std::map<uint64_t, LocalRegion> regions_;
     std::map<uint64_t, Peer> peers_;
     std::map<uint64_t, Import> imports_;
     std::map<std::pair<uint64_t, uint64_t>, Mapping> mappings_;
     std::map<int, std::vector<Stream>> streams_;
-    std::map<std::pair<int, int>, int> peer_access_; // (device, peer) -> result
+    std::map<std::pair<int, int>, int> peer_access_;  // (device, peer) -> result
     uint64_t next_handle_ = 1;
     std::atomic<uint64_t> next_stream_{0};
 
@@ -115,4 +116,4 @@ private:
     int event_fd_ = -1;
 };
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu

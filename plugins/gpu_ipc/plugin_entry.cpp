@@ -56,7 +56,8 @@ int probe(const ferry_kv_t *, size_t, ferry_probe_result_t *result) {
     }
 }
 
-int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out, ferry_error_t *err) {
+int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out,
+           ferry_error_t *err) {
     return guard(err, [&] {
         size_t streams = 4;
         for (size_t i = 0; i < n; ++i) {
@@ -90,25 +91,37 @@ void destroy(ferry_transport_t *t) { delete t; }
 
 #define FORWARD(call) return guard(err, [&] { return t->impl.call; })
 
-int export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) { FORWARD(export_endpoint(buf, len, err)); }
-int register_mem(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *h, ferry_error_t *err) { FORWARD(register_mem(r, h, err)); }
+int export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) {
+    FORWARD(export_endpoint(buf, len, err));
+}
+int register_mem(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *h, ferry_error_t *err) {
+    FORWARD(register_mem(r, h, err));
+}
 int deregister_mem(ferry_transport_t *t, uint64_t h, ferry_error_t *err) { FORWARD(deregister_mem(h, err)); }
-int export_mem(ferry_transport_t *t, uint64_t h, void *buf, size_t *len, ferry_error_t *err) { FORWARD(export_mem(h, buf, len, err)); }
-int connect(ferry_transport_t *t, const void *ep, size_t len, uint64_t *peer, ferry_error_t *err) { FORWARD(connect(ep, len, peer, err)); }
+int export_mem(ferry_transport_t *t, uint64_t h, void *buf, size_t *len, ferry_error_t *err) {
+    FORWARD(export_mem(h, buf, len, err));
+}
+int connect(ferry_transport_t *t, const void *ep, size_t len, uint64_t *peer, ferry_error_t *err) {
+    FORWARD(connect(ep, len, peer, err));
+}
 int disconnect(ferry_transport_t *t, uint64_t peer, ferry_error_t *err) { FORWARD(disconnect(peer, err)); }
 int import_mem(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *r, const void *d, size_t len, uint64_t *h,
                ferry_error_t *err) {
     FORWARD(import_mem(peer, r, d, len, h, err));
 }
-int release_mem(ferry_transport_t *t, uint64_t peer, uint64_t h, ferry_error_t *err) { FORWARD(release_mem(peer, h, err)); }
-int submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) { FORWARD(submit(peer, ops, n, err)); }
+int release_mem(ferry_transport_t *t, uint64_t peer, uint64_t h, ferry_error_t *err) {
+    FORWARD(release_mem(peer, h, err));
+}
+int submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    FORWARD(submit(peer, ops, n, err));
+}
 int poll(ferry_transport_t *t, ferry_completion_t *out, size_t max, ferry_error_t *err) { FORWARD(poll(out, max)); }
 int completion_fd(ferry_transport_t *t, int *fd, ferry_error_t *) {
     *fd = t->impl.completion_fd();
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     FERRY_PLUGIN_ABI_VERSION,

@@ -13,21 +13,22 @@ namespace ferry_gpu {
 namespace {
 
 int fail(hipError_t rc, const char *call, std::string &error) {
-    error = std::string(call) + ": " + hipGetErrorString(rc) + " (HIP error " + std::to_string(static_cast<int>(rc)) + ")";
+    error =
+        std::string(call) + ": " + hipGetErrorString(rc) + " (HIP error " + std::to_string(static_cast<int>(rc)) + ")";
     (void)hipGetLastError();
     switch (rc) {
-    case hipErrorOutOfMemory: return -ENOMEM;
-    case hipErrorInvalidValue: return -EINVAL;
-    case hipErrorNoDevice:
-    case hipErrorInsufficientDriver: return -ENODEV;
-    default: return -EIO;
+        case hipErrorOutOfMemory: return -ENOMEM;
+        case hipErrorInvalidValue: return -EINVAL;
+        case hipErrorNoDevice:
+        case hipErrorInsufficientDriver: return -ENODEV;
+        default: return -EIO;
     }
 }
 
-#define CHECK(call)                                              \
-    do {                                                         \
-        hipError_t rc_ = (call);                                 \
-        if (rc_ != hipSuccess) return fail(rc_, #call, error);   \
+#define CHECK(call)                                            \
+    do {                                                       \
+        hipError_t rc_ = (call);                               \
+        if (rc_ != hipSuccess) return fail(rc_, #call, error); \
     } while (0)
 
 class HipRuntime final : public Runtime {
@@ -114,13 +115,14 @@ public:
         int can = 0;
         CHECK(hipDeviceCanAccessPeer(&can, device, peer));
         if (!can) {
-            error = "HIP device " + std::to_string(device) + " cannot access device " + std::to_string(peer) + " (no P2P path)";
+            error = "HIP device " + std::to_string(device) + " cannot access device " + std::to_string(peer) +
+                    " (no P2P path)";
             return -ENOTSUP;
         }
         CHECK(hipSetDevice(device));
         hipError_t rc = hipDeviceEnablePeerAccess(peer, 0);
         if (rc == hipErrorPeerAccessAlreadyEnabled) {
-            (void)hipGetLastError(); // sticky: clear it, it is not a failure
+            (void)hipGetLastError();  // sticky: clear it, it is not a failure
             return 0;
         }
         if (rc != hipSuccess) return fail(rc, "hipDeviceEnablePeerAccess", error);
@@ -161,8 +163,8 @@ public:
     }
 };
 
-} // namespace
+}  // namespace
 
 std::unique_ptr<Runtime> make_runtime() { return std::make_unique<HipRuntime>(); }
 
-} // namespace ferry_gpu
+}  // namespace ferry_gpu

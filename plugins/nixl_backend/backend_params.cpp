@@ -32,7 +32,7 @@ std::optional<uint32_t> parse_access(const std::string &value) {
     return access;
 }
 
-} // namespace
+}  // namespace
 
 nixl_b_params_t default_backend_params() {
     // An empty value leaves the key to the environment (FERRY_<KEY>), then FERRY_CONFIG's file,
@@ -52,8 +52,9 @@ nixl_b_params_t default_backend_params() {
         {kRemoteAccess, "read,write"},
         {kReleaseTimeout, "10000"},
         {kEstBandwidth, ""},
-        {kNoteProgressThread, "does not apply: Ferry's transports complete ops on their own threads and "
-                              "checkXfer only reads their status, so enableProgTh and pthrDelay change nothing"},
+        {kNoteProgressThread,
+         "does not apply: Ferry's transports complete ops on their own threads and "
+         "checkXfer only reads their status, so enableProgTh and pthrDelay change nothing"},
         {kNoteSyncMode, "does not apply: the backend locks its own state, so it is safe under every syncMode"},
     };
 }
@@ -65,10 +66,10 @@ std::optional<BackendParams> parse_backend_params(const std::map<std::string, st
     auto from = [&](const std::string &key) {
         auto it = origin.find(key);
         return it == origin.end() || it->second == "parameter" ? std::string("parameter")
-                                                                : "environment variable " + it->second;
+                                                               : "environment variable " + it->second;
     };
     for (const auto &[key, value] : values) {
-        if (key.rfind("note.", 0) == 0) continue; // getPluginParams' explanations, passed back
+        if (key.rfind("note.", 0) == 0) continue;  // getPluginParams' explanations, passed back
         if (key == kConfigFile) {
             out.config_file = value;
         } else if (key == kEstBandwidth) {
@@ -107,7 +108,7 @@ std::optional<BackendParams> parse_backend_params(const std::map<std::string, st
             out.ferry_config.emplace_back(key, value);
         }
     }
-    return out; // std::map order: Ferry's messages about the configuration stay reproducible
+    return out;  // std::map order: Ferry's messages about the configuration stay reproducible
 }
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -38,7 +38,6 @@ nixl_b_params_t default_backend_params();
 // names where each came from, for the error message. On failure returns nullopt and sets
 // `error` to a message naming the key, where it came from and what to do.
 std::optional<BackendParams> parse_backend_params(const std::map<std::string, std::string> &values,
-                                                  const std::map<std::string, std::string> &origin,
-                                                  std::string &error);
+                                                  const std::map<std::string, std::string> &origin, std::string &error);
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -18,13 +18,29 @@ constexpr std::string_view kPrefix = "FERRY_";
 // secret (FERRY_AUTH_SECRET, FERRY_AUTH_SECRET_FILE) from the environment itself, in its own
 // order, so they are not listed.
 constexpr std::array<std::string_view, 22> kEnvKeys = {
-    "metadata", "metadata_server", "local_ip", "rpc_port", "local_server_name", "protocols",
-    "handshake_timeout_ms", "metadata_retry_ms", "etcd_lease_ttl_s", "etcd_ca_file",
-    "etcd_cert_file", "etcd_key_file", "etcd_user", "etcd_password", "etcd_password_file",
-    "notification_queue_max", "control_max_connections", "control_max_connections_per_peer",
-    "control_idle_timeout_ms", "control_log_interval_ms",
+    "metadata",
+    "metadata_server",
+    "local_ip",
+    "rpc_port",
+    "local_server_name",
+    "protocols",
+    "handshake_timeout_ms",
+    "metadata_retry_ms",
+    "etcd_lease_ttl_s",
+    "etcd_ca_file",
+    "etcd_cert_file",
+    "etcd_key_file",
+    "etcd_user",
+    "etcd_password",
+    "etcd_password_file",
+    "notification_queue_max",
+    "control_max_connections",
+    "control_max_connections_per_peer",
+    "control_idle_timeout_ms",
+    "control_log_interval_ms",
     // The backend's own keys (backend_params.cpp).
-    "vram_kind", "remote_access",
+    "vram_kind",
+    "remote_access",
 };
 constexpr std::string_view kReleaseTimeout = "release_timeout_ms";
 constexpr std::string_view kEstBandwidth = "est_bandwidth_mbps";
@@ -34,7 +50,7 @@ bool env_key(std::string_view key) {
            std::find(kEnvKeys.begin(), kEnvKeys.end(), key) != kEnvKeys.end();
 }
 
-} // namespace
+}  // namespace
 
 std::string env_name(const std::string &key) {
     if (key == "config_file") return "FERRY_CONFIG";
@@ -54,10 +70,11 @@ std::optional<std::string> key_for_env(const std::string &name) {
         if (c == '_' && i + 1 < name.size() && name[i + 1] == '_') {
             key += '.';
             ++i;
-        } else if (std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_') {
+        } else if (std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+                   c == '_') {
             key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         } else {
-            return std::nullopt; // lower case or punctuation: not a name this scheme produces
+            return std::nullopt;  // lower case or punctuation: not a name this scheme produces
         }
     }
     bool dotted = key.find('.') != std::string::npos;
@@ -77,7 +94,7 @@ LayeredConfig layer_config(const std::vector<std::pair<std::string, std::string>
     // Environment first, then host parameters over it.
     for (const char *const *e = environ_entries; e && *e; ++e) {
         const char *eq = std::strchr(*e, '=');
-        if (!eq || eq[1] == '\0') continue; // unset or empty: not given
+        if (!eq || eq[1] == '\0') continue;  // unset or empty: not given
         std::string name(*e, static_cast<size_t>(eq - *e));
         if (name == "FERRY_CONFIG") {
             out.config_file = eq + 1;
@@ -114,4 +131,4 @@ std::string LayeredConfig::describe() const {
     return out;
 }
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -37,4 +37,4 @@ struct LayeredConfig {
 LayeredConfig layer_config(const std::vector<std::pair<std::string, std::string>> &host,
                            const char *const *environ_entries);
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -19,25 +19,25 @@ namespace {
 // metadata (NIXL_ERR_REMOTE_DISCONNECT), refused access and bad ranges are the caller's.
 nixl_status_t to_nixl(int rc) {
     switch (-rc) {
-    case 0: return NIXL_SUCCESS;
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ECONNABORTED:
-    case EPIPE:
-    case ENOTCONN:
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-    case EHOSTDOWN: return NIXL_ERR_REMOTE_DISCONNECT;
-    case EINVAL:
-    case EFAULT:
-    case ERANGE:
-    case EMSGSIZE: return NIXL_ERR_INVALID_PARAM;
-    case EACCES:
-    case EPERM: return NIXL_ERR_NOT_ALLOWED;
-    case ENOENT: return NIXL_ERR_NOT_FOUND;
-    case ENOTSUP: return NIXL_ERR_NOT_SUPPORTED;
-    case ECANCELED: return NIXL_ERR_CANCELED;
-    default: return NIXL_ERR_BACKEND;
+        case 0: return NIXL_SUCCESS;
+        case ECONNREFUSED:
+        case ECONNRESET:
+        case ECONNABORTED:
+        case EPIPE:
+        case ENOTCONN:
+        case EHOSTUNREACH:
+        case ENETUNREACH:
+        case EHOSTDOWN: return NIXL_ERR_REMOTE_DISCONNECT;
+        case EINVAL:
+        case EFAULT:
+        case ERANGE:
+        case EMSGSIZE: return NIXL_ERR_INVALID_PARAM;
+        case EACCES:
+        case EPERM: return NIXL_ERR_NOT_ALLOWED;
+        case ENOENT: return NIXL_ERR_NOT_FOUND;
+        case ENOTSUP: return NIXL_ERR_NOT_SUPPORTED;
+        case ECANCELED: return NIXL_ERR_CANCELED;
+        default: return NIXL_ERR_BACKEND;
     }
 }
 
@@ -45,21 +45,21 @@ std::string last_error() { return ferry_last_error(); }
 
 const char *memory_name(uint32_t kind) {
     switch (kind) {
-    case FERRY_MEMORY_HOST: return "host";
-    case FERRY_MEMORY_CUDA: return "cuda";
-    case FERRY_MEMORY_ROCM: return "rocm";
-    default: return "unknown";
+        case FERRY_MEMORY_HOST: return "host";
+        case FERRY_MEMORY_CUDA: return "cuda";
+        case FERRY_MEMORY_ROCM: return "rocm";
+        default: return "unknown";
     }
 }
 
 // NIXL's own names for memory types live in libnixl, which this plugin does not link.
 const char *nixl_memory_name(nixl_mem_t mem) {
     switch (mem) {
-    case DRAM_SEG: return "DRAM_SEG";
-    case VRAM_SEG: return "VRAM_SEG";
-    case BLK_SEG: return "BLK_SEG";
-    case OBJ_SEG: return "OBJ_SEG";
-    case FILE_SEG: return "FILE_SEG";
+        case DRAM_SEG: return "DRAM_SEG";
+        case VRAM_SEG: return "VRAM_SEG";
+        case BLK_SEG: return "BLK_SEG";
+        case OBJ_SEG: return "OBJ_SEG";
+        case FILE_SEG: return "FILE_SEG";
     }
     return "unknown";
 }
@@ -72,7 +72,7 @@ bool library_present(const char *soname) {
     return true;
 }
 
-} // namespace
+}  // namespace
 
 static std::string bundle_directory() {
     Dl_info info{};
@@ -102,10 +102,9 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
         values.push_back(v.c_str());
     }
     ferry_engine_t *engine = nullptr;
-    int rc = params_.config_file.empty()
-                 ? ferry_engine_create(keys.data(), values.data(), keys.size(), &engine)
-                 : ferry_engine_create_from_file(params_.config_file.c_str(), keys.data(), values.data(),
-                                                 keys.size(), &engine);
+    int rc = params_.config_file.empty() ? ferry_engine_create(keys.data(), values.data(), keys.size(), &engine)
+                                         : ferry_engine_create_from_file(params_.config_file.c_str(), keys.data(),
+                                                                         values.data(), keys.size(), &engine);
     if (rc != 0) {
         NIXL_ERROR << "FERRY backend: creating the Ferry engine for agent '" << localAgent
                    << "' failed: " << last_error() << " (configuration from " << layered.describe() << ")";
@@ -130,57 +129,55 @@ nixlFerryEngine::nixlFerryEngine(const nixlBackendInitParams *init_params) : nix
     (void)setInitParam("note.plugin_dir", dir.empty() ? "(unknown)" : dir);
     (void)setInitParam("note.transport_dir", dir.empty() ? "(unknown)" : dir + "/ferry/plugins");
     (void)setInitParam("note.segment", segment_name_);
-    NIXL_INFO << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_
-              << "; Ferry " << ferry_version() << " is linked into " << dir
+    NIXL_INFO << "FERRY backend: agent '" << localAgent << "' is Ferry segment " << segment_name_ << "; Ferry "
+              << ferry_version() << " is linked into " << dir
               << "/libplugin_FERRY.so, transports searched in plugin_path, FERRY_PLUGIN_PATH, then " << dir
               << "/ferry/plugins; configuration from " << layered.describe();
 }
 
-nixlFerryEngine::~nixlFerryEngine() = default; // ferry_engine_destroy closes segments and batches
+nixlFerryEngine::~nixlFerryEngine() = default;  // ferry_engine_destroy closes segments and batches
 
 uint32_t nixlFerryEngine::vram_memory_kind() {
     std::lock_guard lock(mutex_);
     if (!vram_kind_known_) {
         switch (params_.vram_kind) {
-        case VramKind::Cuda: vram_kind_ = FERRY_MEMORY_CUDA; break;
-        case VramKind::Rocm: vram_kind_ = FERRY_MEMORY_ROCM; break;
-        case VramKind::Auto:
-            // NIXL's VRAM_SEG does not say whose GPU; the driver library present does.
-            vram_kind_ = !library_present("libcuda.so.1") && library_present("libamdhip64.so")
-                             ? FERRY_MEMORY_ROCM
-                             : FERRY_MEMORY_CUDA;
-            break;
+            case VramKind::Cuda: vram_kind_ = FERRY_MEMORY_CUDA; break;
+            case VramKind::Rocm: vram_kind_ = FERRY_MEMORY_ROCM; break;
+            case VramKind::Auto:
+                // NIXL's VRAM_SEG does not say whose GPU; the driver library present does.
+                vram_kind_ = !library_present("libcuda.so.1") && library_present("libamdhip64.so") ? FERRY_MEMORY_ROCM
+                                                                                                   : FERRY_MEMORY_CUDA;
+                break;
         }
         vram_kind_known_ = true;
     }
     return vram_kind_;
 }
 
-nixl_status_t nixlFerryEngine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
-                                           nixlBackendMD *&out) {
+nixl_status_t nixlFerryEngine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBackendMD *&out) {
     uint32_t kind;
     int32_t device = -1;
     switch (nixl_mem) {
-    case DRAM_SEG: kind = FERRY_MEMORY_HOST; break;
-    case VRAM_SEG:
-        kind = vram_memory_kind();
-        device = static_cast<int32_t>(mem.devId);
-        break;
-    default:
-        NIXL_ERROR << "FERRY backend: registerMem: memory type " << nixl_memory_name(nixl_mem)
-                   << " is not supported (DRAM_SEG and VRAM_SEG are)";
-        return NIXL_ERR_NOT_SUPPORTED;
+        case DRAM_SEG: kind = FERRY_MEMORY_HOST; break;
+        case VRAM_SEG:
+            kind = vram_memory_kind();
+            device = static_cast<int32_t>(mem.devId);
+            break;
+        default:
+            NIXL_ERROR << "FERRY backend: registerMem: memory type " << nixl_memory_name(nixl_mem)
+                       << " is not supported (DRAM_SEG and VRAM_SEG are)";
+            return NIXL_ERR_NOT_SUPPORTED;
     }
     if (mem.len == 0) {
         NIXL_ERROR << "FERRY backend: registerMem: descriptor at 0x" << std::hex << mem.addr
                    << " has length 0; register a non-empty buffer";
         return NIXL_ERR_INVALID_PARAM;
     }
-    int rc = ferry_register(engine_.get(), reinterpret_cast<void *>(mem.addr), mem.len, kind, device,
-                            params_.remote_access);
+    int rc =
+        ferry_register(engine_.get(), reinterpret_cast<void *>(mem.addr), mem.len, kind, device, params_.remote_access);
     if (rc != 0) {
-        NIXL_ERROR << "FERRY backend: registering " << mem.len << " bytes of " << memory_name(kind)
-                   << " memory at 0x" << std::hex << mem.addr << std::dec << " failed: " << last_error();
+        NIXL_ERROR << "FERRY backend: registering " << mem.len << " bytes of " << memory_name(kind) << " memory at 0x"
+                   << std::hex << mem.addr << std::dec << " failed: " << last_error();
         return to_nixl(rc);
     }
     out = new LocalRegion(mem.addr, mem.len, kind, device);
@@ -275,7 +272,7 @@ nixl_status_t nixlFerryEngine::disconnect(const std::string &remote_agent) {
     ferry_segment_id_t segment = 0;
     {
         std::lock_guard lock(mutex_);
-        if (remote_agent == localAgent) return NIXL_SUCCESS; // the own segment lives with the engine
+        if (remote_agent == localAgent) return NIXL_SUCCESS;  // the own segment lives with the engine
         auto it = agent_segments_.find(remote_agent);
         if (it == agent_segments_.end()) return NIXL_SUCCESS;
         segment = it->second;
@@ -306,10 +303,11 @@ nixl_status_t nixlFerryEngine::loadRemoteMD(const nixlBlobDesc &input, const nix
                    << "' is not a FERRY backend's (wrong version or corrupted metadata)";
         return NIXL_ERR_MISMATCH;
     }
-    if (input.addr < region->addr || input.len > region->length || input.addr - region->addr > region->length - input.len) {
-        NIXL_ERROR << "FERRY backend: agent '" << remote_agent << "' describes [0x" << std::hex << input.addr
-                   << ", +0x" << input.len << ") outside the region it registered [0x" << region->addr << ", +0x"
-                   << region->length << ")" << std::dec;
+    if (input.addr < region->addr || input.len > region->length ||
+        input.addr - region->addr > region->length - input.len) {
+        NIXL_ERROR << "FERRY backend: agent '" << remote_agent << "' describes [0x" << std::hex << input.addr << ", +0x"
+                   << input.len << ") outside the region it registered [0x" << region->addr << ", +0x" << region->length
+                   << ")" << std::dec;
         return NIXL_ERR_INVALID_PARAM;
     }
     ferry_segment_id_t segment = 0;
@@ -381,11 +379,11 @@ nixl_status_t nixlFerryEngine::prepXfer(const nixl_xfer_op_t &operation, const n
         }
         auto *target = dynamic_cast<const TargetRegion *>(r.metadataP);
         if (!target) {
-            NIXL_ERROR << "FERRY backend: prepXfer: remote descriptor " << i
-                       << " has no FERRY metadata; load agent '" << remote_agent << "' metadata first";
+            NIXL_ERROR << "FERRY backend: prepXfer: remote descriptor " << i << " has no FERRY metadata; load agent '"
+                       << remote_agent << "' metadata first";
             return NIXL_ERR_INVALID_PARAM;
         }
-        if (l.len == 0) continue; // nothing to move; Ferry refuses empty requests
+        if (l.len == 0) continue;  // nothing to move; Ferry refuses empty requests
         ferry_request_t req{};
         req.opcode = operation == NIXL_READ ? FERRY_READ : FERRY_WRITE;
         req.local_addr = reinterpret_cast<void *>(l.addr);
@@ -428,7 +426,7 @@ nixl_status_t nixlFerryEngine::postXfer(const nixl_xfer_op_t &operation, const n
     xfer->failure = NIXL_SUCCESS;
     (void)operation, (void)local, (void)remote, (void)remote_agent;
 
-    if (xfer->requests.empty()) { // only empty descriptors: done at once
+    if (xfer->requests.empty()) {  // only empty descriptors: done at once
         xfer->state = FerryTransfer::State::Posted;
         return finish(*xfer);
     }
@@ -454,10 +452,10 @@ nixl_status_t nixlFerryEngine::checkXfer(nixlBackendReqH *handle) const {
         return NIXL_ERR_INVALID_PARAM;
     }
     switch (xfer->state) {
-    case FerryTransfer::State::Prepared: return NIXL_ERR_NOT_POSTED;
-    case FerryTransfer::State::Done: return NIXL_SUCCESS;
-    case FerryTransfer::State::Failed: return xfer->failure;
-    case FerryTransfer::State::Posted: break;
+        case FerryTransfer::State::Prepared: return NIXL_ERR_NOT_POSTED;
+        case FerryTransfer::State::Done: return NIXL_SUCCESS;
+        case FerryTransfer::State::Failed: return xfer->failure;
+        case FerryTransfer::State::Posted: break;
     }
     // Ops finish in any order; scanning from the first unfinished one keeps repeated checks cheap.
     while (xfer->next_unfinished < xfer->requests.size()) {
@@ -581,4 +579,4 @@ nixl_status_t nixlFerryEngine::getNotifs(notif_list_t &notif_list) {
     return NIXL_SUCCESS;
 }
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

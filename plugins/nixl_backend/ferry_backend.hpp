@@ -54,14 +54,14 @@ public:
     State state = State::Prepared;
     ferry_batch_id_t batch = 0;
     bool has_batch = false;
-    size_t next_unfinished = 0;    // ops before it are known to be done
-    bool notify = false;           // send `notif_message` once every op is done
+    size_t next_unfinished = 0;  // ops before it are known to be done
+    bool notify = false;         // send `notif_message` once every op is done
     std::string notif_message;
     nixl_status_t failure = NIXL_SUCCESS;
     std::string forced_transport;  // customParam "transport=<name>": every op over it
     uint64_t bytes = 0;            // payload of all ops, for the measured bandwidth
     std::chrono::steady_clock::time_point posted_at;
-    std::string transport;         // what carried the last op (Ferry's status)
+    std::string transport;  // what carried the last op (Ferry's status)
 };
 
 // Measured throughput of completed transfers to one agent (estimateXferCost).
@@ -85,29 +85,25 @@ public:
     bool supportsNotif() const override { return true; }
     nixl_mem_list_t getSupportedMems() const override { return {DRAM_SEG, VRAM_SEG}; }
 
-    nixl_status_t registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
-                              nixlBackendMD *&out) override;
+    nixl_status_t registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem, nixlBackendMD *&out) override;
     nixl_status_t deregisterMem(nixlBackendMD *meta) override;
 
     nixl_status_t getConnInfo(std::string &str) const override;
-    nixl_status_t loadRemoteConnInfo(const std::string &remote_agent,
-                                     const std::string &remote_conn_info) override;
+    nixl_status_t loadRemoteConnInfo(const std::string &remote_agent, const std::string &remote_conn_info) override;
     nixl_status_t connect(const std::string &remote_agent) override;
     nixl_status_t disconnect(const std::string &remote_agent) override;
 
     nixl_status_t getPublicData(const nixlBackendMD *meta, std::string &str) const override;
-    nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem,
-                               const std::string &remote_agent, nixlBackendMD *&output) override;
+    nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem, const std::string &remote_agent,
+                               nixlBackendMD *&output) override;
     nixl_status_t loadLocalMD(nixlBackendMD *input, nixlBackendMD *&output) override;
     nixl_status_t unloadMD(nixlBackendMD *input) override;
 
     nixl_status_t prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_dlist_t &local,
-                           const nixl_meta_dlist_t &remote, const std::string &remote_agent,
-                           nixlBackendReqH *&handle,
+                           const nixl_meta_dlist_t &remote, const std::string &remote_agent, nixlBackendReqH *&handle,
                            const nixl_opt_b_args_t *opt_args = nullptr) const override;
     nixl_status_t postXfer(const nixl_xfer_op_t &operation, const nixl_meta_dlist_t &local,
-                           const nixl_meta_dlist_t &remote, const std::string &remote_agent,
-                           nixlBackendReqH *&handle,
+                           const nixl_meta_dlist_t &remote, const std::string &remote_agent, nixlBackendReqH *&handle,
                            const nixl_opt_b_args_t *opt_args = nullptr) const override;
     nixl_status_t checkXfer(nixlBackendReqH *handle) const override;
     nixl_status_t releaseReqH(nixlBackendReqH *handle) const override;
@@ -145,14 +141,14 @@ private:
     EnginePtr engine_;
     std::string segment_name_;
 
-    mutable std::mutex mutex_; // guards the maps and queues below
+    mutable std::mutex mutex_;  // guards the maps and queues below
     std::unordered_map<std::string, ferry_segment_id_t> agent_segments_;
     bool has_self_segment_ = false;
     ferry_segment_id_t self_segment_ = 0;
-    mutable std::deque<std::pair<std::string, std::string>> self_notifications_; // genNotif to itself
-    mutable std::unordered_map<std::string, Throughput> throughput_; // by remote agent
+    mutable std::deque<std::pair<std::string, std::string>> self_notifications_;  // genNotif to itself
+    mutable std::unordered_map<std::string, Throughput> throughput_;              // by remote agent
     bool vram_kind_known_ = false;
     uint32_t vram_kind_ = FERRY_MEMORY_CUDA;
 };
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -22,11 +22,11 @@ namespace {
 
 const char *mem_name(nixl_mem_t m) {
     switch (m) {
-    case DRAM_SEG: return "DRAM";
-    case VRAM_SEG: return "VRAM";
-    case BLK_SEG: return "BLK";
-    case OBJ_SEG: return "OBJ";
-    case FILE_SEG: return "FILE";
+        case DRAM_SEG: return "DRAM";
+        case VRAM_SEG: return "VRAM";
+        case BLK_SEG: return "BLK";
+        case OBJ_SEG: return "OBJ";
+        case FILE_SEG: return "FILE";
     }
     return "?";
 }
@@ -49,7 +49,7 @@ std::string libnixl_path() {
     return path;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     nixl_b_params_t params;
@@ -76,7 +76,8 @@ int main(int argc, char **argv) {
     for (const auto &p : plugins) printf(" %s", p.c_str());
     printf("\n");
     if (std::find(plugins.begin(), plugins.end(), "FERRY") == plugins.end()) {
-        printf("FERRY: not found; put libplugin_FERRY.so in NIXL_PLUGIN_DIR (NIXL_LOG_LEVEL=DEBUG shows why a file was skipped)\n");
+        printf(
+            "FERRY: not found; put libplugin_FERRY.so in NIXL_PLUGIN_DIR (NIXL_LOG_LEVEL=DEBUG shows why a file was skipped)\n");
         return 1;
     }
     nixl_mem_list_t mems;
@@ -97,8 +98,9 @@ int main(int argc, char **argv) {
     agent.getBackendParams(backend, mems, used);
     printf("FERRY: backend created with:\n");
     print_params(mems, used);
-    printf("found:\n  plugin      %s/libplugin_FERRY.so (Ferry's core linked in)\n  transports  plugin_path, "
-           "FERRY_PLUGIN_PATH, then %s\n  config      %s\n",
-           used["note.plugin_dir"].c_str(), used["note.transport_dir"].c_str(), used["note.sources"].c_str());
+    printf(
+        "found:\n  plugin      %s/libplugin_FERRY.so (Ferry's core linked in)\n  transports  plugin_path, "
+        "FERRY_PLUGIN_PATH, then %s\n  config      %s\n",
+        used["note.plugin_dir"].c_str(), used["note.transport_dir"].c_str(), used["note.sources"].c_str());
     return 0;
 }

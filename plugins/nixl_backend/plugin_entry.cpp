@@ -8,8 +8,7 @@
 extern "C" NIXL_PLUGIN_EXPORT nixlBackendPlugin *nixl_plugin_init() {
     // The version NIXL reports is the Ferry library's this plugin runs against.
     return nixlBackendPluginCreator<ferry_nixl::nixlFerryEngine>::create(
-        NIXL_PLUGIN_API_VERSION, "FERRY", ferry_version(), ferry_nixl::default_backend_params(),
-        {DRAM_SEG, VRAM_SEG});
+        NIXL_PLUGIN_API_VERSION, "FERRY", ferry_version(), ferry_nixl::default_backend_params(), {DRAM_SEG, VRAM_SEG});
 }
 
 extern "C" NIXL_PLUGIN_EXPORT void nixl_plugin_fini() {}

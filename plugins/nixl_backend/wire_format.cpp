@@ -21,8 +21,7 @@ bool parse_number(std::string_view text, T &out, int base = 10) {
 
 // Splits "key=value" off the front of `rest` at the next ';'.
 bool take_field(std::string_view &rest, std::string_view key, std::string_view &value) {
-    if (rest.substr(0, key.size()) != key || rest.size() <= key.size() || rest[key.size()] != '=')
-        return false;
+    if (rest.substr(0, key.size()) != key || rest.size() <= key.size() || rest[key.size()] != '=') return false;
     rest.remove_prefix(key.size() + 1);
     auto end = rest.find(';');
     if (end == std::string_view::npos) return false;
@@ -31,7 +30,7 @@ bool take_field(std::string_view &rest, std::string_view key, std::string_view &
     return true;
 }
 
-} // namespace
+}  // namespace
 
 std::string encode_conn_info(std::string_view segment_name) {
     std::string out(kConnTag);
@@ -54,7 +53,7 @@ std::string encode_region(const RegionInfo &r) {
     out += ";kind=" + std::to_string(r.memory_kind);
     out += ";dev=" + std::to_string(r.device);
     out += ";seg=";
-    out += r.segment; // last: a segment name may contain any character
+    out += r.segment;  // last: a segment name may contain any character
     return out;
 }
 
@@ -94,4 +93,4 @@ std::optional<AgentMessage> decode_notification(std::string_view bytes) {
     return AgentMessage{std::string(bytes.substr(0, n)), std::string(bytes.substr(n))};
 }
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

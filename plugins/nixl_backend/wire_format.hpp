@@ -19,7 +19,7 @@ std::optional<std::string> decode_conn_info(std::string_view blob);
 struct RegionInfo {
     uint64_t addr = 0;
     uint64_t length = 0;
-    uint32_t memory_kind = 0; // FERRY_MEMORY_*
+    uint32_t memory_kind = 0;  // FERRY_MEMORY_*
     int32_t device = -1;
     std::string segment;
 };
@@ -35,4 +35,4 @@ struct AgentMessage {
 std::string encode_notification(std::string_view agent, std::string_view message);
 std::optional<AgentMessage> decode_notification(std::string_view bytes);
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

@@ -14,7 +14,7 @@ namespace {
 
 // Smaller transfers measure the per-transfer overhead, not the transport's bandwidth.
 constexpr uint64_t kMinSampleBytes = 256 * 1024;
-constexpr double kWeight = 0.25; // moving average: a new sample's share
+constexpr double kWeight = 0.25;  // moving average: a new sample's share
 
 constexpr std::string_view kTransportParam = "transport=";
 
@@ -28,14 +28,14 @@ nixl_status_t refuse_mem_view() {
 
 const char *sync_name(nixl_thread_sync_t mode) {
     switch (mode) {
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_NONE: return "NONE";
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT: return "STRICT";
-    case nixl_thread_sync_t::NIXL_THREAD_SYNC_RW: return "RW";
+        case nixl_thread_sync_t::NIXL_THREAD_SYNC_NONE: return "NONE";
+        case nixl_thread_sync_t::NIXL_THREAD_SYNC_STRICT: return "STRICT";
+        case nixl_thread_sync_t::NIXL_THREAD_SYNC_RW: return "RW";
     }
     return "?";
 }
 
-} // namespace
+}  // namespace
 
 // NIXL's progress-thread and sync settings change nothing here; say so once per process.
 void note_unused_settings(const nixlBackendInitParams *init) {
@@ -53,8 +53,7 @@ nixl_status_t nixlFerryEngine::prepMemView(const nixl_remote_meta_dlist_t &, nix
     return refuse_mem_view();
 }
 
-nixl_status_t nixlFerryEngine::prepMemView(const nixl_meta_dlist_t &, nixlMemViewH &,
-                                           const nixl_opt_b_args_t *) const {
+nixl_status_t nixlFerryEngine::prepMemView(const nixl_meta_dlist_t &, nixlMemViewH &, const nixl_opt_b_args_t *) const {
     return refuse_mem_view();
 }
 
@@ -81,7 +80,7 @@ void nixlFerryEngine::record_throughput(const FerryTransfer &xfer) const {
     Throughput &t = throughput_[xfer.remote_agent];
     if (t.samples == 0) {
         t.bytes_per_us = sample;
-        t.deviation = sample / 2; // one sample says little
+        t.deviation = sample / 2;  // one sample says little
     } else {
         t.deviation += kWeight * (std::fabs(sample - t.bytes_per_us) - t.deviation);
         t.bytes_per_us += kWeight * (sample - t.bytes_per_us);
@@ -109,8 +108,8 @@ nixl_status_t nixlFerryEngine::estimateXferCost(const nixl_xfer_op_t &operation,
         }
     }
     if (rate <= 0 && params_.est_bandwidth_mbps > 0) {
-        rate = params_.est_bandwidth_mbps; // MB/s is bytes per microsecond
-        deviation = rate / 2;              // configured, not measured: a wide margin
+        rate = params_.est_bandwidth_mbps;  // MB/s is bytes per microsecond
+        deviation = rate / 2;               // configured, not measured: a wide margin
     }
     if (rate <= 0) {
         NIXL_ERROR << "FERRY backend: estimateXferCost: no transfer of at least " << kMinSampleBytes
@@ -127,4 +126,4 @@ nixl_status_t nixlFerryEngine::estimateXferCost(const nixl_xfer_op_t &operation,
     return NIXL_SUCCESS;
 }
 
-} // namespace ferry_nixl
+}  // namespace ferry_nixl

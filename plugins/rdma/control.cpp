@@ -36,12 +36,9 @@ int wait_fd(int fd, short events, Clock::time_point deadline) {
     for (;;) {
         pollfd p{fd, events, 0};
         int rc = ::poll(&p, 1, remaining_ms(deadline));
-        if (rc > 0)
-            return 0;
-        if (rc == 0)
-            return -ETIMEDOUT;
-        if (errno != EINTR)
-            return -errno;
+        if (rc > 0) return 0;
+        if (rc == 0) return -ETIMEDOUT;
+        if (errno != EINTR) return -errno;
     }
 }
 
@@ -59,8 +56,7 @@ int io_all(int fd, void *buf, size_t len, bool writing, Clock::time_point deadli
             *why = "the peer closed the control connection";
             return -ECONNRESET;
         }
-        if (errno == EINTR)
-            continue;
+        if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             int e = errno;
             *why = std::string(writing ? "send" : "recv") + " on the control connection: " + err_text(e);
@@ -74,7 +70,7 @@ int io_all(int fd, void *buf, size_t len, bool writing, Clock::time_point deadli
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 std::string ip_string(const uint8_t ip[4], uint16_t port) {
     char buf[INET_ADDRSTRLEN] = {};
@@ -152,25 +148,20 @@ int send_msg(int fd, const CtrlHeader &h, const std::vector<uint8_t> &body, int 
     copy.body_len = static_cast<uint32_t>(body.size());
     encode_header(copy, head);
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    if (int rc = io_all(fd, head, sizeof head, true, deadline, why); rc != 0)
-        return rc;
-    if (body.empty())
-        return 0;
+    if (int rc = io_all(fd, head, sizeof head, true, deadline, why); rc != 0) return rc;
+    if (body.empty()) return 0;
     return io_all(fd, const_cast<uint8_t *>(body.data()), body.size(), true, deadline, why);
 }
 
 int recv_msg(int fd, CtrlHeader *h, std::vector<uint8_t> *body, int timeout_ms, std::string *why) {
     uint8_t head[kCtrlHeaderSize];
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    if (int rc = io_all(fd, head, sizeof head, false, deadline, why); rc != 0)
-        return rc;
+    if (int rc = io_all(fd, head, sizeof head, false, deadline, why); rc != 0) return rc;
     CtrlHeader got;
-    if (!decode_header(head, &got, why))
-        return -EPROTO;
+    if (!decode_header(head, &got, why)) return -EPROTO;
     std::vector<uint8_t> b(got.body_len);
     if (!b.empty())
-        if (int rc = io_all(fd, b.data(), b.size(), false, deadline, why); rc != 0)
-            return rc;
+        if (int rc = io_all(fd, b.data(), b.size(), false, deadline, why); rc != 0) return rc;
     *h = got;
     *body = std::move(b);
     return 0;
@@ -196,7 +187,7 @@ bool fill_random(uint8_t *p, size_t n) { return getrandom(p, n, 0) == static_cas
 
 const char *key_words(bool has) { return has ? "has a cluster key" : "has no cluster key"; }
 
-} // namespace
+}  // namespace
 
 int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why) {
     uint8_t cn[kNonceSize];
@@ -208,12 +199,10 @@ int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why
     hello.push_back(key.empty() ? 0 : 1);
     CtrlHeader h;
     h.type = static_cast<uint16_t>(CtrlType::Hello);
-    if (int rc = send_msg(fd, h, hello, timeout_ms, why); rc != 0)
-        return rc;
+    if (int rc = send_msg(fd, h, hello, timeout_ms, why); rc != 0) return rc;
     CtrlHeader got;
     std::vector<uint8_t> body;
-    if (int rc = recv_msg(fd, &got, &body, timeout_ms, why); rc != 0)
-        return rc;
+    if (int rc = recv_msg(fd, &got, &body, timeout_ms, why); rc != 0) return rc;
     if (got.type != static_cast<uint16_t>(CtrlType::HelloAck)) {
         *why = "the peer did not answer the authentication hello";
         return -EPROTO;
@@ -236,10 +225,8 @@ int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why
     std::vector<uint8_t> proof(kProofSize);
     make_proof(key, "client", cn, sn, proof.data());
     h.type = static_cast<uint16_t>(CtrlType::Auth);
-    if (int rc = send_msg(fd, h, proof, timeout_ms, why); rc != 0)
-        return rc;
-    if (int rc = recv_msg(fd, &got, &body, timeout_ms, why); rc != 0)
-        return rc;
+    if (int rc = send_msg(fd, h, proof, timeout_ms, why); rc != 0) return rc;
+    if (int rc = recv_msg(fd, &got, &body, timeout_ms, why); rc != 0) return rc;
     if (got.type != static_cast<uint16_t>(CtrlType::AuthAck) || got.status != 0) {
         *why = "the peer refused the connection: " + std::string(body.begin(), body.end());
         return got.status < 0 ? got.status : -EACCES;
@@ -260,15 +247,13 @@ int AuthServer::on_message(const CtrlHeader &h, const std::vector<uint8_t> &body
     };
     if (h.type == static_cast<uint16_t>(CtrlType::Hello) && !hello_) {
         reply->type = static_cast<uint16_t>(CtrlType::HelloAck);
-        if (body.size() != kNonceSize + 1)
-            return refuse("malformed authentication hello");
+        if (body.size() != kNonceSize + 1) return refuse("malformed authentication hello");
         bool peer_has = body[kNonceSize] != 0, have = !key_->empty();
         if (peer_has != have)
             return refuse(std::string("the initiator ") + key_words(peer_has) + " but this rdma.so instance " +
                           key_words(have) + ": give both engines the same auth_secret");
         memcpy(client_nonce_, body.data(), kNonceSize);
-        if (!fill_random(server_nonce_, kNonceSize))
-            return refuse("getrandom failed");
+        if (!fill_random(server_nonce_, kNonceSize)) return refuse("getrandom failed");
         out->assign(server_nonce_, server_nonce_ + kNonceSize);
         out->resize(kNonceSize + kProofSize);
         make_proof(*key_, "server", client_nonce_, server_nonce_, out->data() + kNonceSize);
@@ -288,4 +273,4 @@ int AuthServer::on_message(const CtrlHeader &h, const std::vector<uint8_t> &body
     return refuse("the control connection must authenticate first (hello, then auth)");
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

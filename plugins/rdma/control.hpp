@@ -17,7 +17,7 @@ int connect_tcp(const uint8_t ip[4], uint16_t port, int timeout_ms, int *fd, std
 int send_msg(int fd, const CtrlHeader &h, const std::vector<uint8_t> &body, int timeout_ms, std::string *why);
 // -ECONNRESET on EOF, -ETIMEDOUT past the deadline, -EPROTO on a malformed header.
 int recv_msg(int fd, CtrlHeader *h, std::vector<uint8_t> *body, int timeout_ms, std::string *why);
-std::string ip_string(const uint8_t ip[4], uint16_t port); // "10.0.0.1:4791"
+std::string ip_string(const uint8_t ip[4], uint16_t port);  // "10.0.0.1:4791"
 
 // Authentication of a control connection, before anything is served. With a cluster key (option
 // auth_key, derived by the host from its cluster secret) each end proves it knows the key over the
@@ -51,4 +51,4 @@ private:
     uint8_t client_nonce_[kNonceSize] = {}, server_nonce_[kNonceSize] = {};
 };
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

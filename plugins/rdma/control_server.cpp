@@ -25,7 +25,7 @@ constexpr size_t kMaxUnauthenticatedBody = 256;
 // close with its Hello unread would reset the connection and lose it); beyond this many, closed.
 constexpr size_t kMaxLingering = 64;
 constexpr auto kLinger = milliseconds(500);
-constexpr auto kAcceptPause = milliseconds(200); // out of descriptors: try again after this
+constexpr auto kAcceptPause = milliseconds(200);  // out of descriptors: try again after this
 
 std::string peer_address(int fd, uint32_t *ip) {
     sockaddr_in a{};
@@ -50,12 +50,17 @@ void send_now(int fd, const CtrlHeader &h, const std::vector<uint8_t> &body) {
     (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-} // namespace
+}  // namespace
 
 ControlServer::ControlServer(int listen_fd, const std::string *key, const ControlLimits &limits, const Logger &log,
                              Handler handler)
-    : listen_fd_(listen_fd), key_(key), limits_(limits), log_(log), handler_(std::move(handler)),
-      refusals_(log, FERRY_LOG_WARN), out_of_fds_(log, FERRY_LOG_WARN) {}
+    : listen_fd_(listen_fd),
+      key_(key),
+      limits_(limits),
+      log_(log),
+      handler_(std::move(handler)),
+      refusals_(log, FERRY_LOG_WARN),
+      out_of_fds_(log, FERRY_LOG_WARN) {}
 
 ControlServer::~ControlServer() { stop(); }
 
@@ -75,22 +80,17 @@ void ControlServer::stop() {
         uint64_t one = 1;
         (void)!write(wake_fd_, &one, sizeof one);
     }
-    if (thread_.joinable())
-        thread_.join();
-    while (!conns_.empty())
-        close_conn(conns_.size() - 1);
-    for (auto &[fd, until] : lingering_)
-        ::close(fd);
+    if (thread_.joinable()) thread_.join();
+    while (!conns_.empty()) close_conn(conns_.size() - 1);
+    for (auto &[fd, until] : lingering_) ::close(fd);
     lingering_.clear();
-    if (wake_fd_ >= 0)
-        ::close(wake_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
     wake_fd_ = -1;
 }
 
 unsigned ControlServer::unauthenticated_from(uint32_t ip) const {
     unsigned n = 0;
-    for (const auto &c : conns_)
-        n += (!c->auth.done() && c->ip == ip) ? 1 : 0;
+    for (const auto &c : conns_) n += (!c->auth.done() && c->ip == ip) ? 1 : 0;
     return n;
 }
 
@@ -123,7 +123,7 @@ void ControlServer::accept_ready() {
                            "paused for 200 ms at a time";
                 });
             }
-            return; // EAGAIN, or a connection that went away before it was accepted
+            return;  // EAGAIN, or a connection that went away before it was accepted
         }
         uint32_t ip = 0;
         std::string address = peer_address(fd, &ip);
@@ -152,14 +152,12 @@ void ControlServer::accept_ready() {
 }
 
 bool ControlServer::on_message(ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) {
-    if (c.auth.done())
-        return handler_(c, h, body);
+    if (c.auth.done()) return handler_(c, h, body);
     CtrlHeader reply;
     std::vector<uint8_t> out;
     std::string why;
     int rc = c.auth.on_message(h, body, &reply, &out, &why);
-    if (rc != 0)
-        refusals_.event([&] { return "refused a control connection from " + c.address + ": " + why; });
+    if (rc != 0) refusals_.event([&] { return "refused a control connection from " + c.address + ": " + why; });
     send_now(c.fd, reply, out);
     return rc == 0;
 }
@@ -168,12 +166,9 @@ bool ControlServer::read_ready(ServedConn &c) {
     uint8_t buf[16 * 1024];
     for (;;) {
         ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n == 0)
-            return false;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK;
+        if (n == 0) return false;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
         c.in.insert(c.in.end(), buf, buf + n);
         // Every complete message in what arrived; a partial one waits for more.
         size_t at = 0;
@@ -191,23 +186,20 @@ bool ControlServer::read_ready(ServedConn &c) {
                 });
                 return false;
             }
-            if (c.in.size() - at - kCtrlHeaderSize < h.body_len)
-                break;
+            if (c.in.size() - at - kCtrlHeaderSize < h.body_len) break;
             auto first = c.in.begin() + static_cast<ptrdiff_t>(at + kCtrlHeaderSize);
             std::vector<uint8_t> body(first, first + h.body_len);
             at += kCtrlHeaderSize + h.body_len;
-            if (!on_message(c, h, body))
-                return false;
+            if (!on_message(c, h, body)) return false;
         }
         c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(at));
-        if (static_cast<size_t>(n) < sizeof buf)
-            return true;
+        if (static_cast<size_t>(n) < sizeof buf) return true;
     }
 }
 
 void ControlServer::close_conn(size_t i) {
     ::close(conns_[i]->fd);
-    conns_[i] = std::move(conns_.back()); // its session (queue pairs) goes with it
+    conns_[i] = std::move(conns_.back());  // its session (queue pairs) goes with it
     conns_.pop_back();
     open_ = conns_.size();
 }
@@ -238,36 +230,27 @@ void ControlServer::loop() {
         }
         auto next = now + std::chrono::seconds(1);
         for (const auto &c : conns_)
-            if (!c->auth.done())
-                next = std::min(next, c->deadline);
-        for (const auto &l : lingering_)
-            next = std::min(next, l.second);
+            if (!c->auth.done()) next = std::min(next, c->deadline);
+        for (const auto &l : lingering_) next = std::min(next, l.second);
         bool accepting = now >= accept_paused_until_;
-        if (!accepting)
-            next = std::min(next, accept_paused_until_);
+        if (!accepting) next = std::min(next, accept_paused_until_);
 
         fds.clear();
         fds.push_back({wake_fd_, POLLIN, 0});
         fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-        for (const auto &c : conns_)
-            fds.push_back({c->fd, POLLIN, 0});
-        for (const auto &l : lingering_)
-            fds.push_back({l.first, POLLIN, 0});
-        int wait_ms = static_cast<int>(
-            std::max<int64_t>(1, std::chrono::duration_cast<milliseconds>(next - now).count() + 1));
-        if (::poll(fds.data(), fds.size(), wait_ms) <= 0)
-            continue;
-        if (fds[0].revents != 0)
-            continue; // stop_ is set
+        for (const auto &c : conns_) fds.push_back({c->fd, POLLIN, 0});
+        for (const auto &l : lingering_) fds.push_back({l.first, POLLIN, 0});
+        int wait_ms =
+            static_cast<int>(std::max<int64_t>(1, std::chrono::duration_cast<milliseconds>(next - now).count() + 1));
+        if (::poll(fds.data(), fds.size(), wait_ms) <= 0) continue;
+        if (fds[0].revents != 0) continue;  // stop_ is set
         // Connections first (indices match fds until something is closed or accepted).
         size_t n_conns = conns_.size(), n_linger = lingering_.size();
         std::vector<ServedConn *> drop;
         for (size_t i = 0; i < n_conns; ++i)
-            if (fds[2 + i].revents != 0 && !read_ready(*conns_[i]))
-                drop.push_back(conns_[i].get());
+            if (fds[2 + i].revents != 0 && !read_ready(*conns_[i])) drop.push_back(conns_[i].get());
         for (size_t i = n_linger; i-- > 0;) {
-            if (fds[2 + n_conns + i].revents == 0)
-                continue;
+            if (fds[2 + n_conns + i].revents == 0) continue;
             uint8_t sink[4096];
             ssize_t n = ::recv(lingering_[i].first, sink, sizeof sink, MSG_DONTWAIT);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -282,9 +265,8 @@ void ControlServer::loop() {
                     close_conn(i);
                     break;
                 }
-        if (fds[1].revents & POLLIN)
-            accept_ready();
+        if (fds[1].revents & POLLIN) accept_ready();
     }
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

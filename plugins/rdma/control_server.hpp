@@ -33,11 +33,11 @@ struct ServedSession {
 struct ServedConn {
     explicit ServedConn(const std::string *key) : auth(key) {}
     int fd = -1;
-    std::string address; // "ip:port" of the peer, for messages
-    uint32_t ip = 0;     // network order
-    AuthServer auth;     // nothing else is served before it is done
-    std::chrono::steady_clock::time_point deadline; // of the handshake
-    std::vector<uint8_t> in;                        // bytes of the message being received
+    std::string address;                             // "ip:port" of the peer, for messages
+    uint32_t ip = 0;                                 // network order
+    AuthServer auth;                                 // nothing else is served before it is done
+    std::chrono::steady_clock::time_point deadline;  // of the handshake
+    std::vector<uint8_t> in;                         // bytes of the message being received
     std::unique_ptr<ServedSession> session;
 };
 
@@ -49,12 +49,12 @@ public:
     // Takes the listening socket (non-blocking); `key` must outlive the server.
     ControlServer(int listen_fd, const std::string *key, const ControlLimits &limits, const Logger &log,
                   Handler handler);
-    ~ControlServer(); // stops and closes every connection
+    ~ControlServer();  // stops and closes every connection
     ControlServer(const ControlServer &) = delete;
     ControlServer &operator=(const ControlServer &) = delete;
 
-    int start(std::string *why); // the serving thread
-    void stop();                 // joins it and closes every connection (sessions destroyed here)
+    int start(std::string *why);  // the serving thread
+    void stop();                  // joins it and closes every connection (sessions destroyed here)
     size_t connections() const { return open_.load(); }
 
 private:
@@ -76,11 +76,11 @@ private:
     std::atomic<bool> stop_{false};
     std::atomic<size_t> open_{0};
     std::thread thread_;
-    std::vector<std::unique_ptr<ServedConn>> conns_; // serving thread only (and stop(), after join)
+    std::vector<std::unique_ptr<ServedConn>> conns_;  // serving thread only (and stop(), after join)
     std::chrono::steady_clock::time_point accept_paused_until_{};
     // Refused connections kept a moment so the peer reads why (control_server.cpp).
     std::vector<std::pair<int, std::chrono::steady_clock::time_point>> lingering_;
     ferry_plugin::RateLimitedLog refusals_, out_of_fds_;
 };
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -23,33 +23,33 @@ std::string hex(uint64_t v) { return strprintf("0x%" PRIx64, v); }
 // Status and words for a failed work completion.
 int wc_status_code(ibv_wc_status s) {
     switch (s) {
-    case IBV_WC_REM_ACCESS_ERR: return -EACCES;
-    case IBV_WC_LOC_PROT_ERR:
-    case IBV_WC_LOC_ACCESS_ERR: return -EFAULT;
-    case IBV_WC_REM_INV_REQ_ERR:
-    case IBV_WC_LOC_LEN_ERR: return -EINVAL;
-    case IBV_WC_RETRY_EXC_ERR:
-    case IBV_WC_RNR_RETRY_EXC_ERR: return -EHOSTUNREACH;
-    case IBV_WC_WR_FLUSH_ERR: return -ECANCELED;
-    default: return -EIO;
+        case IBV_WC_REM_ACCESS_ERR: return -EACCES;
+        case IBV_WC_LOC_PROT_ERR:
+        case IBV_WC_LOC_ACCESS_ERR: return -EFAULT;
+        case IBV_WC_REM_INV_REQ_ERR:
+        case IBV_WC_LOC_LEN_ERR: return -EINVAL;
+        case IBV_WC_RETRY_EXC_ERR:
+        case IBV_WC_RNR_RETRY_EXC_ERR: return -EHOSTUNREACH;
+        case IBV_WC_WR_FLUSH_ERR: return -ECANCELED;
+        default: return -EIO;
     }
 }
 
 const char *wc_status_hint(ibv_wc_status s) {
     switch (s) {
-    case IBV_WC_REM_ACCESS_ERR:
-        return "the peer's NIC refused the access: the region was deregistered there, or lacks the right";
-    case IBV_WC_LOC_PROT_ERR:
-    case IBV_WC_LOC_ACCESS_ERR: return "the local buffer is not covered by its registration";
-    case IBV_WC_RETRY_EXC_ERR:
-        return "no acknowledgement after the transport retries: the peer is gone or the fabric cannot reach it";
-    case IBV_WC_RNR_RETRY_EXC_ERR: return "the peer's queue pair is not ready";
-    case IBV_WC_REM_INV_REQ_ERR: return "the peer's NIC found the request invalid";
-    default: return "";
+        case IBV_WC_REM_ACCESS_ERR:
+            return "the peer's NIC refused the access: the region was deregistered there, or lacks the right";
+        case IBV_WC_LOC_PROT_ERR:
+        case IBV_WC_LOC_ACCESS_ERR: return "the local buffer is not covered by its registration";
+        case IBV_WC_RETRY_EXC_ERR:
+            return "no acknowledgement after the transport retries: the peer is gone or the fabric cannot reach it";
+        case IBV_WC_RNR_RETRY_EXC_ERR: return "the peer's queue pair is not ready";
+        case IBV_WC_REM_INV_REQ_ERR: return "the peer's NIC found the request invalid";
+        default: return "";
     }
 }
 
-} // namespace
+}  // namespace
 
 int Transport::refusal(const Import &im, uint64_t ra, uint64_t len, uint32_t need, std::string *why) const {
     // Registrations must cover [ra, ra+len) without a gap and grant the right throughout.
@@ -62,13 +62,12 @@ int Transport::refusal(const Import &im, uint64_t ra, uint64_t len, uint32_t nee
     for (;;) {
         const RemoteChunk &ch = im.desc.chunks[c];
         if (!(ch.access & need)) {
-            *why = strprintf("the peer registered [%s, +%" PRIu64 ") without remote %s access", hex(ch.addr).c_str(), ch.len,
-                             need == FERRY_ACCESS_REMOTE_READ ? "read" : "write");
+            *why = strprintf("the peer registered [%s, +%" PRIu64 ") without remote %s access", hex(ch.addr).c_str(),
+                             ch.len, need == FERRY_ACCESS_REMOTE_READ ? "read" : "write");
             return -EACCES;
         }
         uint64_t at = ch.addr + ch.len;
-        if (at >= end)
-            return 0;
+        if (at >= end) return 0;
         if (++c >= im.spans.size() || im.spans[c].addr != at) {
             *why = strprintf("[%s, +%" PRIu64 ") is not inside memory the peer registered (none from %s on)",
                              hex(ra).c_str(), len, hex(at).c_str());
@@ -107,32 +106,34 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         const ferry_xfer_op_t &o = ops[i];
         if (o.opcode != FERRY_OP_READ && o.opcode != FERRY_OP_WRITE)
             return set_error(err, -EINVAL, "rdma: submit: op %zu has unknown opcode %u", i, o.opcode);
-        if (o.length == 0)
-            return set_error(err, -EINVAL, "rdma: submit: op %zu has length 0", i);
+        if (o.length == 0) return set_error(err, -EINVAL, "rdma: submit: op %zu has length 0", i);
         auto rit = regions_.find(o.local_mem);
         if (rit == regions_.end())
-            return set_error(err, -ENOENT, "rdma: submit: op %zu: no local region with handle %" PRIu64 " (deregistered?)", i,
+            return set_error(err, -ENOENT,
+                             "rdma: submit: op %zu: no local region with handle %" PRIu64 " (deregistered?)", i,
                              o.local_mem);
         const LocalRegion &lr = *rit->second;
         if (!lr.contains(o.local_addr, o.length))
-            return set_error(err, -EFAULT, "rdma: submit: op %zu: local [%s, +%" PRIu64 ") is outside its region [%s, +%" PRIu64 ")",
+            return set_error(err, -EFAULT,
+                             "rdma: submit: op %zu: local [%s, +%" PRIu64 ") is outside its region [%s, +%" PRIu64 ")",
                              i, hex(o.local_addr).c_str(), o.length, hex(lr.addr).c_str(), lr.length);
         auto iit = imports_.find(o.remote_mem);
         if (iit == imports_.end() || iit->second.peer != peer_id)
-            return set_error(err, -ENOENT, "rdma: submit: op %zu: no imported region %" PRIu64 " of peer %s", i, o.remote_mem,
-                             peer.name.c_str());
+            return set_error(err, -ENOENT, "rdma: submit: op %zu: no imported region %" PRIu64 " of peer %s", i,
+                             o.remote_mem, peer.name.c_str());
         const Import &im = iit->second;
         // The initiator enforces the descriptor: the target's CPU never sees the op.
         uint64_t ra = o.remote_addr;
         if (ra < im.addr || o.length > im.length || ra - im.addr > im.length - o.length)
-            return set_error(err, -EFAULT, "rdma: submit: op %zu: remote [%s, +%" PRIu64 ") is outside the region [%s, +%" PRIu64
-                             ") imported from %s", i, hex(ra).c_str(), o.length, hex(im.addr).c_str(), im.length, peer.name.c_str());
+            return set_error(err, -EFAULT,
+                             "rdma: submit: op %zu: remote [%s, +%" PRIu64 ") is outside the region [%s, +%" PRIu64
+                             ") imported from %s",
+                             i, hex(ra).c_str(), o.length, hex(im.addr).c_str(), im.length, peer.name.c_str());
         uint32_t need = o.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
         plan[i].refused = refusal(im, ra, o.length, need, &plan[i].refusal);
         plan[i].region = rit->second;
         plan[i].import = &im;
-        if (plan[i].refused != 0)
-            continue; // completes with the refusal; the peer's NIC would refuse it the same way
+        if (plan[i].refused != 0) continue;  // completes with the refusal; the peer's NIC would refuse it the same way
         WrPlanInput in;
         in.local_addr = o.local_addr;
         in.remote_addr = ra;
@@ -144,20 +145,18 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         in.stripe_min = cfg_.stripe_min;
         in.max_wr_size = cfg_.max_wr_size;
         for (const auto &nic : nics_)
-            if (nic->max_msg_size != 0)
-                in.max_wr_size = std::min<uint64_t>(in.max_wr_size, nic->max_msg_size);
+            if (nic->max_msg_size != 0) in.max_wr_size = std::min<uint64_t>(in.max_wr_size, nic->max_msg_size);
         in.rotation = rotation_++;
         plan[i].pieces = plan_work_requests(in);
-        if (plan[i].pieces.empty())
-            return set_error(err, -EINVAL, "rdma: submit: op %zu could not be planned", i);
+        if (plan[i].pieces.empty()) return set_error(err, -EINVAL, "rdma: submit: op %zu could not be planned", i);
         for (const auto &pc : plan[i].pieces)
             if (peer.pair(pc.local_nic, pc.remote_nic) == nullptr)
-                return set_error(err, -ENOTCONN, "rdma: submit: the peer %s is unreachable: every queue pair failed", peer.name.c_str());
+                return set_error(err, -ENOTCONN, "rdma: submit: the peer %s is unreachable: every queue pair failed",
+                                 peer.name.c_str());
     }
     for (size_t i = 0; i < n; ++i)
         if (!plan[i].region->pin()) {
-            for (size_t j = 0; j < i; ++j)
-                plan[j].region->unpin();
+            for (size_t j = 0; j < i; ++j) plan[j].region->unpin();
             return set_error(err, -ENOENT, "rdma: submit: op %zu: its local region is being deregistered", i);
         }
     auto now = Clock::now();
@@ -169,8 +168,7 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         op->pin = plan[i].region;
         op->remaining = static_cast<uint32_t>(plan[i].pieces.size());
         if (plan[i].refused != 0) {
-            cq_.push(op->user_data, plan[i].refused,
-                     strprintf("rdma: op %zu refused: %s", i, plan[i].refusal.c_str()));
+            cq_.push(op->user_data, plan[i].refused, strprintf("rdma: op %zu refused: %s", i, plan[i].refusal.c_str()));
             plan[i].region->unpin();
             continue;
         }
@@ -181,30 +179,26 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
             Wr w;
             w.op = op.get();
             w.piece = pc;
-            w.piece.local_nic = p->lnic; // the pair may differ from the plan's choice (fallback)
+            w.piece.local_nic = p->lnic;  // the pair may differ from the plan's choice (fallback)
             w.piece.remote_nic = p->rnic;
             w.lkey = lr.mrs[pc.local_chunk][p->lnic]->lkey;
             w.rkey = plan[i].import->desc.chunks[pc.remote_chunk].rkeys[p->rnic];
             w.queued = now;
             p->pending.push_back(w);
             last_on[p->lnic * peer.ep.nics.size() + p->rnic] = &p->pending.back();
-            if (std::find(touched.begin(), touched.end(), p) == touched.end())
-                touched.push_back(p);
+            if (std::find(touched.begin(), touched.end(), p) == touched.end()) touched.push_back(p);
         }
         for (Wr *w : last_on)
-            if (w != nullptr)
-                w->last_on_pair = true;
+            if (w != nullptr) w->last_on_pair = true;
         Op *raw = op.get();
         ops_[raw] = std::move(op);
     }
-    for (Pair *p : touched)
-        post_pending(*p);
+    for (Pair *p : touched) post_pending(*p);
     return 0;
 }
 
 void Transport::post_pending(Pair &p) {
-    if (p.state != Pair::State::Ready)
-        return;
+    if (p.state != Pair::State::Ready) return;
     constexpr size_t kChain = 32;
     while (!p.pending.empty() && p.window.can_post()) {
         ibv_send_wr wrs[kChain];
@@ -224,8 +218,7 @@ void Transport::post_pending(Pair &p) {
             wrs[k].wr.rdma.remote_addr = w.piece.remote_addr;
             wrs[k].wr.rdma.rkey = w.rkey;
             wrs[k].next = nullptr;
-            if (k > 0)
-                wrs[k - 1].next = &wrs[k];
+            if (k > 0) wrs[k - 1].next = &wrs[k];
         }
         ibv_send_wr *bad = nullptr;
         int rc = ibv_post_send(p.qp->get(), &wrs[0], &bad);
@@ -248,8 +241,7 @@ void Transport::finish_wr(Op *op, int status, const std::string &message) {
         op->status = status;
         op->message = message;
     }
-    if (--op->remaining > 0)
-        return;
+    if (--op->remaining > 0) return;
     cq_.push(op->user_data, op->status, op->message);
     op->pin->unpin();
     ops_.erase(op);
@@ -260,7 +252,7 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
     auto it = by_qpn_[nic].find(wc.qp_num);
     Pair *p = it == by_qpn_[nic].end() ? nullptr : it->second;
     if (p == nullptr || (wc.wr_id >> kSeqBits) != p->generation)
-        return; // a queue pair already replaced: its flushed requests were requeued
+        return;  // a queue pair already replaced: its flushed requests were requeued
     uint64_t seq = wc.wr_id & kSeqMask;
     if (wc.status == IBV_WC_SUCCESS) {
         uint32_t done = p->window.complete(seq);
@@ -273,30 +265,28 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
         return;
     }
     uint32_t before = 0;
-    if (!p->window.fail(seq, &before))
-        return;
+    if (!p->window.fail(seq, &before)) return;
     for (uint32_t i = 0; i < before && !p->inflight.empty(); ++i) {
         Op *op = p->inflight.front().op;
         p->inflight.pop_front();
         finish_wr(op, 0, {});
     }
-    if (p->inflight.empty())
-        return;
+    if (p->inflight.empty()) return;
     Wr failed = p->inflight.front();
     p->inflight.pop_front();
     int code = wc_status_code(wc.status);
     const char *hint = wc_status_hint(wc.status);
-    std::string msg = strprintf("rdma: %s of [%s, +%" PRIu64 ") at %s on %s failed: %s (vendor error 0x%x)%s%s",
-                                failed.op->opcode == FERRY_OP_READ ? "READ" : "WRITE", hex(failed.piece.remote_addr).c_str(),
-                                failed.piece.len, p->peer->name.c_str(), pair_name(*p).c_str(), ibv_wc_status_str(wc.status),
-                                wc.vendor_err, *hint ? ": " : "", hint);
+    std::string msg =
+        strprintf("rdma: %s of [%s, +%" PRIu64 ") at %s on %s failed: %s (vendor error 0x%x)%s%s",
+                  failed.op->opcode == FERRY_OP_READ ? "READ" : "WRITE", hex(failed.piece.remote_addr).c_str(),
+                  failed.piece.len, p->peer->name.c_str(), pair_name(*p).c_str(), ibv_wc_status_str(wc.status),
+                  wc.vendor_err, *hint ? ": " : "", hint);
     finish_wr(failed.op, code, msg);
     pair_failed(*p, msg);
 }
 
 void Transport::pair_failed(Pair &p, const std::string &why) {
-    if (p.state != Pair::State::Ready)
-        return;
+    if (p.state != Pair::State::Ready) return;
     // Requests behind the failed one were flushed, never executed (RC executes in order and
     // stops at the error), so they go back in front of the queue for the new queue pair.
     p.window.drain();
@@ -326,11 +316,10 @@ void Transport::kill_pair(Pair &p, int status, const std::string &why) {
 
 void Transport::drop_peer_ops(Peer &peer, int status, const std::string &why) {
     for (auto &p : peer.pairs) {
-        if (!p)
-            continue;
+        if (!p) continue;
         if (p->qp) {
             by_qpn_[p->lnic].erase(p->qp->qpn());
-            p->qp.reset(); // after ibv_destroy_qp the NIC touches none of these buffers
+            p->qp.reset();  // after ibv_destroy_qp the NIC touches none of these buffers
         }
         p->window.drain();
         while (!p->inflight.empty()) {
@@ -348,14 +337,12 @@ void Transport::repair_loop() {
         {
             std::unique_lock lock(repair_mu_);
             repair_cv_.wait(lock, [&] { return stop_ || !to_repair_.empty(); });
-            if (stop_)
-                return;
+            if (stop_) return;
             peer = to_repair_.front().first;
             p = to_repair_.front().second;
             to_repair_.pop_front();
         }
-        if (peer)
-            repair(peer, *p);
+        if (peer) repair(peer, *p);
     }
 }
 
@@ -363,16 +350,13 @@ void Transport::repair(const std::shared_ptr<Peer> &peer, Pair &p) {
     std::lock_guard ctrl(peer->ctrl_mu);
     {
         std::lock_guard lock(mu_);
-        if (peer->closing || p.state != Pair::State::Repairing)
-            return;
+        if (peer->closing || p.state != Pair::State::Repairing) return;
     }
     std::vector<std::unique_ptr<QueuePair>> qps;
     std::string why;
-    int rc = peer->ctrl_fd < 0 ? -ENOTCONN
-                               : handshake(*peer, {{p.lnic, p.rnic}}, CtrlType::Reconnect, &qps, &why);
+    int rc = peer->ctrl_fd < 0 ? -ENOTCONN : handshake(*peer, {{p.lnic, p.rnic}}, CtrlType::Reconnect, &qps, &why);
     std::lock_guard lock(mu_);
-    if (peer->closing)
-        return;
+    if (peer->closing) return;
     if (rc != 0) {
         kill_pair(p, -ECONNRESET,
                   "rdma: " + pair_name(p) + " failed (" + p.why + ") and could not be re-created: " + why);
@@ -387,19 +371,17 @@ void Transport::repair(const std::shared_ptr<Peer> &peer, Pair &p) {
 }
 
 void Transport::check_timeouts() {
-    if (cfg_.op_timeout_ms == 0)
-        return;
+    if (cfg_.op_timeout_ms == 0) return;
     auto limit = Clock::now() - std::chrono::milliseconds(cfg_.op_timeout_ms);
     for (auto &[id, peer] : peers_)
         for (auto &p : peer->pairs) {
-            if (!p || p->state != Pair::State::Repairing)
-                continue;
+            if (!p || p->state != Pair::State::Repairing) continue;
             while (!p->pending.empty() && p->pending.front().queued < limit) {
                 Op *op = p->pending.front().op;
                 p->pending.pop_front();
                 finish_wr(op, -ETIMEDOUT,
-                          strprintf("rdma: op to %s waited %u ms for queue pair %s to be re-created (%s)", peer->name.c_str(),
-                                    cfg_.op_timeout_ms, pair_name(*p).c_str(), p->why.c_str()));
+                          strprintf("rdma: op to %s waited %u ms for queue pair %s to be re-created (%s)",
+                                    peer->name.c_str(), cfg_.op_timeout_ms, pair_name(*p).c_str(), p->why.c_str()));
             }
         }
 }
@@ -415,8 +397,7 @@ void Transport::progress_loop() {
             int got;
             while ((got = ibv_poll_cq(nics_[k]->cq, kBatch, wcs)) > 0) {
                 any = true;
-                for (int i = 0; i < got; ++i)
-                    on_wc(k, wcs[i]);
+                for (int i = 0; i < got; ++i) on_wc(k, wcs[i]);
             }
         }
         auto now = Clock::now();
@@ -431,11 +412,9 @@ void Transport::progress_loop() {
             last_work = Clock::now();
             continue;
         }
-        if (cfg_.busy_poll || Clock::now() - last_work < std::chrono::microseconds(cfg_.spin_us))
-            continue;
+        if (cfg_.busy_poll || Clock::now() - last_work < std::chrono::microseconds(cfg_.spin_us)) continue;
         // Arm every CQ, then look once more: a completion that landed before arming raises no event.
-        for (auto &nic : nics_)
-            ibv_req_notify_cq(nic->cq, 0);
+        for (auto &nic : nics_) ibv_req_notify_cq(nic->cq, 0);
         if (poll_all()) {
             last_work = Clock::now();
             continue;
@@ -451,10 +430,9 @@ void Transport::progress_loop() {
             Nic &nic = *nics_[evs[i].data.u64];
             ibv_cq *cq = nullptr;
             void *ctx = nullptr;
-            if (ibv_get_cq_event(nic.channel, &cq, &ctx) == 0)
-                ibv_ack_cq_events(cq, 1);
+            if (ibv_get_cq_event(nic.channel, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
         }
     }
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -43,7 +43,7 @@ RegDmabufMrFn resolve_reg_dmabuf_mr(std::string *why);
 std::string describe_dmabuf_reg_failure(int err, const std::string &nic, uint32_t kind, int device, uint64_t addr,
                                         uint64_t len);
 
-const char *kind_name(uint32_t kind); // "host", "CUDA", "ROCm"
+const char *kind_name(uint32_t kind);  // "host", "CUDA", "ROCm"
 
 // ---- GPU runtimes ----
 
@@ -53,13 +53,13 @@ struct DmabufExport {
     int fd = -1;
     uint64_t base = 0, size = 0, offset = 0;
     int device = -1;
-    std::string pci_bus_id; // "0000:3b:00.0", lowercase; empty when unknown
+    std::string pci_bus_id;  // "0000:3b:00.0", lowercase; empty when unknown
 };
 
 class GpuRuntime {
 public:
     virtual ~GpuRuntime() = default;
-    virtual const char *name() const = 0; // "CUDA" or "ROCm"
+    virtual const char *name() const = 0;  // "CUDA" or "ROCm"
     // Loads the library and initialises. false with *why ("unavailable: CUDA driver not found: ...").
     virtual bool available(std::string *why) = 0;
     // Exports the allocation holding [addr, addr+len) as a dma-buf. The range must lie in one
@@ -72,4 +72,4 @@ public:
 std::unique_ptr<GpuRuntime> make_cuda_runtime(const std::string &library);
 std::unique_ptr<GpuRuntime> make_rocm_runtime(const std::string &library);
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -20,40 +20,34 @@ constexpr const char *kKnownKeys =
     "retry_timeout, retry_count, busy_poll, spin_us, sysfs_root, cuda_library, hsa_library, auth_key";
 
 int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
-    return set_error(err, -EINVAL, "rdma: invalid value '%s' for option '%s': expected %s",
-                     value ? value : "(null)", key, accepted);
+    return set_error(err, -EINVAL, "rdma: invalid value '%s' for option '%s': expected %s", value ? value : "(null)",
+                     key, accepted);
 }
 
 bool in_range(const char *value, bool sizes, uint64_t lo, uint64_t hi, uint64_t *out) {
     uint64_t v = 0;
-    if (!parse_u64(value, sizes, &v) || v < lo || v > hi)
-        return false;
+    if (!parse_u64(value, sizes, &v) || v < lo || v > hi) return false;
     *out = v;
     return true;
 }
 
 bool is_device_name(const std::string &s) {
-    if (s.empty() || s.size() > 63)
-        return false;
+    if (s.empty() || s.size() > 63) return false;
     for (char c : s)
-        if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-            return false;
+        if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
     return true;
 }
 
 bool split_devices(const char *value, std::vector<std::string> *out) {
-    if (value == nullptr)
-        return false;
+    if (value == nullptr) return false;
     std::vector<std::string> list;
     std::string cur;
     for (const char *p = value;; ++p) {
         if (*p == ',' || *p == '\0') {
-            if (!is_device_name(cur))
-                return false;
+            if (!is_device_name(cur)) return false;
             list.push_back(cur);
             cur.clear();
-            if (*p == '\0')
-                break;
+            if (*p == '\0') break;
         } else if (*p != ' ') {
             cur += *p;
         }
@@ -69,7 +63,7 @@ bool is_ipv4(const char *s) {
 
 bool is_path(const char *s) { return s != nullptr && *s != '\0' && strlen(s) < 4096; }
 
-} // namespace
+}  // namespace
 
 int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t *err) {
     Config c;
@@ -78,44 +72,37 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
         const char *value = options[i].value;
         uint64_t v = 0;
         if (strcmp(key, "devices") == 0) {
-            if (value != nullptr && *value == '\0')
-                c.devices.clear();
+            if (value != nullptr && *value == '\0') c.devices.clear();
             else if (!split_devices(value, &c.devices))
-                return bad(err, key, value, "a comma-separated list of RDMA device names such as mlx5_0,mlx5_1 (see ibv_devices)");
+                return bad(err, key, value,
+                           "a comma-separated list of RDMA device names such as mlx5_0,mlx5_1 (see ibv_devices)");
         } else if (strcmp(key, "ib_port") == 0) {
-            if (!in_range(value, false, 1, 255, &v))
-                return bad(err, key, value, "a port number from 1 to 255");
+            if (!in_range(value, false, 1, 255, &v)) return bad(err, key, value, "a port number from 1 to 255");
             c.ib_port = static_cast<unsigned>(v);
         } else if (strcmp(key, "gid_index") == 0) {
-            if (value != nullptr && strcmp(value, "auto") == 0)
-                c.gid_index = -1;
+            if (value != nullptr && strcmp(value, "auto") == 0) c.gid_index = -1;
             else if (!in_range(value, false, 0, 1023, &v))
                 return bad(err, key, value, "auto or a GID table index from 0 to 1023 (see show_gids)");
-            else
-                c.gid_index = static_cast<int>(v);
+            else c.gid_index = static_cast<int>(v);
         } else if (strcmp(key, "traffic_class") == 0) {
-            if (!in_range(value, false, 0, 255, &v))
-                return bad(err, key, value, "0 to 255");
+            if (!in_range(value, false, 0, 255, &v)) return bad(err, key, value, "0 to 255");
             c.traffic_class = static_cast<unsigned>(v);
         } else if (strcmp(key, "service_level") == 0) {
-            if (!in_range(value, false, 0, 15, &v))
-                return bad(err, key, value, "0 to 15");
+            if (!in_range(value, false, 0, 15, &v)) return bad(err, key, value, "0 to 15");
             c.service_level = static_cast<unsigned>(v);
         } else if (strcmp(key, "mtu") == 0) {
-            if (!in_range(value, false, 0, 4096, &v) || (v != 0 && v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096))
+            if (!in_range(value, false, 0, 4096, &v) ||
+                (v != 0 && v != 256 && v != 512 && v != 1024 && v != 2048 && v != 4096))
                 return bad(err, key, value, "0 (the ports' active MTU), 256, 512, 1024, 2048 or 4096");
             c.mtu = static_cast<unsigned>(v);
         } else if (strcmp(key, "bind_ip") == 0 || strcmp(key, "advertise_ip") == 0) {
-            if (!is_ipv4(value))
-                return bad(err, key, value, "an IPv4 address such as 127.0.0.1");
+            if (!is_ipv4(value)) return bad(err, key, value, "an IPv4 address such as 127.0.0.1");
             (key[0] == 'b' ? c.bind_ip : c.advertise_ip) = value;
         } else if (strcmp(key, "port") == 0) {
-            if (!in_range(value, false, 0, 65535, &v))
-                return bad(err, key, value, "a TCP port from 0 (any) to 65535");
+            if (!in_range(value, false, 0, 65535, &v)) return bad(err, key, value, "a TCP port from 0 (any) to 65535");
             c.port = static_cast<uint16_t>(v);
         } else if (strcmp(key, "connect_timeout_ms") == 0) {
-            if (!in_range(value, false, 1, 3600000, &v))
-                return bad(err, key, value, "milliseconds from 1 to 3600000");
+            if (!in_range(value, false, 1, 3600000, &v)) return bad(err, key, value, "milliseconds from 1 to 3600000");
             c.connect_timeout_ms = static_cast<unsigned>(v);
             c.control.reply_timeout_ms = c.connect_timeout_ms;
         } else if (strcmp(key, "handshake_timeout_ms") == 0) {
@@ -136,7 +123,8 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             c.op_timeout_ms = static_cast<unsigned>(v);
         } else if (strcmp(key, "max_mr_size") == 0) {
             if (!in_range(value, true, 0, UINT64_MAX, &v) || (v != 0 && (v < 4096 || v % 4096 != 0)))
-                return bad(err, key, value, "0 (the device's limit) or a multiple of 4k, at least 4k (suffixes k, m, g)");
+                return bad(err, key, value,
+                           "0 (the device's limit) or a multiple of 4k, at least 4k (suffixes k, m, g)");
             c.max_mr_size = v;
         } else if (strcmp(key, "max_wr") == 0) {
             if (!in_range(value, false, 2, 65536, &v))
@@ -159,30 +147,26 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
                 return bad(err, key, value, "an exponent from 1 to 31 (4.096 us * 2^n)");
             c.retry_timeout = static_cast<unsigned>(v);
         } else if (strcmp(key, "retry_count") == 0) {
-            if (!in_range(value, false, 0, 7, &v))
-                return bad(err, key, value, "0 to 7");
+            if (!in_range(value, false, 0, 7, &v)) return bad(err, key, value, "0 to 7");
             c.retry_count = static_cast<unsigned>(v);
         } else if (strcmp(key, "busy_poll") == 0) {
-            if (!parse_bool(value, &c.busy_poll))
-                return bad(err, key, value, "true or false");
+            if (!parse_bool(value, &c.busy_poll)) return bad(err, key, value, "true or false");
         } else if (strcmp(key, "spin_us") == 0) {
-            if (!in_range(value, false, 0, 1000000, &v))
-                return bad(err, key, value, "microseconds from 0 to 1000000");
+            if (!in_range(value, false, 0, 1000000, &v)) return bad(err, key, value, "microseconds from 0 to 1000000");
             c.spin_us = static_cast<unsigned>(v);
         } else if (strcmp(key, "sysfs_root") == 0) {
-            if (!is_path(value))
-                return bad(err, key, value, "a directory such as /sys");
+            if (!is_path(value)) return bad(err, key, value, "a directory such as /sys");
             c.sysfs_root = value;
         } else if (strcmp(key, "cuda_library") == 0 || strcmp(key, "hsa_library") == 0) {
-            if (!is_path(value))
-                return bad(err, key, value, "a library name or path for dlopen");
+            if (!is_path(value)) return bad(err, key, value, "a library name or path for dlopen");
             (key[0] == 'c' ? c.cuda_library : c.hsa_library) = value;
         } else if (strcmp(key, "auth_key") == 0) {
             // The value is a secret: never echoed.
             std::string raw;
             if (value == nullptr || strlen(value) < 32 || !ferry_crypto::from_hex(value, raw))
-                return set_error(err, -EINVAL, "rdma: invalid value for option 'auth_key': expected at least 32 hex digits "
-                                                "(the host derives it from auth_secret)");
+                return set_error(err, -EINVAL,
+                                 "rdma: invalid value for option 'auth_key': expected at least 32 hex digits "
+                                 "(the host derives it from auth_secret)");
             c.auth_key = std::move(raw);
             if (!ferry_crypto::available())
                 return set_error(err, -ENOENT, "rdma: option 'auth_key': %s", ferry_crypto::load_error().c_str());
@@ -190,12 +174,13 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
             return set_error(err, -EINVAL, "rdma: unknown option '%s' (known: %s)", key, kKnownKeys);
         }
     }
-    if (c.advertise_ip.empty())
-        c.advertise_ip = c.bind_ip;
+    if (c.advertise_ip.empty()) c.advertise_ip = c.bind_ip;
     if (c.advertise_ip == "0.0.0.0")
-        return set_error(err, -EINVAL, "rdma: bind_ip is 0.0.0.0, so peers need advertise_ip: set rdma.advertise_ip to this host's address");
+        return set_error(
+            err, -EINVAL,
+            "rdma: bind_ip is 0.0.0.0, so peers need advertise_ip: set rdma.advertise_ip to this host's address");
     *out = std::move(c);
     return 0;
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

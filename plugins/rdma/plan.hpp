@@ -37,13 +37,13 @@ struct WrPiece {
 
 struct WrPlanInput {
     uint64_t local_addr = 0, remote_addr = 0, len = 0;
-    const std::vector<Span> *local_chunks = nullptr;  // the local region's registrations
-    const std::vector<Span> *remote_chunks = nullptr; // the imported region's registrations
-    std::vector<uint16_t> local_nics;  // nearest the local memory, best first (non-empty)
-    std::vector<uint16_t> remote_nics; // the owner's NICs nearest the remote memory (non-empty)
-    uint64_t stripe_min = 1u << 20;    // stripe only ops of at least 2x this
-    uint64_t max_wr_size = 1u << 30;   // and the ports' max_msg_sz
-    uint32_t rotation = 0;             // round-robin start, so small ops spread over NICs too
+    const std::vector<Span> *local_chunks = nullptr;   // the local region's registrations
+    const std::vector<Span> *remote_chunks = nullptr;  // the imported region's registrations
+    std::vector<uint16_t> local_nics;                  // nearest the local memory, best first (non-empty)
+    std::vector<uint16_t> remote_nics;                 // the owner's NICs nearest the remote memory (non-empty)
+    uint64_t stripe_min = 1u << 20;                    // stripe only ops of at least 2x this
+    uint64_t max_wr_size = 1u << 30;                   // and the ports' max_msg_sz
+    uint32_t rotation = 0;                             // round-robin start, so small ops spread over NICs too
 };
 
 // Work requests for one op (ranges already validated to lie inside the chunks). Large ops are
@@ -87,9 +87,9 @@ private:
         bool signalled;
     };
     uint32_t depth_, interval_;
-    uint32_t run_ = 0; // unsignalled since the last signalled
+    uint32_t run_ = 0;  // unsignalled since the last signalled
     uint64_t next_ = 1;
     std::deque<Posted> posted_;
 };
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

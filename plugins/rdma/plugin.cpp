@@ -4,15 +4,16 @@
 
 #include "plugin_entry.hpp"
 
-extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = ferry_plugin::entry_table<ferry_rdma::Transport>(
-    ferry_rdma::kPluginName,
+extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
+    ferry_plugin::entry_table<ferry_rdma::Transport>(
+        ferry_rdma::kPluginName,
 #ifdef FERRY_RDMA_VARIANT
-    FERRY_RDMA_VERSION " (" FERRY_RDMA_VARIANT " package)", // the same code, packaged for a runtime's directory
+        FERRY_RDMA_VERSION " (" FERRY_RDMA_VARIANT " package)",  // the same code, packaged for a runtime's directory
 #else
-    ferry_rdma::kPluginVersion,
+        ferry_rdma::kPluginVersion,
 #endif
-    // GPU memory through dma-buf (GPUDirect RDMA): register_mem fails with -ENOTSUP and the
-    // reason when the NIC, the kernel or the GPU runtime cannot (docs/RDMA.md).
-    // Control connections authenticate with the host's cluster key (option auth_key).
-    FERRY_CAP_MEM_HOST | FERRY_CAP_MEM_CUDA | FERRY_CAP_MEM_ROCM | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE |
-        FERRY_CAP_AUTH_KEY);
+        // GPU memory through dma-buf (GPUDirect RDMA): register_mem fails with -ENOTSUP and the
+        // reason when the NIC, the kernel or the GPU runtime cannot (docs/RDMA.md).
+        // Control connections authenticate with the host's cluster key (option auth_key).
+        FERRY_CAP_MEM_HOST | FERRY_CAP_MEM_CUDA | FERRY_CAP_MEM_ROCM | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE |
+            FERRY_CAP_AUTH_KEY);

@@ -21,8 +21,7 @@ std::string real(const std::string &path) {
 int read_int(const std::string &path, int fallback) {
     std::ifstream in(path);
     long v = 0;
-    if (in >> v)
-        return static_cast<int>(v);
+    if (in >> v) return static_cast<int>(v);
     return fallback;
 }
 
@@ -30,22 +29,19 @@ int read_int(const std::string &path, int fallback) {
 std::vector<std::string> pci_components(const std::string &root, const std::string &link) {
     std::string target = real(link), devices = real(root + "/devices");
     std::vector<std::string> out;
-    if (target.empty() || devices.empty() || target.compare(0, devices.size() + 1, devices + "/") != 0)
-        return out;
+    if (target.empty() || devices.empty() || target.compare(0, devices.size() + 1, devices + "/") != 0) return out;
     std::string rest = target.substr(devices.size() + 1);
     size_t start = 0;
     while (start < rest.size()) {
         size_t end = rest.find('/', start);
-        if (end == std::string::npos)
-            end = rest.size();
-        if (end > start)
-            out.push_back(rest.substr(start, end - start));
+        if (end == std::string::npos) end = rest.size();
+        if (end > start) out.push_back(rest.substr(start, end - start));
         start = end + 1;
     }
     return out;
 }
 
-} // namespace
+}  // namespace
 
 NicTopology read_nic_topology(const std::string &root, const std::string &device) {
     NicTopology t;
@@ -59,13 +55,11 @@ NicTopology read_nic_topology(const std::string &root, const std::string &device
 bool read_pci_function(const std::string &root, const std::string &bus_id, std::vector<std::string> *path,
                        int *numa_node, std::string *why) {
     std::string id = bus_id;
-    for (char &c : id)
-        c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+    for (char &c : id) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
     std::string link = root + "/bus/pci/devices/" + id;
     auto comps = pci_components(root, link);
     if (comps.empty()) {
-        if (why)
-            *why = "no PCI device " + id + " under " + root + "/bus/pci/devices";
+        if (why) *why = "no PCI device " + id + " under " + root + "/bus/pci/devices";
         return false;
     }
     *path = std::move(comps);
@@ -75,8 +69,7 @@ bool read_pci_function(const std::string &root, const std::string &bus_id, std::
 
 size_t common_pci_prefix(const std::vector<std::string> &a, const std::vector<std::string> &b) {
     size_t n = 0;
-    while (n < a.size() && n < b.size() && a[n] == b[n])
-        ++n;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
     return n;
 }
 
@@ -89,12 +82,10 @@ std::vector<uint16_t> nearest_nics(const std::vector<NicTopology> &nics, const M
         score[i] = {pci, numa ? 1 : 0};
     }
     std::pair<size_t, int> best{0, -1};
-    for (const auto &s : score)
-        best = std::max(best, s);
+    for (const auto &s : score) best = std::max(best, s);
     std::vector<uint16_t> out;
     for (size_t i = 0; i < nics.size(); ++i)
-        if (score[i] == best)
-            out.push_back(static_cast<uint16_t>(i));
+        if (score[i] == best) out.push_back(static_cast<uint16_t>(i));
     return out;
 }
 
@@ -105,4 +96,4 @@ int numa_node_of(const void *addr) {
     return rc == 0 ? node : -1;
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

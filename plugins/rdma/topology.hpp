@@ -19,8 +19,8 @@ namespace ferry_rdma {
 
 struct NicTopology {
     std::string name;
-    std::vector<std::string> pci_path; // e.g. {"pci0000:00", "0000:00:01.0", "0000:01:00.0"}; empty: unknown
-    int numa_node = -1;                // -1: unknown (single-node machines report -1 too)
+    std::vector<std::string> pci_path;  // e.g. {"pci0000:00", "0000:00:01.0", "0000:01:00.0"}; empty: unknown
+    int numa_node = -1;                 // -1: unknown (single-node machines report -1 too)
 };
 
 NicTopology read_nic_topology(const std::string &sysfs_root, const std::string &device);
@@ -31,8 +31,8 @@ bool read_pci_function(const std::string &sysfs_root, const std::string &bus_id,
                        int *numa_node, std::string *why);
 
 struct MemLocation {
-    std::vector<std::string> pci_path; // GPU memory: the GPU's PCI path; empty for host memory
-    int numa_node = -1;                // host memory: the node holding it; GPU: the GPU's node
+    std::vector<std::string> pci_path;  // GPU memory: the GPU's PCI path; empty for host memory
+    int numa_node = -1;                 // host memory: the node holding it; GPU: the GPU's node
 };
 
 // Indices of the nearest NICs, best first: all NICs tied for the best affinity (so traffic
@@ -45,4 +45,4 @@ size_t common_pci_prefix(const std::vector<std::string> &a, const std::vector<st
 // NUMA node of the page holding addr (get_mempolicy), or -1.
 int numa_node_of(const void *addr);
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -25,40 +25,35 @@ namespace {
 std::string hex(uint64_t v) { return strprintf("0x%" PRIx64, v); }
 
 void put_u64(std::vector<uint8_t> &b, uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-        b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
 uint64_t get_u64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i)
-        v |= static_cast<uint64_t>(p[i]) << (8 * i);
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
     return v;
 }
 
 std::string memlock_limit() {
     rlimit rl{};
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
-        return "unknown";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return "unknown";
     return rl.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(rl.rlim_cur) + " bytes";
 }
 
-} // namespace
+}  // namespace
 
 // ---- LocalRegion ----
 
 bool LocalRegion::pin() {
     std::lock_guard lock(mu_);
-    if (!live_)
-        return false;
+    if (!live_) return false;
     ++users_;
     return true;
 }
 
 void LocalRegion::unpin() {
     std::lock_guard lock(mu_);
-    if (--users_ == 0)
-        cv_.notify_all();
+    if (--users_ == 0) cv_.notify_all();
 }
 
 void LocalRegion::retire_and_wait() {
@@ -73,11 +68,9 @@ Pair *Peer::pair(uint16_t l, uint16_t r) const {
         return pairs[l * n + r].get();
     // No direct pair (link layers differ) or it is dead: another pair from the same NIC, then any.
     for (size_t j = 0; j < n; ++j)
-        if (auto &p = pairs[l * n + j]; p && p->state != Pair::State::Dead)
-            return p.get();
+        if (auto &p = pairs[l * n + j]; p && p->state != Pair::State::Dead) return p.get();
     for (const auto &p : pairs)
-        if (p && p->state != Pair::State::Dead)
-            return p.get();
+        if (p && p->state != Pair::State::Dead) return p.get();
     return nullptr;
 }
 
@@ -104,11 +97,9 @@ Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err) {
     Config cfg;
-    if (int rc = parse_config(options, n, &cfg, err); rc != 0)
-        return rc;
+    if (int rc = parse_config(options, n, &cfg, err); rc != 0) return rc;
     std::unique_ptr<Transport> t(new Transport(cfg, host));
-    if (int rc = t->start(err); rc != 0)
-        return rc;
+    if (int rc = t->start(err); rc != 0) return rc;
     *out = t.release();
     return 0;
 }
@@ -116,17 +107,14 @@ int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_
 int Transport::start(ferry_error_t *err) {
     std::string why;
     reg_dmabuf_ = resolve_reg_dmabuf_mr(&why);
-    if (reg_dmabuf_ == nullptr)
-        log_.log(FERRY_LOG_INFO, "GPU memory unavailable: %s", why.c_str());
+    if (reg_dmabuf_ == nullptr) log_.log(FERRY_LOG_INFO, "GPU memory unavailable: %s", why.c_str());
     nics_ = open_nics(cfg_, reg_dmabuf_, &why);
-    if (nics_.empty())
-        return set_error(err, -ENODEV, "rdma: %s", why.c_str());
+    if (nics_.empty()) return set_error(err, -ENODEV, "rdma: %s", why.c_str());
     log_.log(FERRY_LOG_INFO, "NICs: %s", describe_nics(nics_).c_str());
 
     if (getrandom(&self_.token, sizeof self_.token, 0) != static_cast<ssize_t>(sizeof self_.token))
         return set_error(err, -EIO, "rdma: getrandom failed");
-    for (const auto &nic : nics_)
-        self_.nics.push_back(nic->addr);
+    for (const auto &nic : nics_) self_.nics.push_back(nic->addr);
     uint16_t port = 0;
     if (int rc = listen_tcp(cfg_.bind_ip, cfg_.port, &listen_fd_, &port, &why); rc != 0)
         return set_error(err, rc, "rdma: %s", why.c_str());
@@ -148,11 +136,12 @@ int Transport::start(ferry_error_t *err) {
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
     }
     progress_ = std::thread([this] { progress_loop(); });
-    server_ = std::make_unique<ControlServer>(
-        listen_fd_, &cfg_.auth_key, cfg_.control, log_,
-        [this](ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) { return serve_request(c, h, body); });
-    if (int rc = server_->start(&why); rc != 0)
-        return set_error(err, rc, "rdma: control server: %s", why.c_str());
+    server_ =
+        std::make_unique<ControlServer>(listen_fd_, &cfg_.auth_key, cfg_.control, log_,
+                                        [this](ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) {
+                                            return serve_request(c, h, body);
+                                        });
+    if (int rc = server_->start(&why); rc != 0) return set_error(err, rc, "rdma: control server: %s", why.c_str());
     repairer_ = std::thread([this] { repair_loop(); });
     return 0;
 }
@@ -160,36 +149,29 @@ int Transport::start(ferry_error_t *err) {
 Transport::~Transport() {
     stop_ = true;
     wake();
-    if (server_)
-        server_->stop(); // closes served connections: their queue pairs go before the NICs
+    if (server_) server_->stop();  // closes served connections: their queue pairs go before the NICs
     repair_cv_.notify_all();
     for (auto *t : {&progress_, &repairer_})
-        if (t->joinable())
-            t->join();
+        if (t->joinable()) t->join();
     // Queue pairs first: after ibv_destroy_qp the NIC touches none of our memory.
     {
         std::lock_guard lock(mu_);
         for (auto &[id, peer] : peers_) {
             for (auto &p : peer->pairs)
-                if (p)
-                    p->qp.reset();
-            if (peer->ctrl_fd >= 0)
-                close(peer->ctrl_fd);
+                if (p) p->qp.reset();
+            if (peer->ctrl_fd >= 0) close(peer->ctrl_fd);
             peer->ctrl_fd = -1;
         }
         for (auto &[op, owned] : ops_)
-            if (owned->pin)
-                owned->pin->unpin();
+            if (owned->pin) owned->pin->unpin();
         ops_.clear();
         peers_.clear();
     }
     server_.reset();
-    for (auto &[h, r] : regions_)
-        deregister_chunks(*r);
+    for (auto &[h, r] : regions_) deregister_chunks(*r);
     regions_.clear();
     for (int fd : {wake_fd_, epoll_fd_, listen_fd_})
-        if (fd >= 0)
-            close(fd);
+        if (fd >= 0) close(fd);
     nics_.clear();
 }
 
@@ -209,21 +191,17 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
 GpuRuntime *Transport::runtime_for(uint32_t kind) {
     std::lock_guard lock(runtime_mu_);
     auto &rt = kind == FERRY_MEM_CUDA ? cuda_ : rocm_;
-    if (!rt)
-        rt = kind == FERRY_MEM_CUDA ? make_cuda_runtime(cfg_.cuda_library) : make_rocm_runtime(cfg_.hsa_library);
+    if (!rt) rt = kind == FERRY_MEM_CUDA ? make_cuda_runtime(cfg_.cuda_library) : make_rocm_runtime(cfg_.hsa_library);
     return rt.get();
 }
 
 int Transport::register_chunks(LocalRegion &r, std::string *why) {
     uint64_t limit = UINT64_MAX;
-    for (const auto &nic : nics_)
-        limit = std::min(limit, effective_mr_limit(nic->max_mr_size, cfg_.max_mr_size));
+    for (const auto &nic : nics_) limit = std::min(limit, effective_mr_limit(nic->max_mr_size, cfg_.max_mr_size));
     r.chunks = plan_mr_chunks(r.addr, r.length, limit);
     int flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING;
-    if (r.access & FERRY_ACCESS_REMOTE_READ)
-        flags |= IBV_ACCESS_REMOTE_READ;
-    if (r.access & FERRY_ACCESS_REMOTE_WRITE)
-        flags |= IBV_ACCESS_REMOTE_WRITE;
+    if (r.access & FERRY_ACCESS_REMOTE_READ) flags |= IBV_ACCESS_REMOTE_READ;
+    if (r.access & FERRY_ACCESS_REMOTE_WRITE) flags |= IBV_ACCESS_REMOTE_WRITE;
     bool gpu = r.kind != FERRY_MEM_HOST;
     r.mrs.assign(r.chunks.size(), std::vector<ibv_mr *>(nics_.size(), nullptr));
     for (size_t c = 0; c < r.chunks.size(); ++c) {
@@ -242,14 +220,14 @@ int Transport::register_chunks(LocalRegion &r, std::string *why) {
             }
             if (mr == nullptr) {
                 int e = errno;
-                if (gpu)
-                    *why = describe_dmabuf_reg_failure(e, nic.name(), r.kind, r.device, s.addr, s.len);
+                if (gpu) *why = describe_dmabuf_reg_failure(e, nic.name(), r.kind, r.device, s.addr, s.len);
                 else
-                    *why = "ibv_reg_mr on " + nic.name() + " failed for [" + hex(s.addr) + ", +" + std::to_string(s.len) +
-                           "): " + errno_string(e) +
+                    *why = "ibv_reg_mr on " + nic.name() + " failed for [" + hex(s.addr) + ", +" +
+                           std::to_string(s.len) + "): " + errno_string(e) +
                            (e == ENOMEM || e == EPERM ? " (locked-memory limit ulimit -l is " + memlock_limit() +
                                                             "; raise it, e.g. LimitMEMLOCK=infinity)"
-                                                      : e == EFAULT ? " (not mapped memory?)" : "");
+                            : e == EFAULT ? " (not mapped memory?)"
+                                          : "");
                 deregister_chunks(r);
                 return e == 0 ? -EIO : -e;
             }
@@ -267,18 +245,16 @@ void Transport::deregister_chunks(LocalRegion &r) {
                 mr = nullptr;
             }
     r.mrs.clear();
-    if (r.dmabuf.fd >= 0 && r.runtime != nullptr)
-        r.runtime->close_dmabuf(r.dmabuf.fd);
+    if (r.dmabuf.fd >= 0 && r.runtime != nullptr) r.runtime->close_dmabuf(r.dmabuf.fd);
     r.dmabuf.fd = -1;
 }
 
 int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err) {
     const ferry_mem_region_t &m = *region;
     if (m.length == 0 || m.addr == 0 || m.addr + m.length < m.addr)
-        return set_error(err, -EINVAL, "rdma: register_mem: [%s, +%" PRIu64 ") is empty, null or wraps", hex(m.addr).c_str(),
-                         m.length);
-    if (m.kind > FERRY_MEM_ROCM)
-        return set_error(err, -EINVAL, "rdma: register_mem: unknown memory kind %u", m.kind);
+        return set_error(err, -EINVAL, "rdma: register_mem: [%s, +%" PRIu64 ") is empty, null or wraps",
+                         hex(m.addr).c_str(), m.length);
+    if (m.kind > FERRY_MEM_ROCM) return set_error(err, -EINVAL, "rdma: register_mem: unknown memory kind %u", m.kind);
     if (m.access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
         return set_error(err, -EINVAL, "rdma: register_mem: access %u has unknown bits", m.access);
     auto r = std::make_shared<LocalRegion>();
@@ -288,8 +264,7 @@ int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle, 
     r->kind = m.kind;
     r->device = m.device_id;
     std::vector<NicTopology> topos;
-    for (const auto &nic : nics_)
-        topos.push_back(nic->topo);
+    for (const auto &nic : nics_) topos.push_back(nic->topo);
     MemLocation where;
     std::string why;
     if (m.kind == FERRY_MEM_HOST) {
@@ -307,8 +282,8 @@ int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle, 
         if (!rt->available(&why))
             return set_error(err, -ENOTSUP, "rdma: cannot register %s memory: %s", kind, why.c_str());
         if (int rc = rt->export_dmabuf(m.addr, m.length, m.device_id, &r->dmabuf, &why); rc != 0)
-            return set_error(err, rc, "rdma: cannot register %s memory [%s, +%" PRIu64 "): %s", kind, hex(m.addr).c_str(),
-                             m.length, why.c_str());
+            return set_error(err, rc, "rdma: cannot register %s memory [%s, +%" PRIu64 "): %s", kind,
+                             hex(m.addr).c_str(), m.length, why.c_str());
         r->runtime = rt;
         int node = -1;
         if (!r->dmabuf.pci_bus_id.empty() &&
@@ -347,15 +322,13 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
 
 MemDescriptor Transport::describe(const LocalRegion &r) const {
     MemDescriptor d;
-    for (uint16_t i : r.nearest)
-        d.nearest_nics |= 1ull << i;
+    for (uint16_t i : r.nearest) d.nearest_nics |= 1ull << i;
     for (size_t c = 0; c < r.chunks.size(); ++c) {
         RemoteChunk rc;
         rc.addr = r.chunks[c].addr;
         rc.len = r.chunks[c].len;
         rc.access = r.access;
-        for (auto *mr : r.mrs[c])
-            rc.rkeys.push_back(mr->rkey);
+        for (auto *mr : r.mrs[c]) rc.rkeys.push_back(mr->rkey);
         d.chunks.push_back(std::move(rc));
     }
     return d;
@@ -387,11 +360,9 @@ int Transport::request(Peer &p, CtrlType type, const std::vector<uint8_t> &body,
     h.type = static_cast<uint16_t>(type);
     h.req_id = p.next_req++;
     int timeout = static_cast<int>(cfg_.connect_timeout_ms);
-    if (int rc = send_msg(p.ctrl_fd, h, body, timeout, why); rc != 0)
-        return rc;
+    if (int rc = send_msg(p.ctrl_fd, h, body, timeout, why); rc != 0) return rc;
     CtrlHeader got;
-    if (int rc = recv_msg(p.ctrl_fd, &got, reply, timeout, why); rc != 0)
-        return rc;
+    if (int rc = recv_msg(p.ctrl_fd, &got, reply, timeout, why); rc != 0) return rc;
     if (got.type != static_cast<uint16_t>(reply_type) || got.req_id != h.req_id) {
         *why = "unexpected control reply (type " + std::to_string(got.type) + ")";
         return -EPROTO;
@@ -411,18 +382,15 @@ int Transport::handshake(Peer &p, const std::vector<std::pair<uint16_t, uint16_t
     std::vector<std::unique_ptr<QueuePair>> made;
     for (auto [l, r] : which) {
         auto qp = QueuePair::create(*nics_[l], cfg_.max_wr, why);
-        if (!qp)
-            return -ENOMEM;
+        if (!qp) return -ENOMEM;
         body.pairs.push_back({l, r, qp->qpn(), qp->psn()});
         made.push_back(std::move(qp));
     }
     std::vector<uint8_t> reply;
     CtrlType ack_type = type == CtrlType::Connect ? CtrlType::ConnectAck : CtrlType::ReconnectAck;
-    if (int rc = request(p, type, encode_connect(body), ack_type, &reply, why); rc != 0)
-        return rc;
+    if (int rc = request(p, type, encode_connect(body), ack_type, &reply, why); rc != 0) return rc;
     ConnectAckBody ack;
-    if (!decode_connect_ack(reply.data(), reply.size(), &ack, why))
-        return -EPROTO;
+    if (!decode_connect_ack(reply.data(), reply.size(), &ack, why)) return -EPROTO;
     if (ack.pairs.size() != which.size()) {
         *why = "the peer answered for " + std::to_string(ack.pairs.size()) + " queue pairs, asked for " +
                std::to_string(which.size());
@@ -434,8 +402,7 @@ int Transport::handshake(Peer &p, const std::vector<std::pair<uint16_t, uint16_t
             *why = "the peer answered for another NIC pair";
             return -EPROTO;
         }
-        if (int rc = made[i]->connect(p.ep.nics[a.local_nic], a.qpn, a.psn, cfg_, why); rc != 0)
-            return rc;
+        if (int rc = made[i]->connect(p.ep.nics[a.local_nic], a.qpn, a.psn, cfg_, why); rc != 0) return rc;
     }
     *qps = std::move(made);
     return 0;
@@ -447,7 +414,8 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer_id, ferr
     if (!decode_endpoint(endpoint, len, &peer->ep, &why))
         return set_error(err, -EINVAL, "rdma: connect: bad endpoint bytes: %s", why.c_str());
     peer->name = ip_string(peer->ep.ip, peer->ep.port);
-    if (int rc = connect_tcp(peer->ep.ip, peer->ep.port, static_cast<int>(cfg_.connect_timeout_ms), &peer->ctrl_fd, &why);
+    if (int rc =
+            connect_tcp(peer->ep.ip, peer->ep.port, static_cast<int>(cfg_.connect_timeout_ms), &peer->ctrl_fd, &why);
         rc != 0)
         return set_error(err, rc, "rdma: connect: %s", why.c_str());
     if (int rc = auth_client(peer->ctrl_fd, cfg_.auth_key, static_cast<int>(cfg_.connect_timeout_ms), &why); rc != 0) {
@@ -469,8 +437,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer_id, ferr
     if (which.empty())
         return fail(-EPROTO, "no NIC pair shares a link layer (InfiniBand here and RoCE there, or the reverse)");
     std::vector<std::unique_ptr<QueuePair>> qps;
-    if (int rc = handshake(*peer, which, CtrlType::Connect, &qps, &why); rc != 0)
-        return fail(rc, why);
+    if (int rc = handshake(*peer, which, CtrlType::Connect, &qps, &why); rc != 0) return fail(rc, why);
     peer->pairs.resize(nl * nr);
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < which.size(); ++i) {
@@ -494,18 +461,17 @@ int Transport::disconnect(uint64_t peer_id, ferry_error_t *err) {
     {
         std::lock_guard lock(mu_);
         auto it = peers_.find(peer_id);
-        if (it == peers_.end())
-            return set_error(err, -ENOENT, "rdma: disconnect: no peer %" PRIu64, peer_id);
+        if (it == peers_.end()) return set_error(err, -ENOENT, "rdma: disconnect: no peer %" PRIu64, peer_id);
         peer = it->second;
         peer->closing = true;
         peers_.erase(it);
     }
-    std::lock_guard ctrl(peer->ctrl_mu); // a repair in progress finishes first
+    std::lock_guard ctrl(peer->ctrl_mu);  // a repair in progress finishes first
     std::lock_guard lock(mu_);
     drop_peer_ops(*peer, -ECANCELED, "rdma: the peer " + peer->name + " was disconnected");
     for (auto it = imports_.begin(); it != imports_.end();)
         it = it->second.peer == peer_id ? imports_.erase(it) : std::next(it);
-    close(peer->ctrl_fd); // the serving side destroys its queue pairs
+    close(peer->ctrl_fd);  // the serving side destroys its queue pairs
     peer->ctrl_fd = -1;
     return 0;
 }
@@ -516,8 +482,7 @@ int Transport::import_mem(uint64_t peer_id, const ferry_mem_region_t *region, co
     {
         std::lock_guard lock(mu_);
         auto it = peers_.find(peer_id);
-        if (it == peers_.end())
-            return set_error(err, -ENOENT, "rdma: import_mem: no peer %" PRIu64, peer_id);
+        if (it == peers_.end()) return set_error(err, -ENOENT, "rdma: import_mem: no peer %" PRIu64, peer_id);
         peer = it->second;
     }
     if (region->length == 0 || region->addr + region->length < region->addr)
@@ -529,7 +494,8 @@ int Transport::import_mem(uint64_t peer_id, const ferry_mem_region_t *region, co
     std::string why;
     if (len > 0) {
         if (!decode_mem(desc, len, peer->ep.nics.size(), &im.desc, &why))
-            return set_error(err, -EINVAL, "rdma: import_mem from %s: bad descriptor: %s", peer->name.c_str(), why.c_str());
+            return set_error(err, -EINVAL, "rdma: import_mem from %s: bad descriptor: %s", peer->name.c_str(),
+                             why.c_str());
     } else {
         // No export_mem bytes: ask the owner which registrations hold the range.
         std::vector<uint8_t> body, reply;
@@ -546,14 +512,11 @@ int Transport::import_mem(uint64_t peer_id, const ferry_mem_region_t *region, co
     // The range may reach beyond what the owner registered: ops there complete with -EFAULT,
     // as the owner's NIC would refuse them.
     const auto &ch = im.desc.chunks;
-    for (const auto &c : ch)
-        im.spans.push_back({c.addr, c.len});
+    for (const auto &c : ch) im.spans.push_back({c.addr, c.len});
     for (size_t i = 0; i < peer->ep.nics.size(); ++i)
-        if (im.desc.nearest_nics & (1ull << i))
-            im.nearest.push_back(static_cast<uint16_t>(i));
+        if (im.desc.nearest_nics & (1ull << i)) im.nearest.push_back(static_cast<uint16_t>(i));
     if (im.nearest.empty())
-        for (size_t i = 0; i < peer->ep.nics.size(); ++i)
-            im.nearest.push_back(static_cast<uint16_t>(i));
+        for (size_t i = 0; i < peer->ep.nics.size(); ++i) im.nearest.push_back(static_cast<uint16_t>(i));
     std::lock_guard lock(mu_);
     uint64_t id = next_import_++;
     imports_[id] = std::move(im);
@@ -584,19 +547,16 @@ int Transport::serve_connect(Served &s, const ConnectBody &b, ConnectAckBody *ac
         }
         // The responder side never posts: a minimal send queue.
         auto qp = QueuePair::create(*nics_[p.remote_nic], 2, why);
-        if (!qp)
-            return -ENOMEM;
-        if (int rc = qp->connect(b.nics[p.local_nic], p.qpn, p.psn, cfg_, why); rc != 0)
-            return rc;
+        if (!qp) return -ENOMEM;
+        if (int rc = qp->connect(b.nics[p.local_nic], p.qpn, p.psn, cfg_, why); rc != 0) return rc;
         ack->pairs.push_back({p.remote_nic, p.local_nic, qp->qpn(), qp->psn()});
-        s.qps[{p.remote_nic, p.local_nic}] = std::move(qp); // replaces (and destroys) a failed one
+        s.qps[{p.remote_nic, p.local_nic}] = std::move(qp);  // replaces (and destroys) a failed one
     }
     return 0;
 }
 
 bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) {
-    if (!c.session)
-        c.session = std::make_unique<Served>();
+    if (!c.session) c.session = std::make_unique<Served>();
     Served &s = static_cast<Served &>(*c.session);
     CtrlHeader reply;
     reply.req_id = h.req_id;
@@ -609,14 +569,11 @@ bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vec
         reply.type = static_cast<uint16_t>(type == CtrlType::Connect ? CtrlType::ConnectAck : CtrlType::ReconnectAck);
         ConnectBody b;
         ConnectAckBody ack;
-        if (!decode_connect(body.data(), body.size(), &b, &why))
-            rc = -EPROTO;
+        if (!decode_connect(body.data(), body.size(), &b, &why)) rc = -EPROTO;
         else if (type == CtrlType::Reconnect && b.token != s.token)
             rc = -EPROTO, why = "reconnect from another instance than connected";
-        else
-            rc = serve_connect(s, b, &ack, &why);
-        if (rc == 0)
-            out = encode_connect_ack(ack);
+        else rc = serve_connect(s, b, &ack, &why);
+        if (rc == 0) out = encode_connect_ack(ack);
     } else if (type == CtrlType::Query && body.size() == 16) {
         reply.type = static_cast<uint16_t>(CtrlType::QueryReply);
         uint64_t addr = get_u64(body.data()), len = get_u64(body.data() + 8);
@@ -625,14 +582,12 @@ bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vec
         MemDescriptor all;
         std::vector<const LocalRegion *> hits;
         for (auto &[hd, r] : regions_)
-            if (len > 0 && r->addr < addr + len && addr < r->addr + r->length)
-                hits.push_back(r.get());
+            if (len > 0 && r->addr < addr + len && addr < r->addr + r->length) hits.push_back(r.get());
         std::sort(hits.begin(), hits.end(), [](auto *x, auto *y) { return x->addr < y->addr; });
         for (const LocalRegion *r : hits) {
             MemDescriptor d = describe(*r);
             all.nearest_nics |= d.nearest_nics;
-            for (auto &c : d.chunks)
-                all.chunks.push_back(std::move(c));
+            for (auto &c : d.chunks) all.chunks.push_back(std::move(c));
         }
         out = encode_mem(all, nics_.size());
     } else {
@@ -653,4 +608,4 @@ bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vec
     return true;
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -39,14 +39,14 @@ public:
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0, kind = FERRY_MEM_HOST;
     int32_t device = -1;
-    std::vector<Span> chunks;             // registrations, at most max_mr_size each
-    std::vector<std::vector<ibv_mr *>> mrs; // [chunk][nic]
-    std::vector<uint16_t> nearest;        // local NICs nearest this memory
-    DmabufExport dmabuf;                  // GPU memory: one fd for every NIC's registrations
+    std::vector<Span> chunks;                // registrations, at most max_mr_size each
+    std::vector<std::vector<ibv_mr *>> mrs;  // [chunk][nic]
+    std::vector<uint16_t> nearest;           // local NICs nearest this memory
+    DmabufExport dmabuf;                     // GPU memory: one fd for every NIC's registrations
     GpuRuntime *runtime = nullptr;
 
     bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
-    bool pin();   // false once retired
+    bool pin();  // false once retired
     void unpin();
     void retire_and_wait();
 
@@ -60,7 +60,7 @@ private:
 struct Op {
     uint64_t user_data = 0;
     uint32_t opcode = 0;
-    uint32_t remaining = 0; // work requests not finished
+    uint32_t remaining = 0;  // work requests not finished
     int status = 0;
     std::string message;
     std::shared_ptr<LocalRegion> pin;
@@ -72,7 +72,7 @@ struct Wr {
     Op *op = nullptr;
     WrPiece piece;
     uint32_t lkey = 0, rkey = 0;
-    bool last_on_pair = false; // the op's last work request on this queue pair
+    bool last_on_pair = false;  // the op's last work request on this queue pair
     Clock::time_point queued;
 };
 
@@ -85,21 +85,21 @@ struct Pair {
     uint16_t lnic = 0, rnic = 0;
     std::unique_ptr<QueuePair> qp;
     SendWindow window{2, 1};
-    std::deque<Wr> pending;  // not posted yet (window full, or the pair is being repaired)
-    std::deque<Wr> inflight; // posted, in window order
+    std::deque<Wr> pending;   // not posted yet (window full, or the pair is being repaired)
+    std::deque<Wr> inflight;  // posted, in window order
     State state = State::Ready;
-    std::string why; // Dead: what happened
-    uint16_t generation = 0; // high 16 bits of wr_id: completions of a replaced queue pair are ignored
+    std::string why;          // Dead: what happened
+    uint16_t generation = 0;  // high 16 bits of wr_id: completions of a replaced queue pair are ignored
 };
 
 struct Peer {
     uint64_t id = 0;
     Endpoint ep;
-    std::string name; // "ip:port" of its control server, for messages
+    std::string name;  // "ip:port" of its control server, for messages
     int ctrl_fd = -1;
-    std::mutex ctrl_mu; // one control request at a time on ctrl_fd
+    std::mutex ctrl_mu;  // one control request at a time on ctrl_fd
     uint64_t next_req = 1;
-    std::vector<std::unique_ptr<Pair>> pairs; // index lnic * remote NICs + rnic; nullptr: not reachable
+    std::vector<std::unique_ptr<Pair>> pairs;  // index lnic * remote NICs + rnic; nullptr: not reachable
     bool closing = false;
     Pair *pair(uint16_t l, uint16_t r) const;
 };
@@ -107,16 +107,16 @@ struct Peer {
 struct Import {
     uint64_t peer = 0, addr = 0, length = 0;
     MemDescriptor desc;
-    std::vector<Span> spans; // desc.chunks as spans
-    std::vector<uint16_t> nearest; // the owner's NICs nearest it
+    std::vector<Span> spans;        // desc.chunks as spans
+    std::vector<uint16_t> nearest;  // the owner's NICs nearest it
 };
 
 // The serving side of one initiator's authenticated control connection: the queue pairs created
 // for it (destroyed with the connection: the NIC then refuses that initiator).
 struct Served : ServedSession {
     uint64_t token = 0;
-    std::vector<NicAddress> nics; // the initiator's
-    std::map<std::pair<uint16_t, uint16_t>, std::unique_ptr<QueuePair>> qps; // (our nic, its nic)
+    std::vector<NicAddress> nics;                                             // the initiator's
+    std::map<std::pair<uint16_t, uint16_t>, std::unique_ptr<QueuePair>> qps;  // (our nic, its nic)
 };
 
 class Transport {
@@ -160,12 +160,12 @@ private:
 
     // datapath.cpp: posting and completions (mu_ held unless noted)
     void post_pending(Pair &p);
-    void progress_loop(); // the progress thread
+    void progress_loop();  // the progress thread
     void on_wc(size_t nic, const ibv_wc &wc);
     void finish_wr(Op *op, int status, const std::string &message);
     void pair_failed(Pair &p, const std::string &why);
-    void repair_loop(); // the repair thread: re-creates failed queue pairs over the control channel
-    void repair(const std::shared_ptr<Peer> &peer, Pair &p); // without mu_
+    void repair_loop();  // the repair thread: re-creates failed queue pairs over the control channel
+    void repair(const std::shared_ptr<Peer> &peer, Pair &p);  // without mu_
     void kill_pair(Pair &p, int status, const std::string &why);
     void drop_peer_ops(Peer &peer, int status, const std::string &why);
     std::string pair_name(const Pair &p) const;
@@ -186,10 +186,10 @@ private:
     std::thread progress_, repairer_;
     int wake_fd_ = -1, epoll_fd_ = -1, listen_fd_ = -1;
 
-    std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_; // by handle
+    std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_;  // by handle
     std::unordered_map<uint64_t, std::shared_ptr<Peer>> peers_;
     std::unordered_map<uint64_t, Import> imports_;
-    std::unordered_map<uint32_t, Pair *> by_qpn_[kMaxNics]; // initiator queue pairs, per NIC
+    std::unordered_map<uint32_t, Pair *> by_qpn_[kMaxNics];  // initiator queue pairs, per NIC
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     uint64_t next_region_ = 1, next_peer_ = 1, next_import_ = 1;
     uint32_t rotation_ = 0;
@@ -201,7 +201,7 @@ private:
 
     std::mutex runtime_mu_;
     std::unique_ptr<GpuRuntime> cuda_, rocm_;
-    std::unique_ptr<ControlServer> server_; // other instances' control connections
+    std::unique_ptr<ControlServer> server_;  // other instances' control connections
 };
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -23,13 +23,13 @@ inline constexpr const char *kPluginVersion = FERRY_RDMA_VERSION;
 using Clock = std::chrono::steady_clock;
 
 using ferry_plugin::CompletionQueue;
-using ferry_plugin::Logger;
 using ferry_plugin::copy_message;
 using ferry_plugin::errno_string;
+using ferry_plugin::Logger;
 using ferry_plugin::make_completion;
 using ferry_plugin::parse_bool;
 using ferry_plugin::parse_u64;
 using ferry_plugin::set_error;
 using ferry_plugin::strprintf;
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -31,19 +31,16 @@ uint32_t random_psn() {
     return v & 0xffffff;
 }
 
-} // namespace
+}  // namespace
 
 std::string describe_no_devices(int list_errno, bool class_dir_exists, const std::string &sysfs_root) {
     std::string where = sysfs_root + "/class/infiniband";
     std::string s = "no RDMA devices (ibv_get_device_list found none";
-    if (list_errno == ENOSYS)
-        s += ": the kernel has no RDMA support (ENOSYS)";
-    else if (list_errno != 0)
-        s += ": " + err_text(list_errno);
+    if (list_errno == ENOSYS) s += ": the kernel has no RDMA support (ENOSYS)";
+    else if (list_errno != 0) s += ": " + err_text(list_errno);
     s += class_dir_exists ? "; " + where + " exists but lists no usable device" : "; " + where + " absent";
     s += "): rdma.so needs an RDMA NIC (InfiniBand, RoCE, iWARP) and its kernel driver";
-    if (!class_dir_exists)
-        s += ", e.g. modprobe mlx5_ib";
+    if (!class_dir_exists) s += ", e.g. modprobe mlx5_ib";
     return s;
 }
 
@@ -55,28 +52,24 @@ int choose_gid_index(const std::vector<GidEntry> &table) {
     int v2 = -1, any = -1;
     for (size_t i = 0; i < table.size(); ++i) {
         const auto &e = table[i];
-        if (!nonzero(e.gid))
-            continue;
+        if (!nonzero(e.gid)) continue;
         if (e.type == "RoCE v2") {
-            if (v4mapped(e.gid))
-                return static_cast<int>(i);
-            if (v2 < 0)
-                v2 = static_cast<int>(i);
+            if (v4mapped(e.gid)) return static_cast<int>(i);
+            if (v2 < 0) v2 = static_cast<int>(i);
         }
-        if (any < 0)
-            any = static_cast<int>(i);
+        if (any < 0) any = static_cast<int>(i);
     }
     return v2 >= 0 ? v2 : any;
 }
 
 uint8_t mtu_code(unsigned bytes) {
     switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    case 4096: return IBV_MTU_4096;
-    default: return 0;
+        case 256: return IBV_MTU_256;
+        case 512: return IBV_MTU_512;
+        case 1024: return IBV_MTU_1024;
+        case 2048: return IBV_MTU_2048;
+        case 4096: return IBV_MTU_4096;
+        default: return 0;
     }
 }
 
@@ -84,12 +77,12 @@ unsigned mtu_bytes(uint8_t code) { return code >= 1 && code <= 5 ? 128u << code 
 
 const char *port_state_name(int state) {
     switch (state) {
-    case IBV_PORT_DOWN: return "DOWN";
-    case IBV_PORT_INIT: return "INIT";
-    case IBV_PORT_ARMED: return "ARMED";
-    case IBV_PORT_ACTIVE: return "ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
-    default: return "NOP";
+        case IBV_PORT_DOWN: return "DOWN";
+        case IBV_PORT_INIT: return "INIT";
+        case IBV_PORT_ARMED: return "ARMED";
+        case IBV_PORT_ACTIVE: return "ACTIVE";
+        case IBV_PORT_ACTIVE_DEFER: return "ACTIVE_DEFER";
+        default: return "NOP";
     }
 }
 
@@ -97,13 +90,11 @@ DeviceList::DeviceList() {
     errno = 0;
     list_ = ibv_get_device_list(&n_);
     errno_ = errno;
-    if (list_ == nullptr)
-        n_ = 0;
+    if (list_ == nullptr) n_ = 0;
 }
 
 DeviceList::~DeviceList() {
-    if (list_ != nullptr)
-        ibv_free_device_list(list_);
+    if (list_ != nullptr) ibv_free_device_list(list_);
 }
 
 std::unique_ptr<Nic> Nic::open(ibv_device *dev, const Config &cfg, RegDmabufMrFn reg_dmabuf, std::string *why) {
@@ -209,22 +200,17 @@ std::unique_ptr<Nic> Nic::open(ibv_device *dev, const Config &cfg, RegDmabufMrFn
         errno = 0;
         ibv_mr *mr = reg_dmabuf(nic->pd, 0, 0, 0, -1, 0);
         int e = errno;
-        if (mr != nullptr)
-            ibv_dereg_mr(mr);
+        if (mr != nullptr) ibv_dereg_mr(mr);
         nic->dmabuf = classify_dmabuf_probe(true, mr != nullptr ? 0 : e, name);
     }
     return nic;
 }
 
 Nic::~Nic() {
-    if (cq != nullptr)
-        ibv_destroy_cq(cq);
-    if (channel != nullptr)
-        ibv_destroy_comp_channel(channel);
-    if (pd != nullptr)
-        ibv_dealloc_pd(pd);
-    if (ctx != nullptr)
-        ibv_close_device(ctx);
+    if (cq != nullptr) ibv_destroy_cq(cq);
+    if (channel != nullptr) ibv_destroy_comp_channel(channel);
+    if (pd != nullptr) ibv_dealloc_pd(pd);
+    if (ctx != nullptr) ibv_close_device(ctx);
 }
 
 std::unique_ptr<QueuePair> QueuePair::create(Nic &nic, uint32_t depth, std::string *why) {
@@ -235,7 +221,7 @@ std::unique_ptr<QueuePair> QueuePair::create(Nic &nic, uint32_t depth, std::stri
     init.send_cq = nic.cq;
     init.recv_cq = nic.cq;
     init.qp_type = IBV_QPT_RC;
-    init.sq_sig_all = 0; // selective signalling
+    init.sq_sig_all = 0;  // selective signalling
     init.cap.max_send_wr = q->depth_;
     init.cap.max_recv_wr = 1;
     init.cap.max_send_sge = 1;
@@ -251,7 +237,8 @@ std::unique_ptr<QueuePair> QueuePair::create(Nic &nic, uint32_t depth, std::stri
     a.pkey_index = 0;
     a.port_num = nic.addr.port;
     a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (int rc = ibv_modify_qp(q->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS); rc != 0) {
+    if (int rc = ibv_modify_qp(q->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+        rc != 0) {
         *why = nic.name() + ": queue pair to INIT: " + err_text(rc);
         return nullptr;
     }
@@ -260,8 +247,7 @@ std::unique_ptr<QueuePair> QueuePair::create(Nic &nic, uint32_t depth, std::stri
 }
 
 QueuePair::~QueuePair() {
-    if (qp_ != nullptr)
-        ibv_destroy_qp(qp_);
+    if (qp_ != nullptr) ibv_destroy_qp(qp_);
 }
 
 int QueuePair::connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t remote_psn, const Config &cfg,
@@ -273,8 +259,7 @@ int QueuePair::connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t r
         return -EPROTO;
     }
     uint8_t mtu = std::min(local.mtu, remote.mtu);
-    if (cfg.mtu != 0)
-        mtu = std::min(mtu, mtu_code(cfg.mtu));
+    if (cfg.mtu != 0) mtu = std::min(mtu, mtu_code(cfg.mtu));
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = static_cast<ibv_mtu>(mtu);
@@ -287,7 +272,7 @@ int QueuePair::connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t r
     a.ah_attr.dlid = remote.lid;
     // RoCE always routes by GID; InfiniBand by LID unless the peer is in another subnet.
     bool global = local.link == LinkLayer::Ethernet ||
-                  (remote.has_gid() && memcmp(remote.gid, local.gid, 8) != 0); // subnet prefix differs
+                  (remote.has_gid() && memcmp(remote.gid, local.gid, 8) != 0);  // subnet prefix differs
     if (global) {
         a.ah_attr.is_global = 1;
         memcpy(a.ah_attr.grh.dgid.raw, remote.gid, 16);
@@ -295,12 +280,13 @@ int QueuePair::connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t r
         a.ah_attr.grh.hop_limit = 64;
         a.ah_attr.grh.traffic_class = static_cast<uint8_t>(cfg.traffic_class);
     }
-    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-               IBV_QP_MIN_RNR_TIMER;
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     if (int rc = ibv_modify_qp(qp_, &a, mask); rc != 0) {
         *why = local.name + " -> " + remote.name + " (qpn " + std::to_string(remote_qpn) + ", " +
                (global ? "gid " + gid_string(remote.gid) : "lid " + std::to_string(remote.lid)) +
-               "): queue pair to RTR: " + err_text(rc) + (rc == EINVAL && global ? " (wrong gid_index or unroutable GID?)" : "");
+               "): queue pair to RTR: " + err_text(rc) +
+               (rc == EINVAL && global ? " (wrong gid_index or unroutable GID?)" : "");
         return -rc;
     }
     ibv_qp_attr s{};
@@ -310,8 +296,9 @@ int QueuePair::connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t r
     s.rnr_retry = 7;
     s.sq_psn = psn_;
     s.max_rd_atomic = nic_->max_rd_atomic;
-    if (int rc = ibv_modify_qp(qp_, &s, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                             IBV_QP_MAX_QP_RD_ATOMIC);
+    if (int rc = ibv_modify_qp(qp_, &s,
+                               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                   IBV_QP_MAX_QP_RD_ATOMIC);
         rc != 0) {
         *why = local.name + " -> " + remote.name + ": queue pair to RTS: " + err_text(rc);
         return -rc;
@@ -329,7 +316,7 @@ std::vector<std::unique_ptr<Nic>> open_nics(const Config &cfg, RegDmabufMrFn reg
     std::vector<std::unique_ptr<Nic>> nics;
     DeviceList list;
     if (list.size() == 0) {
-        struct stat st{};
+        struct stat st {};
         bool exists = stat((cfg.sysfs_root + "/class/infiniband").c_str(), &st) == 0;
         *why = describe_no_devices(list.list_errno(), exists, cfg.sysfs_root);
         return nics;
@@ -339,47 +326,41 @@ std::vector<std::unique_ptr<Nic>> open_nics(const Config &cfg, RegDmabufMrFn reg
     for (int i = 0; i < list.size(); ++i) {
         std::string name = ibv_get_device_name(list[i]);
         auto it = std::find(wanted.begin(), wanted.end(), name);
-        if (!cfg.devices.empty() && it == wanted.end())
-            continue;
+        if (!cfg.devices.empty() && it == wanted.end()) continue;
         std::string w;
         auto nic = Nic::open(list[i], cfg, reg_dmabuf, &w);
         if (nic == nullptr) {
-            if (!cfg.devices.empty()) { // asked for by name: its failure is the answer
+            if (!cfg.devices.empty()) {  // asked for by name: its failure is the answer
                 *why = w;
                 return {};
             }
             skipped += (skipped.empty() ? "" : "; ") + w;
             continue;
         }
-        if (it != wanted.end())
-            wanted.erase(it);
-        if (nics.size() == kMaxNics)
-            break;
+        if (it != wanted.end()) wanted.erase(it);
+        if (nics.size() == kMaxNics) break;
         nics.push_back(std::move(nic));
     }
     if (!cfg.devices.empty() && !wanted.empty()) {
         std::string have;
-        for (int i = 0; i < list.size(); ++i)
-            have += std::string(i ? ", " : "") + ibv_get_device_name(list[i]);
+        for (int i = 0; i < list.size(); ++i) have += std::string(i ? ", " : "") + ibv_get_device_name(list[i]);
         *why = "RDMA device " + wanted.front() + " (option devices) not found; this host has: " + have;
         return {};
     }
-    if (nics.empty())
-        *why = std::to_string(list.size()) + " RDMA device(s), none usable: " + skipped;
+    if (nics.empty()) *why = std::to_string(list.size()) + " RDMA device(s), none usable: " + skipped;
     return nics;
 }
 
 std::string describe_nics(const std::vector<std::unique_ptr<Nic>> &nics) {
     std::string s;
     for (const auto &n : nics) {
-        if (!s.empty())
-            s += "; ";
+        if (!s.empty()) s += "; ";
         s += n->name() + " port " + std::to_string(n->addr.port) + " " +
-             (n->addr.link == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + " " + std::to_string(mtu_bytes(n->addr.mtu)) +
-             " MTU, numa " + std::to_string(n->topo.numa_node) + ", dma-buf " +
+             (n->addr.link == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + " " +
+             std::to_string(mtu_bytes(n->addr.mtu)) + " MTU, numa " + std::to_string(n->topo.numa_node) + ", dma-buf " +
              (n->dmabuf.support == DmabufSupport::Supported ? "yes" : "no");
     }
     return s;
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

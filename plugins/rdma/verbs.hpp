@@ -26,7 +26,7 @@ std::string describe_no_devices(int list_errno, bool class_dir_exists, const std
 
 struct GidEntry {
     uint8_t gid[16] = {};
-    std::string type; // sysfs gid_attrs/types/<i>: "IB/RoCE v1" or "RoCE v2"; empty: unknown
+    std::string type;  // sysfs gid_attrs/types/<i>: "IB/RoCE v1" or "RoCE v2"; empty: unknown
 };
 // Auto GID choice for a RoCE port: a RoCE v2 IPv4-mapped GID (routable, what RCCL/NCCL pick),
 // else any RoCE v2 GID, else the first non-zero GID; -1 when the table has none.
@@ -36,7 +36,7 @@ int choose_gid_index(const std::vector<GidEntry> &table);
 uint8_t mtu_code(unsigned bytes);
 unsigned mtu_bytes(uint8_t code);
 
-const char *port_state_name(int state); // "ACTIVE", "DOWN", ...
+const char *port_state_name(int state);  // "ACTIVE", "DOWN", ...
 
 // ---- verbs ----
 
@@ -56,13 +56,13 @@ public:
     ibv_cq *cq = nullptr;
     ibv_device_attr dev_attr{};
     ibv_port_attr port_attr{};
-    NicAddress addr;        // what peers need (in the endpoint)
-    NicTopology topo;       // PCI path and NUMA node, for memory affinity
+    NicAddress addr;   // what peers need (in the endpoint)
+    NicTopology topo;  // PCI path and NUMA node, for memory affinity
     uint64_t max_mr_size = 0;
     uint32_t max_msg_size = 0;
     uint32_t max_qp_wr = 0;
     uint8_t max_rd_atomic = 1;
-    DmabufVerdict dmabuf;   // can GPU memory be registered here?
+    DmabufVerdict dmabuf;  // can GPU memory be registered here?
 
 private:
     Nic() = default;
@@ -81,7 +81,8 @@ public:
     ibv_qp *get() const { return qp_; }
     uint32_t depth() const { return depth_; }
     // INIT -> RTR -> RTS towards `remote` (its NIC address, queue pair number and start PSN).
-    int connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t remote_psn, const Config &cfg, std::string *why);
+    int connect(const NicAddress &remote, uint32_t remote_qpn, uint32_t remote_psn, const Config &cfg,
+                std::string *why);
     // Stops the hardware using it (-> ERR; outstanding work requests are flushed).
     void to_error();
 
@@ -117,4 +118,4 @@ std::vector<std::unique_ptr<Nic>> open_nics(const Config &cfg, RegDmabufMrFn reg
 // One line per NIC for probe/ferry-info: "mlx5_0 port 1 ACTIVE InfiniBand 4096 MTU, dma-buf: ...".
 std::string describe_nics(const std::vector<std::unique_ptr<Nic>> &nics);
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

@@ -22,8 +22,7 @@ public:
 
 private:
     void put(uint64_t v, int n) {
-        for (int i = 0; i < n; ++i)
-            b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+        for (int i = 0; i < n; ++i) b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
     }
     std::vector<uint8_t> b_;
 };
@@ -39,38 +38,31 @@ public:
     uint32_t u32(const char *f) { return static_cast<uint32_t>(get(4, f)); }
     uint64_t u64(const char *f) { return get(8, f); }
     bool bytes(void *dst, size_t n, const char *f) {
-        if (!need(n, f))
-            return false;
+        if (!need(n, f)) return false;
         memcpy(dst, p_ + off_, n);
         off_ += n;
         return true;
     }
     bool fail(const std::string &msg) {
-        if (ok_ && why_ != nullptr)
-            *why_ = msg;
+        if (ok_ && why_ != nullptr) *why_ = msg;
         ok_ = false;
         return false;
     }
     bool expect_end(const char *what) {
-        if (ok_ && off_ != n_)
-            return fail(std::string(what) + ": " + std::to_string(n_ - off_) + " trailing bytes");
+        if (ok_ && off_ != n_) return fail(std::string(what) + ": " + std::to_string(n_ - off_) + " trailing bytes");
         return ok_;
     }
 
 private:
     bool need(size_t n, const char *f) {
-        if (!ok_)
-            return false;
-        if (n > n_ - off_)
-            return fail(std::string("truncated at ") + f + " (" + std::to_string(n_) + " bytes)");
+        if (!ok_) return false;
+        if (n > n_ - off_) return fail(std::string("truncated at ") + f + " (" + std::to_string(n_) + " bytes)");
         return true;
     }
     uint64_t get(int n, const char *f) {
-        if (!need(static_cast<size_t>(n), f))
-            return 0;
+        if (!need(static_cast<size_t>(n), f)) return 0;
         uint64_t v = 0;
-        for (int i = 0; i < n; ++i)
-            v |= static_cast<uint64_t>(p_[off_ + i]) << (8 * i);
+        for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p_[off_ + i]) << (8 * i);
         off_ += static_cast<size_t>(n);
         return v;
     }
@@ -93,8 +85,7 @@ void put_nic(Writer &w, const NicAddress &n) {
 
 bool get_nic(Reader &r, NicAddress *n) {
     uint8_t len = r.u8("NIC name length");
-    if (r.ok() && (len == 0 || len > 63))
-        return r.fail("NIC name length " + std::to_string(len) + " (1..63)");
+    if (r.ok() && (len == 0 || len > 63)) return r.fail("NIC name length " + std::to_string(len) + " (1..63)");
     n->name.resize(len);
     r.bytes(n->name.data(), len, "NIC name");
     n->lid = r.u16("lid");
@@ -103,17 +94,12 @@ bool get_nic(Reader &r, NicAddress *n) {
     n->mtu = r.u8("mtu");
     n->gid_index = r.u8("gid index");
     r.bytes(n->gid, 16, "gid");
-    if (!r.ok())
-        return false;
-    if (link != 1 && link != 2)
-        return r.fail("NIC " + n->name + ": unknown link layer " + std::to_string(link));
+    if (!r.ok()) return false;
+    if (link != 1 && link != 2) return r.fail("NIC " + n->name + ": unknown link layer " + std::to_string(link));
     n->link = static_cast<LinkLayer>(link);
-    if (n->mtu < 1 || n->mtu > 5)
-        return r.fail("NIC " + n->name + ": MTU code " + std::to_string(n->mtu) + " (1..5)");
-    if (n->port == 0)
-        return r.fail("NIC " + n->name + ": port 0");
-    if (n->link == LinkLayer::Ethernet && !n->has_gid())
-        return r.fail("NIC " + n->name + ": RoCE without a GID");
+    if (n->mtu < 1 || n->mtu > 5) return r.fail("NIC " + n->name + ": MTU code " + std::to_string(n->mtu) + " (1..5)");
+    if (n->port == 0) return r.fail("NIC " + n->name + ": port 0");
+    if (n->link == LinkLayer::Ethernet && !n->has_gid()) return r.fail("NIC " + n->name + ": RoCE without a GID");
     return true;
 }
 
@@ -123,8 +109,7 @@ bool get_nics(Reader &r, std::vector<NicAddress> *out) {
         return r.fail("NIC count " + std::to_string(count) + " (1.." + std::to_string(kMaxNics) + ")");
     std::vector<NicAddress> nics(count);
     for (auto &n : nics)
-        if (!get_nic(r, &n))
-            return false;
+        if (!get_nic(r, &n)) return false;
     *out = std::move(nics);
     return true;
 }
@@ -141,10 +126,8 @@ void put_pairs(Writer &w, const std::vector<PairInfo> &pairs) {
 
 bool get_pairs(Reader &r, std::vector<PairInfo> *out) {
     uint32_t count = r.u32("pair count");
-    if (r.ok() && (count == 0 || count > kMaxNics * kMaxNics))
-        return r.fail("pair count " + std::to_string(count));
-    if (r.ok() && r.left() < count * 12ull)
-        return r.fail("truncated pair list");
+    if (r.ok() && (count == 0 || count > kMaxNics * kMaxNics)) return r.fail("pair count " + std::to_string(count));
+    if (r.ok() && r.left() < count * 12ull) return r.fail("truncated pair list");
     std::vector<PairInfo> pairs(count);
     for (auto &p : pairs) {
         p.local_nic = r.u16("pair local NIC");
@@ -161,22 +144,19 @@ bool get_pairs(Reader &r, std::vector<PairInfo> *out) {
 bool check_magic(Reader &r, uint32_t magic, const char *what) {
     uint32_t m = r.u32("magic");
     uint16_t v = r.u16("version");
-    if (!r.ok())
-        return false;
-    if (m != magic)
-        return r.fail(std::string("not rdma.so ") + what + " bytes (bad magic)");
+    if (!r.ok()) return false;
+    if (m != magic) return r.fail(std::string("not rdma.so ") + what + " bytes (bad magic)");
     if (v != kWireVersion)
         return r.fail(std::string(what) + " version " + std::to_string(v) + ", this rdma.so speaks " +
                       std::to_string(kWireVersion));
     return true;
 }
 
-} // namespace
+}  // namespace
 
 bool NicAddress::has_gid() const {
     for (uint8_t b : gid)
-        if (b != 0)
-            return true;
+        if (b != 0) return true;
     return false;
 }
 
@@ -188,23 +168,19 @@ std::vector<uint8_t> encode_endpoint(const Endpoint &ep) {
     w.bytes(ep.ip, 4);
     w.u16(ep.port);
     w.u16(static_cast<uint16_t>(ep.nics.size()));
-    for (const auto &n : ep.nics)
-        put_nic(w, n);
+    for (const auto &n : ep.nics) put_nic(w, n);
     return w.take();
 }
 
 bool decode_endpoint(const void *bytes, size_t len, Endpoint *out, std::string *why) {
     Reader r(bytes, len, why);
     Endpoint ep;
-    if (!check_magic(r, kEndpointMagic, "endpoint"))
-        return false;
+    if (!check_magic(r, kEndpointMagic, "endpoint")) return false;
     ep.token = r.u64("token");
     r.bytes(ep.ip, 4, "address");
     ep.port = r.u16("port");
-    if (r.ok() && ep.port == 0)
-        return r.fail("control port 0");
-    if (!get_nics(r, &ep.nics) || !r.expect_end("endpoint"))
-        return false;
+    if (r.ok() && ep.port == 0) return r.fail("control port 0");
+    if (!get_nics(r, &ep.nics) || !r.expect_end("endpoint")) return false;
     *out = std::move(ep);
     return true;
 }
@@ -220,8 +196,7 @@ std::vector<uint8_t> encode_mem(const MemDescriptor &m, size_t nic_count) {
         w.u64(c.addr);
         w.u64(c.len);
         w.u32(c.access);
-        for (size_t i = 0; i < nic_count; ++i)
-            w.u32(i < c.rkeys.size() ? c.rkeys[i] : 0);
+        for (size_t i = 0; i < nic_count; ++i) w.u32(i < c.rkeys.size() ? c.rkeys[i] : 0);
     }
     return w.take();
 }
@@ -229,20 +204,17 @@ std::vector<uint8_t> encode_mem(const MemDescriptor &m, size_t nic_count) {
 bool decode_mem(const void *bytes, size_t len, size_t nic_count, MemDescriptor *out, std::string *why) {
     Reader r(bytes, len, why);
     MemDescriptor m;
-    if (!check_magic(r, kMemMagic, "memory descriptor"))
-        return false;
+    if (!check_magic(r, kMemMagic, "memory descriptor")) return false;
     uint16_t nics = r.u16("NIC count");
     m.nearest_nics = r.u64("nearest NICs");
     uint32_t count = r.u32("chunk count");
-    if (!r.ok())
-        return false;
+    if (!r.ok()) return false;
     if (nics != nic_count)
         return r.fail("memory descriptor carries keys for " + std::to_string(nics) + " NICs, the peer's endpoint has " +
                       std::to_string(nic_count));
     if (r.left() < count * (20ull + 4ull * nics))
         return r.fail("memory descriptor truncated: " + std::to_string(count) + " chunks announced");
-    if (nics < 64 && (m.nearest_nics >> nics) != 0)
-        return r.fail("nearest-NIC mask names NICs the peer does not have");
+    if (nics < 64 && (m.nearest_nics >> nics) != 0) return r.fail("nearest-NIC mask names NICs the peer does not have");
     m.chunks.resize(count);
     uint64_t expect = 0;
     for (size_t i = 0; i < count; ++i) {
@@ -251,20 +223,16 @@ bool decode_mem(const void *bytes, size_t len, size_t nic_count, MemDescriptor *
         c.len = r.u64("chunk len");
         c.access = r.u32("chunk access");
         c.rkeys.resize(nics);
-        for (auto &k : c.rkeys)
-            k = r.u32("rkey");
-        if (!r.ok())
-            return false;
+        for (auto &k : c.rkeys) k = r.u32("rkey");
+        if (!r.ok()) return false;
         if (c.len == 0 || c.addr + c.len < c.addr)
             return r.fail("chunk " + std::to_string(i) + " has an empty or wrapping range");
         if (i > 0 && c.addr < expect)
             return r.fail("chunk " + std::to_string(i) + " overlaps or precedes the previous one");
-        if (c.access & ~3u)
-            return r.fail("chunk " + std::to_string(i) + " has unknown access bits");
+        if (c.access & ~3u) return r.fail("chunk " + std::to_string(i) + " has unknown access bits");
         expect = c.addr + c.len;
     }
-    if (!r.expect_end("memory descriptor"))
-        return false;
+    if (!r.expect_end("memory descriptor")) return false;
     *out = std::move(m);
     return true;
 }
@@ -273,8 +241,7 @@ std::vector<uint8_t> encode_connect(const ConnectBody &b) {
     Writer w;
     w.u64(b.token);
     w.u16(static_cast<uint16_t>(b.nics.size()));
-    for (const auto &n : b.nics)
-        put_nic(w, n);
+    for (const auto &n : b.nics) put_nic(w, n);
     auto head = w.take();
     Writer p;
     put_pairs(p, b.pairs);
@@ -287,11 +254,11 @@ bool decode_connect(const void *bytes, size_t len, ConnectBody *out, std::string
     Reader r(bytes, len, why);
     ConnectBody b;
     b.token = r.u64("token");
-    if (!get_nics(r, &b.nics) || !get_pairs(r, &b.pairs) || !r.expect_end("connect"))
-        return false;
+    if (!get_nics(r, &b.nics) || !get_pairs(r, &b.pairs) || !r.expect_end("connect")) return false;
     for (const auto &p : b.pairs)
         if (p.local_nic >= b.nics.size())
-            return r.fail("pair names initiator NIC " + std::to_string(p.local_nic) + " of " + std::to_string(b.nics.size()));
+            return r.fail("pair names initiator NIC " + std::to_string(p.local_nic) + " of " +
+                          std::to_string(b.nics.size()));
     *out = std::move(b);
     return true;
 }
@@ -305,8 +272,7 @@ std::vector<uint8_t> encode_connect_ack(const ConnectAckBody &b) {
 bool decode_connect_ack(const void *bytes, size_t len, ConnectAckBody *out, std::string *why) {
     Reader r(bytes, len, why);
     ConnectAckBody b;
-    if (!get_pairs(r, &b.pairs) || !r.expect_end("connect reply"))
-        return false;
+    if (!get_pairs(r, &b.pairs) || !r.expect_end("connect reply")) return false;
     *out = std::move(b);
     return true;
 }
@@ -332,14 +298,10 @@ bool decode_header(const uint8_t in[kCtrlHeaderSize], CtrlHeader *out, std::stri
     h.req_id = r.u64("request id");
     h.status = static_cast<int32_t>(r.u32("status"));
     h.body_len = r.u32("body length");
-    if (!r.ok())
-        return false;
-    if (magic != kCtrlMagic)
-        return r.fail("not an rdma.so control message (bad magic)");
-    if (h.type < 1 || h.type > 10)
-        return r.fail("unknown control message type " + std::to_string(h.type));
-    if (h.body_len > kMaxCtrlBody)
-        return r.fail("control message body of " + std::to_string(h.body_len) + " bytes");
+    if (!r.ok()) return false;
+    if (magic != kCtrlMagic) return r.fail("not an rdma.so control message (bad magic)");
+    if (h.type < 1 || h.type > 10) return r.fail("unknown control message type " + std::to_string(h.type));
+    if (h.body_len > kMaxCtrlBody) return r.fail("control message body of " + std::to_string(h.body_len) + " bytes");
     *out = h;
     return true;
 }
@@ -350,4 +312,4 @@ std::string gid_string(const uint8_t gid[16]) {
     return buf;
 }
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

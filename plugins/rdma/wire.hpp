@@ -30,12 +30,12 @@
 
 namespace ferry_rdma {
 
-inline constexpr uint32_t kEndpointMagic = 0x45445246; // "FRDE"
-inline constexpr uint32_t kMemMagic = 0x4d445246;      // "FRDM"
-inline constexpr uint32_t kCtrlMagic = 0x43445246;     // "FRDC"
+inline constexpr uint32_t kEndpointMagic = 0x45445246;  // "FRDE"
+inline constexpr uint32_t kMemMagic = 0x4d445246;       // "FRDM"
+inline constexpr uint32_t kCtrlMagic = 0x43445246;      // "FRDC"
 inline constexpr uint16_t kWireVersion = 1;
-inline constexpr size_t kMaxNics = 32;              // per instance (rkeys per chunk, masks)
-inline constexpr size_t kMaxCtrlBody = 1u << 20;     // a control message body, at most
+inline constexpr size_t kMaxNics = 32;            // per instance (rkeys per chunk, masks)
+inline constexpr size_t kMaxCtrlBody = 1u << 20;  // a control message body, at most
 inline constexpr size_t kCtrlHeaderSize = 24;
 
 enum class LinkLayer : uint8_t { InfiniBand = 1, Ethernet = 2 };
@@ -45,15 +45,15 @@ struct NicAddress {
     uint16_t lid = 0;  // InfiniBand only
     uint8_t port = 1;
     LinkLayer link = LinkLayer::InfiniBand;
-    uint8_t mtu = 0;   // enum ibv_mtu value of the port's active MTU (1 = 256 ... 5 = 4096)
+    uint8_t mtu = 0;  // enum ibv_mtu value of the port's active MTU (1 = 256 ... 5 = 4096)
     uint8_t gid_index = 0;
     uint8_t gid[16] = {};
-    bool has_gid() const; // not all zero
+    bool has_gid() const;  // not all zero
 };
 
 struct Endpoint {
     uint64_t token = 0;
-    uint8_t ip[4] = {}; // control server, network byte order
+    uint8_t ip[4] = {};  // control server, network byte order
     uint16_t port = 0;
     std::vector<NicAddress> nics;
 };
@@ -61,35 +61,43 @@ struct Endpoint {
 struct RemoteChunk {
     uint64_t addr = 0, len = 0;
     uint32_t access = 0;
-    std::vector<uint32_t> rkeys; // one per NIC of the owner, in its endpoint order
+    std::vector<uint32_t> rkeys;  // one per NIC of the owner, in its endpoint order
 };
 
 struct MemDescriptor {
-    uint64_t nearest_nics = 0; // bit i: the owner's NIC i is nearest this memory
-    std::vector<RemoteChunk> chunks; // ascending, not overlapping (a query's reply may have gaps, or none)
+    uint64_t nearest_nics = 0;        // bit i: the owner's NIC i is nearest this memory
+    std::vector<RemoteChunk> chunks;  // ascending, not overlapping (a query's reply may have gaps, or none)
 };
 
 // One RC queue pair's handshake data; the rest of the address is in NicAddress.
 struct PairInfo {
-    uint16_t local_nic = 0;  // index in the sender's NIC list
-    uint16_t remote_nic = 0; // index in the receiver's NIC list
-    uint32_t qpn = 0;        // 24 bits
-    uint32_t psn = 0;        // 24 bits
+    uint16_t local_nic = 0;   // index in the sender's NIC list
+    uint16_t remote_nic = 0;  // index in the receiver's NIC list
+    uint32_t qpn = 0;         // 24 bits
+    uint32_t psn = 0;         // 24 bits
 };
 
 struct ConnectBody {
-    uint64_t token = 0; // the initiator's
-    std::vector<NicAddress> nics; // the initiator's
+    uint64_t token = 0;            // the initiator's
+    std::vector<NicAddress> nics;  // the initiator's
     std::vector<PairInfo> pairs;
 };
 
 struct ConnectAckBody {
-    std::vector<PairInfo> pairs; // from the target's side: local_nic is the target's
+    std::vector<PairInfo> pairs;  // from the target's side: local_nic is the target's
 };
 
 enum class CtrlType : uint16_t {
-    Connect = 1, ConnectAck = 2, Query = 3, QueryReply = 4, Reconnect = 5, ReconnectAck = 6,
-    Hello = 7, HelloAck = 8, Auth = 9, AuthAck = 10
+    Connect = 1,
+    ConnectAck = 2,
+    Query = 3,
+    QueryReply = 4,
+    Reconnect = 5,
+    ReconnectAck = 6,
+    Hello = 7,
+    HelloAck = 8,
+    Auth = 9,
+    AuthAck = 10
 };
 
 struct CtrlHeader {
@@ -117,4 +125,4 @@ bool decode_header(const uint8_t in[kCtrlHeaderSize], CtrlHeader *out, std::stri
 // "fe80::...", for messages.
 std::string gid_string(const uint8_t gid[16]);
 
-} // namespace ferry_rdma
+}  // namespace ferry_rdma

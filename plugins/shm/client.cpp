@@ -22,26 +22,21 @@ int read_full(int fd, void *buf, size_t len, Clock::time_point deadline) {
     char *p = static_cast<char *>(buf);
     while (len > 0) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0)
-            return -ETIMEDOUT;
+        if (left <= 0) return -ETIMEDOUT;
         pollfd pf{fd, POLLIN, 0};
         int r = ::poll(&pf, 1, static_cast<int>(left));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            return -ETIMEDOUT;
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) return -ETIMEDOUT;
         ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return n == 0 ? -ECONNRESET : -errno;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) return n == 0 ? -ECONNRESET : -errno;
         p += n;
         len -= static_cast<size_t>(n);
     }
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
     EndpointBytes ep;
@@ -52,8 +47,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
         return set_error(err, -EPROTO, "shm: not a shm.so version %u endpoint", kWireVersion);
     const std::string who = strprintf("peer pid %u", ep.pid);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return set_error(err, -errno, "shm: socket: %s", errno_string(errno).c_str());
+    if (fd < 0) return set_error(err, -errno, "shm: socket: %s", errno_string(errno).c_str());
     auto fail = [&](int code, const std::string &m) {
         close(fd);
         return set_error(err, code, "shm: %s: %s", who.c_str(), m.c_str());
@@ -72,11 +66,18 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
     ucred cred{};
     socklen_t cl = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 && cred.pid != static_cast<pid_t>(ep.pid))
-        return fail(-EHOSTUNREACH, strprintf("the socket belongs to pid %d here: the peer runs in another PID namespace "
-                                             "(container); shm needs both processes in one",
-                                             cred.pid));
-    Hello h{kHelloMagic, kWireVersion, 0, ep.token, reinterpret_cast<uint64_t>(probe_), probe_[0],
-            static_cast<uint32_t>(pid_), static_cast<uint32_t>(uid_)};
+        return fail(-EHOSTUNREACH,
+                    strprintf("the socket belongs to pid %d here: the peer runs in another PID namespace "
+                              "(container); shm needs both processes in one",
+                              cred.pid));
+    Hello h{kHelloMagic,
+            kWireVersion,
+            0,
+            ep.token,
+            reinterpret_cast<uint64_t>(probe_),
+            probe_[0],
+            static_cast<uint32_t>(pid_),
+            static_cast<uint32_t>(uid_)};
     // A serving side at its connection cap answers before our Hello and closes, so a failed send
     // still reads what it said.
     const bool sent = ::send(fd, &h, sizeof h, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h);
@@ -84,21 +85,19 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
     HelloAck ack{};
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms);
     if (int rc = read_full(fd, &ack, sizeof ack, deadline)) {
-        if (!sent)
-            return fail(-ECONNRESET, strprintf("handshake: %s", errno_string(send_errno).c_str()));
+        if (!sent) return fail(-ECONNRESET, strprintf("handshake: %s", errno_string(send_errno).c_str()));
         return fail(rc, rc == -ETIMEDOUT ? strprintf("no handshake answer within %u ms (the process is stopped or "
-                                                     "overloaded)", cfg_.connect_timeout_ms)
+                                                     "overloaded)",
+                                                     cfg_.connect_timeout_ms)
                                          : strprintf("handshake: %s", errno_string(-rc).c_str()));
     }
     ack.message[sizeof ack.message - 1] = '\0';
-    if (ack.magic != kAckMagic)
-        return fail(-EPROTO, "handshake answer is not from shm.so");
+    if (ack.magic != kAckMagic) return fail(-EPROTO, "handshake answer is not from shm.so");
     if (ack.status != 0)
         return fail(ack.status < 0 ? ack.status : -EIO, strprintf("refused the connection: %s", ack.message));
     auto c = std::make_shared<ClientConn>();
     c->gate = Gate::make();
-    if (!c->gate)
-        return fail(-ENOMEM, strprintf("cannot map a gate page: %s", errno_string(errno).c_str()));
+    if (!c->gate) return fail(-ENOMEM, strprintf("cannot map a gate page: %s", errno_string(errno).c_str()));
     c->fd = fd;
     c->pid = static_cast<pid_t>(ep.pid);
     c->who = who;
@@ -136,8 +135,7 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         // rest when it sees our shutdown, and closes once its running copies are done.
         std::lock_guard out(c->out_mu);
         c->out.clear();
-        if (c->fd >= 0)
-            ::shutdown(c->fd, SHUT_WR);
+        if (c->fd >= 0) ::shutdown(c->fd, SHUT_WR);
     }
     wake();
     return 0;
@@ -153,8 +151,7 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void
         return set_error(err, -EINVAL, "shm: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
                          r->length);
     std::unique_lock lock(peers_mu_);
-    if (!peers_.count(peer))
-        return set_error(err, -ENOENT, "shm: no peer %" PRIu64, peer);
+    if (!peers_.count(peer)) return set_error(err, -ENOENT, "shm: no peer %" PRIu64, peer);
     uint64_t id = next_import_++;
     imports_[id] = Import{peer, r->addr, r->length, r->access};
     *remote_mem = id;
@@ -175,8 +172,7 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     std::vector<std::shared_ptr<Region>> locals(n);
     auto unpin_all = [&] {
         for (auto &r : locals)
-            if (r)
-                r->unpin();
+            if (r) r->unpin();
     };
     {
         std::shared_lock lock(peers_mu_);
@@ -197,32 +193,37 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
             auto imp = imports_.find(op.remote_mem);
             if (imp == imports_.end() || imp->second.peer != peer) {
                 unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64, i,
-                                 op.remote_mem, peer);
+                return set_error(err, -EINVAL, "shm: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64,
+                                 i, op.remote_mem, peer);
             }
             const Import &m = imp->second;
             if (op.remote_addr < m.addr || op.length > m.length || op.remote_addr - m.addr > m.length - op.length) {
                 unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region",
-                                 i, op.remote_addr, op.length);
+                return set_error(err, -EINVAL,
+                                 "shm: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region", i,
+                                 op.remote_addr, op.length);
             }
             auto local = regions_.find(op.local_mem);
             if (!local || !local->contains(op.local_addr, op.length)) {
                 unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside registered region %" PRIu64,
+                return set_error(err, -EINVAL,
+                                 "shm: op %zu: local [0x%" PRIx64 ", +%" PRIu64
+                                 ") is not inside registered region %" PRIu64,
                                  i, op.local_addr, op.length, op.local_mem);
             }
             if (local->kind != FERRY_MEM_HOST) {
                 unpin_all();
                 return set_error(err, -ENOTSUP,
-                                 "shm: op %zu: local region %" PRIu64 " is device memory: shm serves peers' access to it "
+                                 "shm: op %zu: local region %" PRIu64
+                                 " is device memory: shm serves peers' access to it "
                                  "through the host's staging but does not move it as an initiator (the core stages "
                                  "initiator-side GPU buffers; load cuda_ipc/hip_ipc for GPU-to-GPU on one host)",
                                  i, op.local_mem);
             }
             if (!local->pin()) {
                 unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i, op.local_mem);
+                return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i,
+                                 op.local_mem);
             }
             locals[i] = std::move(local);
         }
@@ -238,9 +239,9 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     const uint64_t first = c->next_id;
     try {
         for (size_t i = 0; i < n; ++i) {
-            const Region &l = *locals[i]; // pinned above, moved into the pending entry below
+            const Region &l = *locals[i];  // pinned above, moved into the pending entry below
             Request r{first + i,         ops[i].opcode, l.memfd.fd, ops[i].remote_addr, ops[i].length,
-                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length,          c->gate->addr()};
+                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length,           c->gate->addr()};
             memcpy(wire.data() + i * sizeof r, &r, sizeof r);
             Pending p;
             p.user_data = ops[i].user_data;
@@ -263,8 +264,7 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     c->next_id += n;
     // The I/O thread sleeps without a timeout while nothing is in flight: wake it, so that this
     // op's op_timeout_ms is watched even if the peer never answers.
-    if (in_flight_.fetch_add(n, std::memory_order_relaxed) == 0)
-        wake();
+    if (in_flight_.fetch_add(n, std::memory_order_relaxed) == 0) wake();
     if (!send(*c, wire.data(), wire.size())) {
         // Closed under us: the I/O thread already failed what it saw; fail ours the same way.
         for (size_t i = 0; i < n; ++i) {
@@ -283,20 +283,16 @@ void Transport::on_done(ClientConn &c, const Done &d, std::string_view message) 
     {
         std::lock_guard lock(c.mu);
         auto it = c.pending.find(d.id);
-        if (it == c.pending.end())
-            return;
+        if (it == c.pending.end()) return;
         p = std::move(it->second);
         c.pending.erase(it);
     }
     p.local->unpin();
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    if (p.reported)
-        return;
+    if (p.reported) return;
     // A revoked op whose copy had finished before the gate closed did complete: say so.
-    if (p.revoked_status != 0 && d.status != 0)
-        cq_.push(p.user_data, p.revoked_status, p.revoked_message);
-    else
-        cq_.push(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message));
+    if (p.revoked_status != 0 && d.status != 0) cq_.push(p.user_data, p.revoked_status, p.revoked_message);
+    else cq_.push(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message));
 }
 
 void Transport::client_dead(ClientConn &c, const std::string &reason) {
@@ -325,10 +321,8 @@ void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t e
     uint8_t buf[64 * 1024];
     for (;;) {
         ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) return;
         if (n <= 0) {
             client_dead(*c, n == 0 ? "the connection closed with ops in flight (the process exited or destroyed its "
                                      "transport)"
@@ -340,9 +334,9 @@ void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t e
         while (c->rx.size() - at >= sizeof(Done)) {
             Done d;
             memcpy(&d, c->rx.data() + at, sizeof d);
-            if (c->rx.size() - at < sizeof d + d.message_len)
-                break;
-            on_done(*c, d, std::string_view(reinterpret_cast<const char *>(c->rx.data() + at + sizeof d), d.message_len));
+            if (c->rx.size() - at < sizeof d + d.message_len) break;
+            on_done(*c, d,
+                    std::string_view(reinterpret_cast<const char *>(c->rx.data() + at + sizeof d), d.message_len));
             at += sizeof d + d.message_len;
         }
         c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
@@ -357,11 +351,10 @@ void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t e
 // since the gate closed: by then every copy syscall that began before has returned, unless the
 // serving side is stopped in the middle of one (docs/DESIGN.md states this exactly).
 void Transport::revoke_locked(ClientConn &c, int status, const std::string &message, Clock::time_point now) {
-    if (!c.gate)
-        return;
+    if (!c.gate) return;
     auto old = c.gate;
     old->revoke();
-    c.gate = Gate::make(); // nullptr: submit fails with ECONNRESET, "connection closed"
+    c.gate = Gate::make();  // nullptr: submit fails with ECONNRESET, "connection closed"
     for (auto &[id, p] : c.pending)
         if (p.gate == old && !p.reported && p.revoked_status == 0) {
             p.revoked_status = status;
@@ -375,8 +368,7 @@ void Transport::check_timeouts() {
     {
         std::lock_guard lock(conns_mu_);
         for (auto &[p, c] : conns_)
-            if (c->kind == Conn::Kind::Client)
-                clients.push_back(std::static_pointer_cast<ClientConn>(c));
+            if (c->kind == Conn::Kind::Client) clients.push_back(std::static_pointer_cast<ClientConn>(c));
     }
     const auto now = Clock::now();
     const auto limit = std::chrono::milliseconds(cfg_.op_timeout_ms);
@@ -394,11 +386,11 @@ void Transport::check_timeouts() {
                 }
         for (auto &[id, p] : c->pending)
             if (!p.reported && p.revoked_status != 0 && now - p.revoke_at >= kRevokeGrace) {
-                p.reported = true; // stays pinned until the serving side answers or goes away
+                p.reported = true;  // stays pinned until the serving side answers or goes away
                 done.push_back(make_completion(p.user_data, p.revoked_status, p.revoked_message));
             }
     }
     cq_.push(done);
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

@@ -16,20 +16,20 @@ bool Transport::admit(ServerConn &c) {
     unsigned &mine = per_uid_[c.uid];
     std::string why;
     if (n_served_ >= cfg_.max_connections)
-        why = strprintf("pid %d serves at most %u connections at once (shm.max_connections)", pid_,
-                        cfg_.max_connections);
+        why =
+            strprintf("pid %d serves at most %u connections at once (shm.max_connections)", pid_, cfg_.max_connections);
     else if (mine >= cfg_.max_connections_per_user)
-        why = strprintf("pid %d serves at most %u connections from processes of uid %u at once "
-                        "(shm.max_connections_per_user)",
-                        pid_, cfg_.max_connections_per_user, static_cast<unsigned>(c.uid));
+        why = strprintf(
+            "pid %d serves at most %u connections from processes of uid %u at once "
+            "(shm.max_connections_per_user)",
+            pid_, cfg_.max_connections_per_user, static_cast<unsigned>(c.uid));
     if (why.empty()) {
         ++mine;
         ++n_served_;
         c.counted = true;
         return true;
     }
-    if (mine == 0)
-        per_uid_.erase(c.uid);
+    if (mine == 0) per_uid_.erase(c.uid);
     // Answer before the Hello: a fresh socket takes the bytes at once, and the initiator's
     // connect() reads them as the handshake's answer.
     HelloAck ack{};
@@ -42,13 +42,11 @@ bool Transport::admit(ServerConn &c) {
 }
 
 void Transport::forget(ServerConn &c) {
-    if (!c.counted)
-        return;
+    if (!c.counted) return;
     c.counted = false;
     --n_served_;
     auto it = per_uid_.find(c.uid);
-    if (it != per_uid_.end() && --it->second == 0)
-        per_uid_.erase(it);
+    if (it != per_uid_.end() && --it->second == 0) per_uid_.erase(it);
 }
 
 // A connection that has not completed its Hello by connect_timeout_ms is closed.
@@ -57,11 +55,11 @@ void Transport::check_handshakes(Clock::time_point now) {
     while (!handshaking_.empty()) {
         auto c = handshaking_.front().lock();
         if (c && !c->hello_done && !c->gone.load()) {
-            if (now - c->accepted < limit)
-                return;
-            refused_log_.event(strprintf("closed a connection from pid %d: no handshake within %u ms "
-                                         "(shm.connect_timeout_ms)",
-                                         c->pid, cfg_.connect_timeout_ms));
+            if (now - c->accepted < limit) return;
+            refused_log_.event(
+                strprintf("closed a connection from pid %d: no handshake within %u ms "
+                          "(shm.connect_timeout_ms)",
+                          c->pid, cfg_.connect_timeout_ms));
             server_gone(c);
         }
         handshaking_.pop_front();
@@ -73,8 +71,7 @@ bool Transport::throttled(const ServerConn &c) {
 }
 
 void Transport::rearm_locked(Conn &c) {
-    if (c.fd < 0)
-        return;
+    if (c.fd < 0) return;
     epoll_event ev{};
     ev.events = EPOLLRDHUP | (c.reading ? EPOLLIN : 0u) | (c.out_armed ? EPOLLOUT : 0u);
     ev.data.ptr = &c;
@@ -104,7 +101,7 @@ void Transport::resume_paused() {
             std::lock_guard lock(c->out_mu);
             if (c->out.size() <= kMaxReplyBacklog / 2 && c->active.load() < kMaxActivePerConn / 2) {
                 c->reading = true;
-                rearm_locked(*c); // level-triggered: what waits in the socket is reported again
+                rearm_locked(*c);  // level-triggered: what waits in the socket is reported again
                 resume = true;
             }
         }
@@ -127,18 +124,17 @@ void Transport::accept_failed(int e) {
                                 errno_string(e).c_str(), static_cast<long long>(accept_backoff_.count())));
     epoll_event ev{};
     ev.events = 0;
-    ev.data.u64 = 2; // kListenTag
+    ev.data.u64 = 2;  // kListenTag
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
     accept_paused_ = true;
     accept_resume_ = Clock::now() + accept_backoff_;
 }
 
 void Transport::maybe_resume_accept(Clock::time_point now) {
-    if (!accept_paused_ || now < accept_resume_)
-        return;
+    if (!accept_paused_ || now < accept_resume_) return;
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.u64 = 2; // kListenTag
+    ev.data.u64 = 2;  // kListenTag
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
     accept_paused_ = false;
 }
@@ -155,4 +151,4 @@ int Transport::loop_timeout_ms() const {
     return -1;
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

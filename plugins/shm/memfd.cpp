@@ -37,8 +37,7 @@ bool private_anonymous(uint64_t addr, uint64_t len, std::string *why) {
         unsigned long long off = 0;
         unsigned dmaj = 0, dmin = 0;
         int n = sscanf(line, "%llx-%llx %7s %llx %x:%x %llu %255s", &lo, &hi, perms, &off, &dmaj, &dmin, &ino, path);
-        if (n < 7 || hi <= covered || lo >= end)
-            continue;
+        if (n < 7 || hi <= covered || lo >= end) continue;
         if (lo > covered) {
             *why = strprintf("[0x%" PRIx64 ", +%" PRIu64 ") is not fully mapped", addr, len);
             ok = false;
@@ -58,7 +57,7 @@ bool private_anonymous(uint64_t addr, uint64_t len, std::string *why) {
     return ok;
 }
 
-} // namespace
+}  // namespace
 
 bool adopt_into_memfd(uint64_t addr, uint64_t len, MemfdBacking *out, std::string *why) {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -66,8 +65,7 @@ bool adopt_into_memfd(uint64_t addr, uint64_t len, MemfdBacking *out, std::strin
         *why = "the region is not page-aligned or not a whole number of pages";
         return false;
     }
-    if (!private_anonymous(addr, len, why))
-        return false;
+    if (!private_anonymous(addr, len, why)) return false;
     int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         *why = "memfd_create: " + errno_string(errno);
@@ -78,32 +76,26 @@ bool adopt_into_memfd(uint64_t addr, uint64_t len, MemfdBacking *out, std::strin
         close(fd);
         return false;
     };
-    if (ftruncate(fd, static_cast<off_t>(len)) != 0)
-        return fail("ftruncate");
+    if (ftruncate(fd, static_cast<off_t>(len)) != 0) return fail("ftruncate");
     // Sealed before any peer can see it: a serving side maps it and must never meet a shorter file.
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-        return fail("fcntl(F_ADD_SEALS)");
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) return fail("fcntl(F_ADD_SEALS)");
     void *staging = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (staging == MAP_FAILED)
-        return fail("mmap");
+    if (staging == MAP_FAILED) return fail("mmap");
     void *region = reinterpret_cast<void *>(addr);
     memcpy(staging, region, len);
     // MAP_FIXED replaces the anonymous pages atomically: same addresses, now backed by the memfd.
     void *at = mmap(region, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     munmap(staging, len);
-    if (at != region)
-        return fail("mmap(MAP_FIXED)");
-    struct stat st{};
-    if (fstat(fd, &st) != 0)
-        return fail("fstat");
+    if (at != region) return fail("mmap(MAP_FIXED)");
+    struct stat st {};
+    if (fstat(fd, &st) != 0) return fail("fstat");
     out->fd = fd;
     out->ino = st.st_ino;
     return true;
 }
 
 PeerMapping::~PeerMapping() {
-    if (ptr != nullptr)
-        munmap(ptr, len);
+    if (ptr != nullptr) munmap(ptr, len);
 }
 
 std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uint64_t len, std::string *why) {
@@ -127,7 +119,7 @@ std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uin
         close(mine);
         return nullptr;
     };
-    struct statfs fs{};
+    struct statfs fs {};
     if (fstatfs(mine, &fs) != 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC))
         return refuse("is not on tmpfs/hugetlbfs (not a memfd)");
     char link[64], target[256];
@@ -139,17 +131,15 @@ std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uin
         (target[want.size()] != '\0' && target[want.size()] != ' '))
         return refuse(strprintf("is '%s', not a memfd named %s", target, kMemfdName));
     int fl = fcntl(mine, F_GETFL);
-    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR || (fl & O_PATH))
-        return refuse("is not open read-write");
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDWR || (fl & O_PATH)) return refuse("is not open read-write");
     int seals = fcntl(mine, F_GET_SEALS);
-    if (seals < 0 || !(seals & F_SEAL_SHRINK))
-        return refuse("is not sealed against shrinking (F_SEAL_SHRINK)");
-    struct stat st{};
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) return refuse("is not sealed against shrinking (F_SEAL_SHRINK)");
+    struct stat st {};
     if (fstat(mine, &st) != 0 || st.st_ino != ino || static_cast<uint64_t>(st.st_size) < len)
         return refuse("is not the announced memfd (inode or size differ)");
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
     int e = errno;
-    close(mine); // the mapping keeps the file
+    close(mine);  // the mapping keeps the file
     if (p == MAP_FAILED) {
         *why = strprintf("mmap of its descriptor %d: %s", fd, errno_string(e).c_str());
         return nullptr;
@@ -162,4 +152,4 @@ std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uin
 #endif
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

@@ -23,8 +23,8 @@ namespace ferry_shm {
 inline constexpr const char *kMemfdName = "ferry-shm-region";
 
 struct MemfdBacking {
-    int fd = -1;      // our descriptor of the memfd, -1: none
-    uint64_t ino = 0; // its inode, so a peer can tell a reused descriptor number
+    int fd = -1;       // our descriptor of the memfd, -1: none
+    uint64_t ino = 0;  // its inode, so a peer can tell a reused descriptor number
 };
 
 // Moves [addr, +len) into a new memfd as described above. False (with *why) when the range does
@@ -47,4 +47,4 @@ struct PeerMapping {
 // (and *why) otherwise. Never opens anything by path.
 std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uint64_t len, std::string *why);
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

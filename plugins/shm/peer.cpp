@@ -18,23 +18,19 @@ namespace ferry_shm {
 int peer_pidfd(int sock, pid_t pid) {
     int fd = -1;
     socklen_t len = sizeof fd;
-    if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0)
-        return fd;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) return fd;
 #ifdef SYS_pidfd_open
-    if (pid > 0)
-        return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pid > 0) return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
 #endif
     errno = ENOSYS;
     return -1;
 }
 
 bool process_alive(int pidfd) {
-    if (pidfd < 0)
-        return false;
+    if (pidfd < 0) return false;
     pollfd p{pidfd, POLLIN, 0};
     int r;
-    do
-        r = ::poll(&p, 1, 0);
+    do r = ::poll(&p, 1, 0);
     while (r < 0 && errno == EINTR);
     return r == 0;
 }
@@ -42,21 +38,18 @@ bool process_alive(int pidfd) {
 std::shared_ptr<Gate> Gate::make() {
     void *p = mmap(nullptr, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return nullptr;
+    if (p == MAP_FAILED) return nullptr;
     std::shared_ptr<Gate> g(new Gate());
     g->page_ = p;
     return g;
 }
 
 void Gate::revoke() {
-    if (!revoked_ && mprotect(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE) == 0)
-        revoked_ = true;
+    if (!revoked_ && mprotect(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE) == 0) revoked_ = true;
 }
 
 Gate::~Gate() {
-    if (!keep_)
-        munmap(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+    if (!keep_) munmap(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
 }
 
 void LogLimiter::event(const std::string &line) {
@@ -66,8 +59,7 @@ void LogLimiter::event(const std::string &line) {
         if (suppressed_ > 0)
             log_.log(level_, "%s (and %" PRIu64 " more like it in the last %lld s)", line.c_str(), suppressed_,
                      static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(interval_).count()));
-        else
-            log_.log(level_, "%s", line.c_str());
+        else log_.log(level_, "%s", line.c_str());
         logged_once_ = true;
         last_ = now;
         suppressed_ = 0;
@@ -79,8 +71,7 @@ void LogLimiter::event(const std::string &line) {
 
 void LogLimiter::flush(bool force) {
     std::lock_guard lock(mu_);
-    if (suppressed_ == 0 || (!force && Clock::now() - last_ < interval_))
-        return;
+    if (suppressed_ == 0 || (!force && Clock::now() - last_ < interval_)) return;
     log_.log(level_, "%" PRIu64 " more like this in the last %lld s; the last: %s", suppressed_,
              static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(interval_).count()),
              last_line_.c_str());
@@ -88,4 +79,4 @@ void LogLimiter::flush(bool force) {
     last_ = Clock::now();
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

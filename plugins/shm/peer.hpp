@@ -30,7 +30,7 @@ bool process_alive(int pidfd);
 // same address would reopen the gate) until no op names it, and forever when keep_mapped().
 class Gate {
 public:
-    static std::shared_ptr<Gate> make(); // nullptr when no page can be mapped
+    static std::shared_ptr<Gate> make();  // nullptr when no page can be mapped
     ~Gate();
     Gate(const Gate &) = delete;
     Gate &operator=(const Gate &) = delete;
@@ -53,7 +53,7 @@ public:
     LogLimiter(const Logger &log, int level, std::chrono::milliseconds interval)
         : log_(log), level_(level), interval_(interval) {}
     void event(const std::string &line);
-    void flush(bool force = false); // logs the pending count once the interval is over
+    void flush(bool force = false);  // logs the pending count once the interval is over
 
 private:
     const Logger &log_;
@@ -66,4 +66,4 @@ private:
     std::string last_line_;
 };
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

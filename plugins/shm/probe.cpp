@@ -16,8 +16,7 @@ namespace {
 
 bool has_cap_sys_ptrace() {
     FILE *f = fopen("/proc/self/status", "re");
-    if (f == nullptr)
-        return false;
+    if (f == nullptr) return false;
     char line[256];
     unsigned long long caps = 0;
     bool found = false;
@@ -27,15 +26,15 @@ bool has_cap_sys_ptrace() {
             break;
         }
     fclose(f);
-    return found && (caps & (1ull << 19)); // CAP_SYS_PTRACE
+    return found && (caps & (1ull << 19));  // CAP_SYS_PTRACE
 }
 
-} // namespace
+}  // namespace
 
 int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
     Config cfg;
     ferry_error_t ignored{};
-    (void)parse_config(options, n, &cfg, &ignored); // create() reports bad options
+    (void)parse_config(options, n, &cfg, &ignored);  // create() reports bad options
     // process_vm_readv on ourselves is always allowed by ptrace rules, so a failure here is a
     // seccomp filter (a container's default profile) or a kernel without the syscall.
     uint64_t src = 0x5eed, dst = 0;
@@ -69,11 +68,15 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
     } else {
         snprintf(result->reason, sizeof result->reason,
                  "cross-memory attach (process_vm_readv/writev), one copy between processes of this host; %s%s",
-                 scope < 0 ? "no Yama" : scope == 0 ? "Yama ptrace_scope=0" : scope == 1 ? "Yama ptrace_scope=1"
-                                                                                       : "Yama ptrace_scope=2",
-                 cap ? ", CAP_SYS_PTRACE" : scope == 1 ? ", shm.ptracer_any=true" : "");
+                 scope < 0    ? "no Yama"
+                 : scope == 0 ? "Yama ptrace_scope=0"
+                 : scope == 1 ? "Yama ptrace_scope=1"
+                              : "Yama ptrace_scope=2",
+                 cap          ? ", CAP_SYS_PTRACE"
+                 : scope == 1 ? ", shm.ptracer_any=true"
+                              : "");
     }
     return 0;
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

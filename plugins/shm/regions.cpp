@@ -11,22 +11,19 @@
 namespace ferry_shm {
 
 Region::~Region() {
-    if (memfd.fd >= 0)
-        close(memfd.fd);
+    if (memfd.fd >= 0) close(memfd.fd);
 }
 
 bool Region::pin() {
     std::lock_guard lock(mu_);
-    if (!live_)
-        return false;
+    if (!live_) return false;
     ++users_;
     return true;
 }
 
 void Region::unpin() {
     std::lock_guard lock(mu_);
-    if (--users_ == 0)
-        cv_.notify_all();
+    if (--users_ == 0) cv_.notify_all();
 }
 
 void Region::retire_and_wait(const Logger &log) {
@@ -41,8 +38,8 @@ void Region::retire_and_wait(const Logger &log) {
     }
 }
 
-uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd,
-                          uint32_t kind, int32_t device_id) {
+uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd, uint32_t kind,
+                          int32_t device_id) {
     auto r = std::make_shared<Region>();
     r->kind = kind;
     r->device_id = device_id;
@@ -60,8 +57,7 @@ uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, Memfd
 std::shared_ptr<Region> RegionTable::remove(uint64_t handle) {
     std::unique_lock lock(mu_);
     auto it = by_handle_.find(handle);
-    if (it == by_handle_.end())
-        return nullptr;
+    if (it == by_handle_.end()) return nullptr;
     auto r = it->second;
     by_handle_.erase(it);
     auto range = by_addr_.equal_range(r->addr);
@@ -79,16 +75,14 @@ std::shared_ptr<Region> RegionTable::find(uint64_t handle) const {
     return it == by_handle_.end() ? nullptr : it->second;
 }
 
-int RegionTable::lookup_pin(uint64_t addr, uint64_t len, uint32_t need,
-                            std::shared_ptr<Region> *out) const {
+int RegionTable::lookup_pin(uint64_t addr, uint64_t len, uint32_t need, std::shared_ptr<Region> *out) const {
     std::shared_lock lock(mu_);
     int rc = -EFAULT;
     // Every region starting at or below addr may hold the range (regions may overlap).
     for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
         --it;
         const auto &r = it->second;
-        if (!r->contains(addr, len))
-            continue;
+        if (!r->contains(addr, len)) continue;
         if ((r->access & need) != need) {
             rc = -EACCES;
             continue;
@@ -101,4 +95,4 @@ int RegionTable::lookup_pin(uint64_t addr, uint64_t len, uint32_t need,
     return rc;
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

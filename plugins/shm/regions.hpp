@@ -24,18 +24,16 @@ using ferry_plugin::Logger;
 struct Region {
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0;
-    uint32_t kind = 0;      // ferry_mem_kind_t: device memory is only ever staged (never touched)
+    uint32_t kind = 0;  // ferry_mem_kind_t: device memory is only ever staged (never touched)
     int32_t device_id = -1;
-    MemfdBacking memfd; // set when the region was moved into a memfd (closed with the region)
+    MemfdBacking memfd;  // set when the region was moved into a memfd (closed with the region)
     Region() = default;
     Region(const Region &) = delete;
     Region &operator=(const Region &) = delete;
     ~Region();
 
-    bool contains(uint64_t a, uint64_t len) const {
-        return a >= addr && len <= length && a - addr <= length - len;
-    }
-    bool pin();   // false once retired
+    bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
+    bool pin();  // false once retired
     void unpin();
     // Refuses new pins, then waits until the last one is gone (logging every few seconds).
     void retire_and_wait(const Logger &log);
@@ -49,9 +47,9 @@ private:
 
 class RegionTable {
 public:
-    uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {},
-                 uint32_t kind = 0, int32_t device_id = -1);
-    std::shared_ptr<Region> remove(uint64_t handle); // nullptr when unknown
+    uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {}, uint32_t kind = 0,
+                 int32_t device_id = -1);
+    std::shared_ptr<Region> remove(uint64_t handle);  // nullptr when unknown
     std::shared_ptr<Region> find(uint64_t handle) const;
     // Finds and pins the region holding [addr, +len) with `need` access: 0, -EFAULT (no live
     // region holds it) or -EACCES (one does, without that right).
@@ -64,4 +62,4 @@ private:
     std::multimap<uint64_t, std::shared_ptr<Region>> by_addr_;
 };
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

@@ -16,15 +16,15 @@ namespace ferry_shm {
 
 std::string Transport::access_hint(uid_t them) const {
     if (them != uid_ && uid_ != 0)
-        return strprintf("the processes run as different users (uid %u there, uid %u here); cross-memory attach "
-                         "needs one user or CAP_SYS_PTRACE",
-                         static_cast<unsigned>(uid_), static_cast<unsigned>(them));
+        return strprintf(
+            "the processes run as different users (uid %u there, uid %u here); cross-memory attach "
+            "needs one user or CAP_SYS_PTRACE",
+            static_cast<unsigned>(uid_), static_cast<unsigned>(them));
     int scope = yama_ptrace_scope();
     if (scope == 1)
         return "Yama ptrace_scope=1 allows it only towards descendants: set shm.ptracer_any=true in the engines, or "
                "sysctl kernel.yama.ptrace_scope=0";
-    if (scope >= 2)
-        return strprintf("Yama ptrace_scope=%d forbids it without CAP_SYS_PTRACE", scope);
+    if (scope >= 2) return strprintf("Yama ptrace_scope=%d forbids it without CAP_SYS_PTRACE", scope);
     return "ptrace access was denied (a security module, or a container without CAP_SYS_PTRACE)";
 }
 
@@ -32,17 +32,17 @@ namespace {
 
 std::string copy_failure(int e) {
     switch (e) {
-    case EPERM: return "no ptrace permission towards that process";
-    case ESRCH: return "that process has exited";
-    case EFAULT: return "part of the range is not mapped in one of the processes";
-    case ENOSYS: return "process_vm_readv/writev are blocked (seccomp)";
-    case ENOMEM: return "the kernel could not pin the pages";
-    case ECANCELED: return "the initiator revoked the op (it timed out or was canceled there)";
-    default: return errno_string(e);
+        case EPERM: return "no ptrace permission towards that process";
+        case ESRCH: return "that process has exited";
+        case EFAULT: return "part of the range is not mapped in one of the processes";
+        case ENOSYS: return "process_vm_readv/writev are blocked (seccomp)";
+        case ENOMEM: return "the kernel could not pin the pages";
+        case ECANCELED: return "the initiator revoked the op (it timed out or was canceled there)";
+        default: return errno_string(e);
     }
 }
 
-} // namespace
+}  // namespace
 
 void Transport::on_hello(ServerConn &c, const Hello &h) {
     HelloAck ack{};
@@ -57,9 +57,10 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
     } else if (h.target_token != token_) {
         refuse(-ESTALE, strprintf("pid %d: the endpoint was published by another instance", pid_));
     } else if (cfg_.same_user_only && c.uid != uid_) {
-        refuse(-EACCES, strprintf("authentication failed: this engine has a cluster secret (auth_secret) and shm serves "
-                                  "only processes of its own user (uid %u); the initiator runs as uid %u",
-                                  static_cast<unsigned>(uid_), static_cast<unsigned>(c.uid)));
+        refuse(-EACCES,
+               strprintf("authentication failed: this engine has a cluster secret (auth_secret) and shm serves "
+                         "only processes of its own user (uid %u); the initiator runs as uid %u",
+                         static_cast<unsigned>(uid_), static_cast<unsigned>(c.uid)));
     } else if (c.pid <= 0) {
         refuse(-EHOSTUNREACH, strprintf("pid %d cannot see the initiator's pid: it runs in another PID namespace "
                                         "(container); shm needs both processes in one",
@@ -79,14 +80,15 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
         } else if (!process_alive(c.pidfd)) {
             refuse(-ECONNRESET, strprintf("pid %d exited during the handshake", c.pid));
         } else if (got[0] != h.probe_token || got[1] != h.probe_token) {
-            refuse(-EHOSTUNREACH, strprintf("pid %d read pid %d's probe but found other bytes: the socket's peer is not "
-                                            "the initiator (PID namespaces differ?)",
-                                            pid_, c.pid));
+            refuse(-EHOSTUNREACH,
+                   strprintf("pid %d read pid %d's probe but found other bytes: the socket's peer is not "
+                             "the initiator (PID namespaces differ?)",
+                             pid_, c.pid));
         } else {
             c.hello_done = true;
         }
     }
-    send(c, &ack, sizeof ack); // a fresh socket takes these bytes at once
+    send(c, &ack, sizeof ack);  // a fresh socket takes these bytes at once
 }
 
 // Copies bytes [off, off+len) of a job. The initiator's WRITE lands in our region: read it out of
@@ -96,22 +98,17 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
 // reused since is never copied to or from.
 int Transport::copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine) {
     const pid_t pid = job.conn->pid;
-    if (!process_alive(job.conn->pidfd))
-        return -ESRCH;
-    if (mine == nullptr)
-        mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
+    if (!process_alive(job.conn->pidfd)) return -ESRCH;
+    if (mine == nullptr) mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
     uint8_t gate_byte = 0;
     iovec gate_local{&gate_byte, 1}, gate_remote{reinterpret_cast<void *>(job.req.gate_addr), 1};
     auto gate_open = [&] { return process_vm_readv(pid, &gate_local, 1, &gate_remote, 1, 0) == 1; };
     if (job.map) {
         // memcpy is not one syscall with the gate: a check just before it is the best there is.
-        if (job.req.gate_addr != 0 && !gate_open())
-            return -ECANCELED;
+        if (job.req.gate_addr != 0 && !gate_open()) return -ECANCELED;
         uint8_t *theirs = job.map->ptr + (job.req.local_addr - job.req.local_base) + off;
-        if (job.req.opcode == FERRY_OP_WRITE)
-            memcpy(mine, theirs, len);
-        else
-            memcpy(theirs, mine, len);
+        if (job.req.opcode == FERRY_OP_WRITE) memcpy(mine, theirs, len);
+        else memcpy(theirs, mine, len);
         return 0;
     }
     // The gate byte first, in the same syscall: once the initiator revoked it, the kernel stops
@@ -119,15 +116,13 @@ int Transport::copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine) {
     const int g = job.req.gate_addr != 0 ? 1 : 0;
     iovec local[2] = {gate_local, {mine, len}};
     iovec remote[2] = {gate_remote, {reinterpret_cast<void *>(job.req.local_addr + off), len}};
-    ssize_t n = job.req.opcode == FERRY_OP_WRITE ? process_vm_readv(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0)
-                                                 : process_vm_writev(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0);
+    ssize_t n = job.req.opcode == FERRY_OP_WRITE
+                    ? process_vm_readv(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0)
+                    : process_vm_writev(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0);
     int e = n < 0 ? errno : EFAULT;
-    if (!process_alive(job.conn->pidfd))
-        return -ESRCH;
-    if (n == static_cast<ssize_t>(len) + g)
-        return 0;
-    if (g && n <= 0 && !gate_open())
-        return -ECANCELED;
+    if (!process_alive(job.conn->pidfd)) return -ESRCH;
+    if (n == static_cast<ssize_t>(len) + g) return 0;
+    if (g && n <= 0 && !gate_open()) return -ECANCELED;
     return -e;
 }
 
@@ -140,16 +135,16 @@ std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Reques
         r.local_addr - r.local_base > r.local_len || r.length > r.local_len - (r.local_addr - r.local_base))
         return nullptr;
     auto it = c.maps.find(r.local_fd);
-    if (it != c.maps.end() && it->second->ino == r.local_ino && it->second->len == r.local_len)
-        return it->second;
+    if (it != c.maps.end() && it->second->ino == r.local_ino && it->second->len == r.local_len) return it->second;
     std::string why;
     auto m = map_peer_memfd(c.pidfd, r.local_fd, r.local_ino, r.local_len, &why);
     if (!m) {
         c.no_memfd = true;
-        refused_log_.event(strprintf("pid %d's memfd regions are copied with cross-memory attach: %s", c.pid, why.c_str()));
+        refused_log_.event(
+            strprintf("pid %d's memfd regions are copied with cross-memory attach: %s", c.pid, why.c_str()));
         return nullptr;
     }
-    if (c.maps.size() >= 256) // regions the initiator deregistered since: drop those no job uses
+    if (c.maps.size() >= 256)  // regions the initiator deregistered since: drop those no job uses
         for (auto i = c.maps.begin(); i != c.maps.end();)
             i = i->second.use_count() == 1 ? c.maps.erase(i) : std::next(i);
     c.maps[r.local_fd] = m;
@@ -157,8 +152,7 @@ std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Reques
 }
 
 void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::string &message) {
-    if (c.gone.load(std::memory_order_acquire))
-        return;
+    if (c.gone.load(std::memory_order_acquire)) return;
     char buf[sizeof(Done) + FERRY_MESSAGE_MAX];
     Done d{};
     d.id = id;
@@ -174,11 +168,10 @@ void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::str
 // here) goes through the host's staging buffers: READ device -> buffer -> initiator, WRITE
 // initiator -> buffer -> device, up to kDefaultDepth slices overlapping (staged_device.hpp).
 int Transport::copy_piece(Job &job, uint64_t off, uint64_t len) {
-    if (job.region->kind == FERRY_MEM_HOST)
-        return copy(job, off, len);
+    if (job.region->kind == FERRY_MEM_HOST) return copy(job, off, len);
     ferry_staged::StageWindow w(stager_, ferry_staged::kDefaultDepth);
     std::string why;
-    int cma = 0; // the initiator side failed (its errno, for finish()'s message)
+    int cma = 0;  // the initiator side failed (its errno, for finish()'s message)
     int rc = ferry_staged::stage_run(
         w, job.region->kind, job.region->device_id, job.req.remote_addr + off, len, job.req.opcode == FERRY_OP_WRITE,
         [&](void *buf, uint64_t o, uint64_t n, std::string *) {
@@ -187,13 +180,13 @@ int Transport::copy_piece(Job &job, uint64_t off, uint64_t len) {
             return cma = copy(job, off + o, n, static_cast<uint8_t *>(buf));
         },
         &why);
-    if (rc != 0 && cma == 0) { // the staging failed, not the initiator: say what the host said
+    if (rc != 0 && cma == 0) {  // the staging failed, not the initiator: say what the host said
         std::lock_guard lock(job.why_mu);
         if (job.why.empty())
-            job.why = strprintf("shm: pid %d could not %s %s device memory [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
-                                job.req.opcode == FERRY_OP_WRITE ? "write into" : "read out of",
-                                ferry_staged::kind_name(job.region->kind), job.req.remote_addr, job.req.length,
-                                why.c_str());
+            job.why =
+                strprintf("shm: pid %d could not %s %s device memory [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
+                          job.req.opcode == FERRY_OP_WRITE ? "write into" : "read out of",
+                          ferry_staged::kind_name(job.region->kind), job.req.remote_addr, job.req.length, why.c_str());
     }
     return rc;
 }
@@ -217,24 +210,26 @@ void Transport::finish(Job &job) {
     job.region.reset();
     uint64_t was = job.conn->active.fetch_sub(1);
     if ((was == 1 && job.conn->gone.load()) || was == kMaxActivePerConn / 2)
-        wake(); // the I/O thread closes it, or reads its requests again (resume_paused)
+        wake();  // the I/O thread closes it, or reads its requests again (resume_paused)
 }
 
 void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r) {
     if (r.length == 0 || (r.opcode != FERRY_OP_READ && r.opcode != FERRY_OP_WRITE)) {
-        send_done(*c, r.id, -EINVAL, strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
+        send_done(*c, r.id, -EINVAL,
+                  strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
         return;
     }
     uint32_t need = r.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
     std::shared_ptr<Region> region;
     int rc = regions_.lookup_pin(r.remote_addr, r.length, need, &region);
     if (rc != 0) {
-        send_done(*c, r.id, rc,
-                  strprintf("shm: pid %d refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
-                            r.opcode == FERRY_OP_READ ? "READ of" : "WRITE to", r.remote_addr, r.length,
-                            rc == -EACCES ? (r.opcode == FERRY_OP_READ ? "the region is not registered for remote read"
-                                                                       : "the region is not registered for remote write")
-                                          : "not inside a registered region"));
+        send_done(
+            *c, r.id, rc,
+            strprintf("shm: pid %d refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
+                      r.opcode == FERRY_OP_READ ? "READ of" : "WRITE to", r.remote_addr, r.length,
+                      rc == -EACCES ? (r.opcode == FERRY_OP_READ ? "the region is not registered for remote read"
+                                                                 : "the region is not registered for remote write")
+                                    : "not inside a registered region"));
         return;
     }
     auto job = std::make_shared<Job>();
@@ -260,10 +255,8 @@ void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &
         for (uint64_t off = 0; off < r.length; off += cfg_.chunk_size)
             work_.push_back({job, off, std::min(cfg_.chunk_size, r.length - off)});
     }
-    if (pieces == 1)
-        work_cv_.notify_one();
-    else
-        work_cv_.notify_all();
+    if (pieces == 1) work_cv_.notify_one();
+    else work_cv_.notify_all();
 }
 
 void Transport::worker_loop() {
@@ -272,8 +265,7 @@ void Transport::worker_loop() {
         {
             std::unique_lock lock(work_mu_);
             work_cv_.wait(lock, [&] { return stop_.load() || !work_.empty(); });
-            if (stop_.load())
-                return;
+            if (stop_.load()) return;
             p = std::move(work_.front());
             work_.pop_front();
         }
@@ -282,12 +274,13 @@ void Transport::worker_loop() {
             int e = copy_piece(job, p.off, p.len);
             if (e != 0) {
                 int expected = 0;
-                if (job.status.compare_exchange_strong(expected, e == -ESRCH ? -ECONNRESET : e == -ENOMEM ? -EFAULT : e))
+                if (job.status.compare_exchange_strong(expected, e == -ESRCH    ? -ECONNRESET
+                                                                 : e == -ENOMEM ? -EFAULT
+                                                                                : e))
                     job.sys_errno = -e;
             }
         }
-        if (job.left.fetch_sub(1) == 1)
-            finish(job);
+        if (job.left.fetch_sub(1) == 1) finish(job);
     }
 }
 
@@ -295,8 +288,7 @@ void Transport::server_gone(const std::shared_ptr<ServerConn> &c) {
     c->gone = true;
     if (c->in_epoll) {
         std::lock_guard lock(c->out_mu);
-        if (c->fd >= 0)
-            epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+        if (c->fd >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
         c->in_epoll = false;
         c->out.clear();
     }
@@ -319,16 +311,14 @@ void Transport::reap_idle_servers() {
 }
 
 void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t events) {
-    if (!c->in_epoll)
-        return;
+    if (!c->in_epoll) return;
     // The initiator shut its side: it has failed (canceled) everything it sent, so requests
     // still buffered are dropped rather than copied.
     if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
         server_gone(c);
         return;
     }
-    if (!(events & EPOLLIN))
-        return;
+    if (!(events & EPOLLIN)) return;
     uint8_t buf[64 * 1024];
     for (;;) {
         bool full;
@@ -341,10 +331,8 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
             return;
         }
         ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) break;
         if (n <= 0) {
             server_gone(c);
             return;
@@ -352,8 +340,7 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
         c->rx.insert(c->rx.end(), buf, buf + n);
         size_t at = 0;
         if (!c->hello_done) {
-            if (c->rx.size() < sizeof(Hello))
-                continue;
+            if (c->rx.size() < sizeof(Hello)) continue;
             Hello h;
             memcpy(&h, c->rx.data(), sizeof h);
             at = sizeof h;
@@ -369,9 +356,8 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
             on_request(c, r);
         }
         c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
-        if (static_cast<size_t>(n) < sizeof buf)
-            break;
+        if (static_cast<size_t>(n) < sizeof buf) break;
     }
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

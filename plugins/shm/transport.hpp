@@ -4,10 +4,10 @@
 #pragma once
 
 #include "memfd.hpp"
-#include "staged_device.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "regions.hpp"
+#include "staged_device.hpp"
 #include "util.hpp"
 #include "wire.hpp"
 
@@ -31,9 +31,9 @@
 namespace ferry_shm {
 
 // Limits against initiators that do not follow the protocol (docs/DESIGN.md, "shm.so").
-inline constexpr size_t kMaxReplyBacklog = 256 << 10; // unsent answers before we stop reading requests
-inline constexpr uint64_t kMaxActivePerConn = 256;    // requests being copied before we stop reading
-inline constexpr auto kRevokeGrace = std::chrono::milliseconds(200); // see check_timeouts
+inline constexpr size_t kMaxReplyBacklog = 256 << 10;                 // unsent answers before we stop reading requests
+inline constexpr uint64_t kMaxActivePerConn = 256;                    // requests being copied before we stop reading
+inline constexpr auto kRevokeGrace = std::chrono::milliseconds(200);  // see check_timeouts
 inline constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
 
 // A socket shared by the I/O thread and writers. Only the I/O thread closes it, under out_mu.
@@ -43,36 +43,36 @@ struct Conn {
     virtual ~Conn();
     const Kind kind;
     int fd = -1;
-    pid_t pid = 0;              // the process at the other end
-    int pidfd = -1;             // serving side: pins that process (peer.hpp)
+    pid_t pid = 0;   // the process at the other end
+    int pidfd = -1;  // serving side: pins that process (peer.hpp)
     std::mutex out_mu;
-    std::string out;            // bytes the socket did not take yet
-    bool out_armed = false;     // EPOLLOUT requested
-    bool reading = true;        // EPOLLIN requested (off while a serving side applies backpressure)
-    std::vector<uint8_t> rx;    // I/O thread only
+    std::string out;          // bytes the socket did not take yet
+    bool out_armed = false;   // EPOLLOUT requested
+    bool reading = true;      // EPOLLIN requested (off while a serving side applies backpressure)
+    std::vector<uint8_t> rx;  // I/O thread only
 };
 
 // The serving side of one initiator's connection.
 struct ServerConn : Conn {
     ServerConn() : Conn(Kind::Server) {}
     uid_t uid = 0;
-    bool hello_done = false;          // I/O thread only
-    bool in_epoll = true;             // I/O thread only
-    bool no_memfd = false;            // I/O thread only: mapping its memfds failed once, use CMA
-    bool counted = false;             // I/O thread only: in the connection caps' counts
-    bool paused = false;              // I/O thread only: not reading its requests (backpressure)
+    bool hello_done = false;  // I/O thread only
+    bool in_epoll = true;     // I/O thread only
+    bool no_memfd = false;    // I/O thread only: mapping its memfds failed once, use CMA
+    bool counted = false;     // I/O thread only: in the connection caps' counts
+    bool paused = false;      // I/O thread only: not reading its requests (backpressure)
     Clock::time_point accepted;
-    std::unordered_map<int, std::shared_ptr<PeerMapping>> maps; // I/O thread only: its memfds, by fd
+    std::unordered_map<int, std::shared_ptr<PeerMapping>> maps;  // I/O thread only: its memfds, by fd
     std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
     std::atomic<uint64_t> active{0};  // requests accepted and not answered yet
 };
 
 struct Pending {
     uint64_t user_data = 0;
-    std::shared_ptr<Region> local; // pinned until the serving side answers or is gone
+    std::shared_ptr<Region> local;  // pinned until the serving side answers or is gone
     Clock::time_point start;
-    std::shared_ptr<Gate> gate;    // the gate its request names (wire.hpp)
-    bool reported = false;         // a completion was already delivered
+    std::shared_ptr<Gate> gate;  // the gate its request names (wire.hpp)
+    bool reported = false;       // a completion was already delivered
     // Revoked (timeout, disconnect): reported with this status once the serving side answered,
     // its socket closed, or revoke_at + kRevokeGrace passed, whichever comes first.
     int revoked_status = 0;
@@ -84,13 +84,13 @@ struct Pending {
 struct ClientConn : Conn {
     ClientConn() : Conn(Kind::Client) {}
     uint64_t peer_id = 0;
-    std::string who; // "peer pid N" for messages
-    std::mutex mu;   // guards what follows
+    std::string who;  // "peer pid N" for messages
+    std::mutex mu;    // guards what follows
     std::unordered_map<uint64_t, Pending> pending;
     uint64_t next_id = 1;
-    std::shared_ptr<Gate> gate; // the one new requests name
-    bool closing = false; // disconnected: shut down, waiting for the serving side to finish
-    bool dead = false;    // EOF: nothing from that peer can touch our memory any more
+    std::shared_ptr<Gate> gate;  // the one new requests name
+    bool closing = false;        // disconnected: shut down, waiting for the serving side to finish
+    bool dead = false;           // EOF: nothing from that peer can touch our memory any more
     std::string dead_reason;
 };
 
@@ -101,14 +101,14 @@ struct Import {
 
 struct Job {
     std::shared_ptr<ServerConn> conn;
-    std::shared_ptr<Region> region; // pinned
-    std::shared_ptr<PeerMapping> map; // the initiator's memfd, when it has one: memcpy instead of CMA
+    std::shared_ptr<Region> region;    // pinned
+    std::shared_ptr<PeerMapping> map;  // the initiator's memfd, when it has one: memcpy instead of CMA
     Request req{};
     std::atomic<uint32_t> left{0};  // pieces not copied yet
     std::atomic<int> status{0};
     std::atomic<int> sys_errno{0};
     std::mutex why_mu;
-    std::string why; // the message of a staging failure (status set by the same piece)
+    std::string why;  // the message of a staging failure (status set by the same piece)
 };
 
 struct Piece {
@@ -118,8 +118,8 @@ struct Piece {
 
 class Transport {
 public:
-    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host,
-                      Transport **out, ferry_error_t *err);
+    static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
+                      ferry_error_t *err);
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
     ~Transport();
 
@@ -150,8 +150,8 @@ private:
     void io_loop();
     void accept_all();
     void add_conn(const std::shared_ptr<Conn> &c, uint32_t events);
-    void close_conn(Conn &c); // I/O thread
-    bool send(Conn &c, const void *data, size_t len); // false: the connection is closed
+    void close_conn(Conn &c);                          // I/O thread
+    bool send(Conn &c, const void *data, size_t len);  // false: the connection is closed
     void flush_locked(Conn &c);
     void wake();
 
@@ -162,7 +162,7 @@ private:
     void worker_loop();
     // mine: the bytes on this side (default: the region itself; a staging buffer for device memory)
     int copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine = nullptr);
-    int copy_piece(Job &job, uint64_t off, uint64_t len); // a worker's piece, staged or not
+    int copy_piece(Job &job, uint64_t off, uint64_t len);  // a worker's piece, staged or not
     std::shared_ptr<PeerMapping> peer_mapping(ServerConn &c, const Request &r);
     void finish(Job &job);
     void send_done(ServerConn &c, uint64_t id, int status, const std::string &message);
@@ -179,24 +179,24 @@ private:
     void revoke_locked(ClientConn &c, int status, const std::string &message, Clock::time_point now);
 
     // limits.cpp: connection caps, handshake deadlines, backpressure, accept back-off
-    bool admit(ServerConn &c);          // false: refused (answered and to be closed)
-    void forget(ServerConn &c);         // leaves the caps' counts
+    bool admit(ServerConn &c);   // false: refused (answered and to be closed)
+    void forget(ServerConn &c);  // leaves the caps' counts
     void check_handshakes(Clock::time_point now);
-    bool throttled(const ServerConn &c); // out_mu held
+    bool throttled(const ServerConn &c);  // out_mu held
     void pause_reading(const std::shared_ptr<ServerConn> &c);
     void resume_paused();
-    void rearm_locked(Conn &c);         // out_mu held: epoll interest from reading/out_armed
+    void rearm_locked(Conn &c);  // out_mu held: epoll interest from reading/out_armed
     void accept_failed(int e);
     void maybe_resume_accept(Clock::time_point now);
     int loop_timeout_ms() const;
 
     const Config cfg_;
     const Logger log_;
-    ferry_staged::Stager stager_; // device regions: every copy staged through the host (server.cpp)
+    ferry_staged::Stager stager_;  // device regions: every copy staged through the host (server.cpp)
     uint64_t token_ = 0;
     pid_t pid_ = 0;
     uid_t uid_ = 0;
-    alignas(16) uint64_t probe_[2] = {0, 0}; // read by peers' serving sides at connect
+    alignas(16) uint64_t probe_[2] = {0, 0};  // read by peers' serving sides at connect
 
     int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
     std::thread io_;
@@ -206,11 +206,11 @@ private:
     RegionTable regions_;
     CompletionQueue cq_;
 
-    std::mutex conns_mu_; // every open socket, keyed by the pointer epoll carries
+    std::mutex conns_mu_;  // every open socket, keyed by the pointer epoll carries
     std::unordered_map<Conn *, std::shared_ptr<Conn>> conns_;
-    std::vector<std::shared_ptr<ServerConn>> gone_servers_; // I/O thread only
+    std::vector<std::shared_ptr<ServerConn>> gone_servers_;  // I/O thread only
     // I/O thread only: the serving side's limits (limits.cpp)
-    std::deque<std::weak_ptr<ServerConn>> handshaking_; // in accept order, so deadlines are too
+    std::deque<std::weak_ptr<ServerConn>> handshaking_;  // in accept order, so deadlines are too
     std::vector<std::shared_ptr<ServerConn>> paused_;
     std::unordered_map<uid_t, unsigned> per_uid_;
     unsigned n_served_ = 0;
@@ -219,17 +219,17 @@ private:
     std::chrono::milliseconds accept_backoff_{0};
     LogLimiter refused_log_{log_, FERRY_LOG_INFO, kRefusalLogInterval};
     LogLimiter accept_log_{log_, FERRY_LOG_WARN, kRefusalLogInterval};
-    std::condition_variable dead_cv_;                       // a client connection saw EOF
+    std::condition_variable dead_cv_;  // a client connection saw EOF
 
     std::shared_mutex peers_mu_;
     std::unordered_map<uint64_t, std::shared_ptr<ClientConn>> peers_;
     std::unordered_map<uint64_t, Import> imports_;
     uint64_t next_peer_ = 1, next_import_ = 1;
-    std::atomic<uint64_t> in_flight_{0}; // client ops not answered yet (for the timeout scan)
+    std::atomic<uint64_t> in_flight_{0};  // client ops not answered yet (for the timeout scan)
 
     std::mutex work_mu_;
     std::condition_variable work_cv_;
     std::deque<Piece> work_;
 };
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

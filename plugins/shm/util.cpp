@@ -8,13 +8,11 @@ namespace ferry_shm {
 
 int yama_ptrace_scope() {
     FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-    if (f == nullptr)
-        return -1;
+    if (f == nullptr) return -1;
     int v = -1;
-    if (fscanf(f, "%d", &v) != 1)
-        v = -1;
+    if (fscanf(f, "%d", &v) != 1) v = -1;
     fclose(f);
     return v;
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

@@ -22,9 +22,9 @@ inline constexpr const char *kPluginVersion = "1.0.0";
 using Clock = std::chrono::steady_clock;
 
 using ferry_plugin::CompletionQueue;
-using ferry_plugin::Logger;
 using ferry_plugin::copy_message;
 using ferry_plugin::errno_string;
+using ferry_plugin::Logger;
 using ferry_plugin::make_completion;
 using ferry_plugin::parse_bool;
 using ferry_plugin::parse_u64;
@@ -34,4 +34,4 @@ using ferry_plugin::strprintf;
 // Yama's /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is not present.
 int yama_ptrace_scope();
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

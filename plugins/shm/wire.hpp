@@ -23,9 +23,9 @@
 
 namespace ferry_shm {
 
-inline constexpr uint32_t kEndpointMagic = 0x4d485346; // "FSHM"
-inline constexpr uint32_t kHelloMagic = 0x48485346;    // "FSHH"
-inline constexpr uint32_t kAckMagic = 0x41485346;      // "FSHA"
+inline constexpr uint32_t kEndpointMagic = 0x4d485346;  // "FSHM"
+inline constexpr uint32_t kHelloMagic = 0x48485346;     // "FSHH"
+inline constexpr uint32_t kAckMagic = 0x41485346;       // "FSHA"
 inline constexpr uint16_t kWireVersion = 3;
 
 struct EndpointBytes {
@@ -34,7 +34,7 @@ struct EndpointBytes {
     uint16_t reserved;
     uint32_t pid;
     uint32_t uid;
-    uint64_t token; // random per instance
+    uint64_t token;  // random per instance
 };
 static_assert(sizeof(EndpointBytes) == 24);
 
@@ -42,25 +42,25 @@ struct Hello {
     uint32_t magic;
     uint16_t version;
     uint16_t reserved;
-    uint64_t target_token; // the token of the instance the initiator means to reach
-    uint64_t probe_addr;   // 16 bytes in the initiator that hold probe_token twice
+    uint64_t target_token;  // the token of the instance the initiator means to reach
+    uint64_t probe_addr;    // 16 bytes in the initiator that hold probe_token twice
     uint64_t probe_token;
-    uint32_t pid; // as the initiator sees itself (the serving side trusts SO_PEERCRED instead)
+    uint32_t pid;  // as the initiator sees itself (the serving side trusts SO_PEERCRED instead)
     uint32_t uid;
 };
 
 struct HelloAck {
     uint32_t magic;
-    int32_t status; // 0 or a negative errno
+    int32_t status;  // 0 or a negative errno
     char message[200];
 };
 
 struct Request {
     uint64_t id;
     uint32_t opcode;
-    int32_t local_fd;     // the initiator's memfd of the local region, -1: none (memfd.hpp); read
-                          // only when both ends set adopt_memfd
-    uint64_t remote_addr; // in the serving process
+    int32_t local_fd;      // the initiator's memfd of the local region, -1: none (memfd.hpp); read
+                           // only when both ends set adopt_memfd
+    uint64_t remote_addr;  // in the serving process
     uint64_t length;
     uint64_t local_addr;  // in the initiator
     uint64_t local_ino;   // memfd only: its inode,
@@ -73,7 +73,7 @@ static_assert(sizeof(Request) == 72);
 struct Done {
     uint64_t id;
     int32_t status;
-    uint16_t message_len; // bytes of message that follow (no NUL)
+    uint16_t message_len;  // bytes of message that follow (no NUL)
     uint16_t reserved;
 };
 static_assert(sizeof(Done) == 16);
@@ -84,4 +84,4 @@ inline std::string socket_name(uint32_t pid, uint64_t token) {
     return std::string(buf, static_cast<size_t>(n));
 }
 
-} // namespace ferry_shm
+}  // namespace ferry_shm

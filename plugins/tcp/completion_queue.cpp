@@ -10,21 +10,18 @@ namespace ferry_tcp {
 
 CompletionQueue::CompletionQueue() {
     efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (efd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "eventfd for completions");
+    if (efd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for completions");
 }
 
 CompletionQueue::~CompletionQueue() {
-    if (efd_ >= 0)
-        close(efd_);
+    if (efd_ >= 0) close(efd_);
 }
 
 // The eventfd is written and read under the queue mutex, only on the transitions
 // empty -> non-empty (push) and non-empty -> empty (poll), so it is readable exactly while
 // completions are waiting: a host sleeping on it neither misses one nor wakes for nothing.
 void CompletionQueue::push(std::vector<ferry_completion_t> &batch) {
-    if (batch.empty())
-        return;
+    if (batch.empty()) return;
     {
         std::lock_guard lk(mu_);
         q_.insert(q_.end(), batch.begin(), batch.end());
@@ -55,4 +52,4 @@ size_t CompletionQueue::poll(ferry_completion_t *out, size_t max) {
     return n;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

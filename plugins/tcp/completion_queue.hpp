@@ -12,7 +12,7 @@ namespace ferry_tcp {
 
 class CompletionQueue {
 public:
-    CompletionQueue(); // throws std::system_error when no eventfd can be made
+    CompletionQueue();  // throws std::system_error when no eventfd can be made
     ~CompletionQueue();
     CompletionQueue(const CompletionQueue &) = delete;
     CompletionQueue &operator=(const CompletionQueue &) = delete;
@@ -28,8 +28,8 @@ public:
 private:
     int efd_ = -1;
     std::mutex mu_;
-    bool signaled_ = false; // the eventfd holds a count; guarded by mu_
+    bool signaled_ = false;  // the eventfd holds a count; guarded by mu_
     std::deque<ferry_completion_t> q_;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -43,4 +43,4 @@ private:
     unsigned refusals_ = 0;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -14,8 +14,7 @@ bool random_bytes(uint8_t *out, size_t n) {
     while (got < n) {
         ssize_t k = getrandom(out + got, n - got, 0);
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             return false;
         }
         got += static_cast<size_t>(k);
@@ -23,8 +22,8 @@ bool random_bytes(uint8_t *out, size_t n) {
     return true;
 }
 
-void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce,
-                const uint8_t *server_nonce, uint8_t out[kProofSize]) {
+void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
+                uint8_t out[kProofSize]) {
     if (key.empty()) {
         memset(out, 0, kProofSize);
         return;
@@ -36,11 +35,11 @@ void make_proof(const std::string &key, const char *role, const uint8_t *client_
     memcpy(out, d.data(), kProofSize);
 }
 
-bool proof_matches(const std::string &key, const char *role, const uint8_t *client_nonce,
-                   const uint8_t *server_nonce, const uint8_t *proof) {
+bool proof_matches(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
+                   const uint8_t *proof) {
     uint8_t expected[kProofSize];
     make_proof(key, role, client_nonce, server_nonce, expected);
     return ferry_crypto::equal_digests(expected, proof, kProofSize);
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

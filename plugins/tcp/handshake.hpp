@@ -14,17 +14,17 @@ namespace ferry_tcp {
 
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kProofSize = 32;
-inline constexpr uint32_t kHelloData = kNonceSize;                 // HELLO: client nonce
-inline constexpr uint32_t kHelloAckData = kNonceSize + kProofSize; // HELLO_ACK: server nonce, proof
-inline constexpr uint32_t kAuthData = kProofSize;                  // AUTH: client proof
+inline constexpr uint32_t kHelloData = kNonceSize;                  // HELLO: client nonce
+inline constexpr uint32_t kHelloAckData = kNonceSize + kProofSize;  // HELLO_ACK: server nonce, proof
+inline constexpr uint32_t kAuthData = kProofSize;                   // AUTH: client proof
 
 // Fresh random bytes from the kernel; false (errno set) when getrandom fails.
 bool random_bytes(uint8_t *out, size_t n);
 
-void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce,
-                const uint8_t *server_nonce, uint8_t out[kProofSize]);
+void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
+                uint8_t out[kProofSize]);
 // Constant-time comparison against the expected proof.
-bool proof_matches(const std::string &key, const char *role, const uint8_t *client_nonce,
-                   const uint8_t *server_nonce, const uint8_t *proof);
+bool proof_matches(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
+                   const uint8_t *proof);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

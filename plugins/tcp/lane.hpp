@@ -44,8 +44,8 @@ public:
     void add_load(uint64_t n) { load_.fetch_add(n, std::memory_order_relaxed); }
 
     // ---- loop thread ----
-    void start();                                      // first connect
-    void shutdown(int status, const std::string &why); // fail everything, close for good
+    void start();                                       // first connect
+    void shutdown(int status, const std::string &why);  // fail everything, close for good
 
     void on_events(uint32_t events) override;
     void on_kick() override;
@@ -68,11 +68,11 @@ private:
     ssize_t send_failed(int e);
     size_t tx_count() const override;
     TxItem tx_item(size_t i) const override;
-    ssize_t do_recv(); // bytes received, 0 when it would block, -1 when the lane failed
+    ssize_t do_recv();  // bytes received, 0 when it would block, -1 when the lane failed
     bool consume(const uint8_t *p, size_t n);
     bool on_header();
     bool on_message_done();
-    bool on_hello_ack(); // HELLO_ACK's data is in msg_: check the server, queue AUTH
+    bool on_hello_ack();  // HELLO_ACK's data is in msg_: check the server, queue AUTH
     void complete_front(int status, const char *message);
     bool needs_timer() const;
     size_t front_write_acks() const;
@@ -83,15 +83,15 @@ private:
     std::atomic<uint64_t> load_{0};
 
     std::mutex in_mu_;
-    Batch incoming_; // guarded by in_mu_
+    Batch incoming_;  // guarded by in_mu_
 
     // Loop thread only from here on.
     State state_ = State::Down;
     int fd_ = -1;
     bool readable_ = false;
     bool writable_ = false;
-    bool hup_ = false; // the peer hung up or the socket has an error: read until EOF
-    int lowat_ = 1;    // SO_RCVLOWAT currently set
+    bool hup_ = false;  // the peer hung up or the socket has an error: read until EOF
+    int lowat_ = 1;     // SO_RCVLOWAT currently set
     uint64_t next_id_ = 1;
     std::deque<Slice> q_;  // in send order; [0, send_idx_) fully sent and awaiting a response
     size_t send_idx_ = 0;  // first slice not fully committed to the stream
@@ -100,8 +100,8 @@ private:
     uint64_t done_count_ = 0;
     uint64_t done_last_id_ = 0;
     uint8_t done_hdr_[kHeaderSize] = {};
-    size_t done_off_ = kHeaderSize; // bytes of done_hdr_ sent
-    SplicePipe pipe_; // zero-copy WRITE payloads (splice_pipe.hpp)
+    size_t done_off_ = kHeaderSize;  // bytes of done_hdr_ sent
+    SplicePipe pipe_;                // zero-copy WRITE payloads (splice_pipe.hpp)
     // Handshake (handshake.hpp): HELLO, then AUTH once HELLO_ACK arrived; hello_[hello_off_,
     // hello_len_) is still to be sent.
     uint8_t hello_[kHeaderSize + kHelloData] = {};
@@ -109,7 +109,7 @@ private:
     size_t hello_off_ = 0;
     bool auth_sent_ = false;
     uint8_t client_nonce_[kNonceSize] = {};
-    std::string auth_problem_; // the server failed to prove the key: reported once it answers AUTH
+    std::string auth_problem_;  // the server failed to prove the key: reported once it answers AUTH
 
     Rx rx_ = Rx::Header;
     uint8_t hdr_[kHeaderSize] = {};
@@ -119,10 +119,10 @@ private:
     uint64_t payload_left_ = 0;
     char msg_[kMaxErrorMsg + 1] = {};
     uint32_t msg_got_ = 0;
-    std::vector<uint8_t> staging_; // runs of WRITE_ACK headers arrive in one recv
+    std::vector<uint8_t> staging_;  // runs of WRITE_ACK headers arrive in one recv
 
     Clock::time_point connect_start_{};
     Clock::time_point last_progress_{};
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -26,8 +26,8 @@ TxItem Lane::tx_item(size_t i) const {
 }
 
 ssize_t Lane::send_failed(int e) {
-    fail(-e, strprintf("connection to peer %s failed while sending: %s",
-                       peer_.endpoint().name.c_str(), errno_string(e).c_str()));
+    fail(-e, strprintf("connection to peer %s failed while sending: %s", peer_.endpoint().name.c_str(),
+                       errno_string(e).c_str()));
     return -1;
 }
 
@@ -41,8 +41,7 @@ ssize_t Lane::send_done() {
         done_off_ = 0;
         done_count_ = 0;
     }
-    ssize_t n = send(fd_, done_hdr_ + done_off_, kHeaderSize - done_off_,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = send(fd_, done_hdr_ + done_off_, kHeaderSize - done_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
         int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK) {
@@ -72,26 +71,20 @@ ssize_t Lane::do_send() {
         return n;
     }
     const bool boundary = tx_.offset() == 0 && pipe_.pending() == 0;
-    if (done_off_ < kHeaderSize || (done_count_ > 0 && boundary))
-        return send_done();
-    if (send_idx_ == q_.size() && pipe_.pending() == 0)
-        return 0;
+    if (done_off_ < kHeaderSize || (done_count_ > 0 && boundary)) return send_done();
+    if (send_idx_ == q_.size() && pipe_.pending() == 0) return 0;
     TxResult r;
     n = tx_.step(fd_, &pipe_, *this, &r);
     if (r.refused) {
-        peer_.log().log(FERRY_LOG_DEBUG, "lane %u: source pages cannot be spliced; copying",
-                        index_);
+        peer_.log().log(FERRY_LOG_DEBUG, "lane %u: source pages cannot be spliced; copying", index_);
         q_[send_idx_].copy_only = true;
         n = tx_.step(fd_, &pipe_, *this, &r);
     }
-    if (n < 0)
-        return send_failed(static_cast<int>(-n));
+    if (n < 0) return send_failed(static_cast<int>(-n));
     send_idx_ += r.completed;
-    if (r.blocked)
-        writable_ = false;
-    if (n > 0)
-        last_progress_ = Clock::now();
+    if (r.blocked) writable_ = false;
+    if (n > 0) last_progress_ = Clock::now();
     return n;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

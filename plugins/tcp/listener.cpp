@@ -28,8 +28,7 @@ std::string address_of(const sockaddr_storage &a) {
     if (a.ss_family == AF_INET)
         inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(&a)->sin_addr, buf, sizeof buf);
     else if (a.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr, buf,
-                  sizeof buf);
+        inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr, buf, sizeof buf);
     return buf;
 }
 
@@ -49,16 +48,14 @@ void send_refusal(int fd, int status, const std::string &msg) {
 }
 
 int open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
-} // namespace
+}  // namespace
 
 Listener::Listener(ServerContext &ctx, std::vector<Reactor *> reactors)
     : ctx_(ctx), reactors_(std::move(reactors)), spare_fd_(open_spare()) {}
 
 Listener::~Listener() {
-    if (fd_ >= 0)
-        close(fd_);
-    if (spare_fd_ >= 0)
-        close(spare_fd_);
+    if (fd_ >= 0) close(fd_);
+    if (spare_fd_ >= 0) close(spare_fd_);
 }
 
 int Listener::open(sockaddr_storage *bound, std::string *why) {
@@ -88,12 +85,10 @@ int Listener::open(sockaddr_storage *bound, std::string *why) {
     int one = 1;
     // Lets a restarted instance take its port back while old connections sit in TIME_WAIT.
     setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (addr.ss_family == AF_INET6)
-        setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (addr.ss_family == AF_INET6) setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (bind(fd_, reinterpret_cast<sockaddr *>(&addr), len) != 0) {
         int e = errno;
-        *why = strprintf("bind to %s port %u failed: %s", ip, ctx_.cfg.port,
-                         errno_string(e).c_str());
+        *why = strprintf("bind to %s port %u failed: %s", ip, ctx_.cfg.port, errno_string(e).c_str());
         return -e;
     }
     if (listen(fd_, SOMAXCONN) != 0) {
@@ -114,8 +109,7 @@ int Listener::open(sockaddr_storage *bound, std::string *why) {
 int Listener::start() { return reactors_[0]->add_fd(fd_, EPOLLIN, this); }
 
 void Listener::stop() {
-    if (fd_ < 0)
-        return;
+    if (fd_ < 0) return;
     reactors_[0]->forget(this);
     reactors_[0]->del_fd(fd_);
     close(fd_);
@@ -126,18 +120,15 @@ void Listener::on_events(uint32_t) {
     for (int shed = 0;;) {
         sockaddr_storage peer{};
         socklen_t len = sizeof peer;
-        int fd = accept4(fd_, reinterpret_cast<sockaddr *>(&peer), &len,
-                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(fd_, reinterpret_cast<sockaddr *>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd >= 0) {
             pause_ms_ = 0;
             admit(fd, peer);
             continue;
         }
         int e = errno;
-        if (e == EAGAIN || e == EWOULDBLOCK)
-            return;
-        if (e == EINTR || e == ECONNABORTED)
-            continue;
+        if (e == EAGAIN || e == EWOULDBLOCK) return;
+        if (e == EINTR || e == ECONNABORTED) continue;
         // Out of descriptors the connection stays in the backlog and the socket stays
         // readable: without shedding and pausing this loop would spin.
         if ((e == EMFILE || e == ENFILE) && spare_fd_ >= 0 && shed < kMaxShedPerWake) {
@@ -167,16 +158,15 @@ void Listener::shed_one(int e) {
         send_refusal(fd, -EMFILE, why);
         close(fd);
         ctx_.peer_log.log(FERRY_LOG_ERROR, "connection from %s refused: %s (%llu refused so far)",
-                          sockaddr_name(peer).c_str(), why.c_str(),
-                          static_cast<unsigned long long>(shed_));
+                          sockaddr_name(peer).c_str(), why.c_str(), static_cast<unsigned long long>(shed_));
     }
-    spare_fd_ = open_spare(); // fails while another thread took the descriptor freed above
+    spare_fd_ = open_spare();  // fails while another thread took the descriptor freed above
 }
 
 void Listener::pause(int e) {
     pause_ms_ = pause_ms_ == 0 ? kFirstPauseMs : std::min(2 * pause_ms_, kMaxPauseMs);
-    ctx_.peer_log.log(FERRY_LOG_ERROR, "accept failed: %s; accepting again in %u ms",
-                      errno_string(e).c_str(), pause_ms_);
+    ctx_.peer_log.log(FERRY_LOG_ERROR, "accept failed: %s; accepting again in %u ms", errno_string(e).c_str(),
+                      pause_ms_);
     paused_ = true;
     resume_at_ = Clock::now() + std::chrono::milliseconds(pause_ms_);
     reactors_[0]->mod_fd(fd_, 0, this);
@@ -184,13 +174,11 @@ void Listener::pause(int e) {
 }
 
 void Listener::admit(int fd, const sockaddr_storage &peer) {
-    if (spare_fd_ < 0)
-        spare_fd_ = open_spare();
+    if (spare_fd_ < 0) spare_fd_ = open_spare();
     std::string name = sockaddr_name(peer);
     std::string why;
     if (tune_socket(fd, ctx_.cfg, &why) != 0) {
-        ctx_.peer_log.log(FERRY_LOG_WARN, "connection from %s dropped: %s", name.c_str(),
-                          why.c_str());
+        ctx_.peer_log.log(FERRY_LOG_WARN, "connection from %s dropped: %s", name.c_str(), why.c_str());
         close(fd);
         return;
     }
@@ -199,12 +187,12 @@ void Listener::admit(int fd, const sockaddr_storage &peer) {
     if (!ctx_.limits.admit(adm.ip, &adm.refusal)) {
         if (!ctx_.limits.admit_refusal()) {
             // A flood: more refusals are pending than are answered; this one is not.
-            ctx_.peer_log.log(FERRY_LOG_WARN, "connection from %s closed unanswered: %s",
-                              name.c_str(), adm.refusal.c_str());
+            ctx_.peer_log.log(FERRY_LOG_WARN, "connection from %s closed unanswered: %s", name.c_str(),
+                              adm.refusal.c_str());
             close(fd);
             return;
         }
-        adm.refused = true; // answered with an ERROR once its HELLO is read (server.cpp)
+        adm.refused = true;  // answered with an ERROR once its HELLO is read (server.cpp)
     }
     ctx_.log.log(FERRY_LOG_DEBUG, "connection from %s", name.c_str());
     Reactor *r = reactors_[next_++ % reactors_.size()];
@@ -215,7 +203,7 @@ void Listener::admit(int fd, const sockaddr_storage &peer) {
         auto conn = std::make_unique<ServerConn>(*ctx, *r, fd, std::move(name), std::move(adm));
         if (conn->start() != 0) {
             ctx->log.log(FERRY_LOG_ERROR, "cannot watch an accepted connection");
-            return; // the destructor closes fd and releases the admission
+            return;  // the destructor closes fd and releases the admission
         }
         r->adopt(std::move(conn));
     });
@@ -223,12 +211,10 @@ void Listener::admit(int fd, const sockaddr_storage &peer) {
 
 bool Listener::on_timer(Clock::time_point now) {
     bool keep = ctx_.peer_log.flush();
-    if (paused_ && fd_ >= 0 && now < resume_at_)
-        return true;
-    if (paused_ && fd_ >= 0)
-        reactors_[0]->mod_fd(fd_, EPOLLIN, this);
+    if (paused_ && fd_ >= 0 && now < resume_at_) return true;
+    if (paused_ && fd_ >= 0) reactors_[0]->mod_fd(fd_, EPOLLIN, this);
     paused_ = false;
     return keep;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

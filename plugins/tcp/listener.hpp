@@ -15,26 +15,26 @@ public:
 
     // Binds cfg.bind_ip:cfg.port and listens. On success *bound is the address bound.
     int open(sockaddr_storage *bound, std::string *why);
-    int start(); // on reactors[0]'s loop thread
-    void stop(); // on reactors[0]'s loop thread
+    int start();  // on reactors[0]'s loop thread
+    void stop();  // on reactors[0]'s loop thread
 
     void on_events(uint32_t events) override;
-    bool on_timer(Clock::time_point now) override; // resumes accepting; flushes ctx.peer_log
+    bool on_timer(Clock::time_point now) override;  // resumes accepting; flushes ctx.peer_log
 
 private:
     ServerContext &ctx_;
     std::vector<Reactor *> reactors_;
     int fd_ = -1;
     void pause(int e);
-    void shed_one(int e); // out of descriptors: take one connection off the backlog and refuse it
+    void shed_one(int e);  // out of descriptors: take one connection off the backlog and refuse it
     void admit(int fd, const sockaddr_storage &peer);
 
-    bool paused_ = false;       // accepting paused (out of descriptors) until resume_at_
+    bool paused_ = false;  // accepting paused (out of descriptors) until resume_at_
     Clock::time_point resume_at_{};
-    unsigned pause_ms_ = 0;     // doubles while accepting keeps failing, reset by a success
-    int spare_fd_ = -1;         // a descriptor kept free to shed connections when out of them
+    unsigned pause_ms_ = 0;  // doubles while accepting keeps failing, reset by a success
+    int spare_fd_ = -1;      // a descriptor kept free to shed connections when out of them
     uint64_t shed_ = 0;
     unsigned next_ = 0;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

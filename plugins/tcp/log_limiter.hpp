@@ -26,7 +26,7 @@ public:
     bool flush();
 
 private:
-    void roll(Clock::time_point now); // under mu_
+    void roll(Clock::time_point now);  // under mu_
 
     const Logger &log_;
     const char *what_;
@@ -35,9 +35,9 @@ private:
     std::function<void()> on_hold_;
     std::mutex mu_;
     Clock::time_point window_start_{};
-    unsigned logged_ = 0;   // lines logged in this window
-    uint64_t held_ = 0;     // lines held back in this window
-    int held_level_ = FERRY_LOG_DEBUG; // most severe level held back
+    unsigned logged_ = 0;               // lines logged in this window
+    uint64_t held_ = 0;                 // lines held back in this window
+    int held_level_ = FERRY_LOG_DEBUG;  // most severe level held back
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -11,11 +11,10 @@ void finish_slice(Reactor &r, Op *op, int status, const char *message) {
         copy_message(op->message, message);
     }
     // acq_rel: the last finisher sees the status written by the first failing slice.
-    if (op->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1)
-        return;
+    if (op->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     op->table->release(op->local);
     r.complete(op->user_data, op->status, op->message);
     delete op;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -17,11 +17,11 @@ class Reactor;
 struct Op {
     uint64_t user_data = 0;
     RegionTable *table = nullptr;
-    Region *local = nullptr; // reference held until the op completes
+    Region *local = nullptr;  // reference held until the op completes
     std::atomic<uint32_t> remaining{0};
     std::atomic<bool> failed{false};
-    int status = 0;                      // written by the first failing slice only
-    char message[FERRY_MESSAGE_MAX] = {}; // idem
+    int status = 0;                        // written by the first failing slice only
+    char message[FERRY_MESSAGE_MAX] = {};  // idem
 };
 
 struct Slice {
@@ -30,13 +30,13 @@ struct Slice {
     uint64_t local_addr = 0;
     uint64_t remote_addr = 0;
     uint64_t len = 0;
-    bool copy_only = false;        // the kernel cannot reference the source pages: send by copy
-    uint64_t id = 0;              // request id, set by the lane
-    uint8_t hdr[kHeaderSize] = {}; // encoded request, set by the lane
+    bool copy_only = false;         // the kernel cannot reference the source pages: send by copy
+    uint64_t id = 0;                // request id, set by the lane
+    uint8_t hdr[kHeaderSize] = {};  // encoded request, set by the lane
 };
 
 // Finishes one slice on the loop thread of `r`; the op's last slice releases the local region
 // and queues the completion. Thread safe across slices of one op on different reactors.
 void finish_slice(Reactor &r, Op *op, int status, const char *message);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -10,10 +10,10 @@
 namespace ferry_tcp {
 
 struct Config {
-    std::string bind_ip = "127.0.0.1"; // never the wildcard by default
-    std::string advertise_ip;          // address put in the endpoint; empty = bind_ip
-    uint16_t port = 0;                 // 0 = ephemeral
-    unsigned lanes = 2;                // connections per peer
+    std::string bind_ip = "127.0.0.1";  // never the wildcard by default
+    std::string advertise_ip;           // address put in the endpoint; empty = bind_ip
+    uint16_t port = 0;                  // 0 = ephemeral
+    unsigned lanes = 2;                 // connections per peer
     // Ops are cut into slices of this size, spread over the least-loaded lanes. 1 MiB: large
     // enough that per-slice costs (a 40-byte header, a response, a wake-up) vanish next to the
     // copy, and large enough for the zero-copy path (tx.hpp: >= 512 KiB); small enough that a
@@ -29,9 +29,9 @@ struct Config {
     // Auto gives each instance at most half the CPUs, as both ends may share the host.
     unsigned io_threads = 0;
     unsigned connect_timeout_ms = 5000;
-    unsigned op_timeout_ms = 30000; // 0 = no timeout
-    unsigned sndbuf = 0;            // SO_SNDBUF bytes, 0 = kernel autotuning
-    unsigned rcvbuf = 0;            // SO_RCVBUF bytes, 0 = kernel autotuning
+    unsigned op_timeout_ms = 30000;  // 0 = no timeout
+    unsigned sndbuf = 0;             // SO_SNDBUF bytes, 0 = kernel autotuning
+    unsigned rcvbuf = 0;             // SO_RCVBUF bytes, 0 = kernel autotuning
     // Send large payloads by reference (vmsplice + splice, splice_pipe.hpp) instead of copying
     // them into the socket. Off by default: on loopback it leaves the one copy left to the
     // receiving thread, which then reads the source from main memory alone; with 1 GiB buffers
@@ -49,8 +49,8 @@ struct Config {
     // ERROR that names the option.
     unsigned handshake_timeout_ms = 10000;
     unsigned max_handshakes = 128;
-    unsigned max_handshakes_per_ip = 64; // >= lanes (64 at most) of one honest peer
-    unsigned max_connections = 0;        // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
+    unsigned max_handshakes_per_ip = 64;  // >= lanes (64 at most) of one honest peer
+    unsigned max_connections = 0;         // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
     unsigned max_connections_per_ip = 256;
 };
 
@@ -58,4 +58,4 @@ struct Config {
 // -EINVAL and a message naming the key and what is accepted.
 int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry_error_t *err);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -24,16 +24,13 @@ int Peer::connect_lanes(std::string *why) {
     // a reactor that cannot run.
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms + 1000);
     std::unique_lock lk(hs_mu_);
-    bool done = hs_cv_.wait_until(lk, deadline, [&] {
-        return hs_status_ != 0 || hs_ok_ >= lanes_.size();
-    });
+    bool done = hs_cv_.wait_until(lk, deadline, [&] { return hs_status_ != 0 || hs_ok_ >= lanes_.size(); });
     if (hs_status_ != 0) {
         *why = hs_why_;
         return hs_status_;
     }
     if (!done) {
-        *why = strprintf("connect to peer %s timed out after %u ms", ep_.name.c_str(),
-                         cfg_.connect_timeout_ms);
+        *why = strprintf("connect to peer %s timed out after %u ms", ep_.name.c_str(), cfg_.connect_timeout_ms);
         return -ETIMEDOUT;
     }
     return 0;
@@ -79,8 +76,7 @@ int Peer::check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err) 
     std::shared_lock lk(imp_mu_);
     auto it = imported_.find(op.remote_mem);
     if (it == imported_.end())
-        return set_error(err, -EINVAL,
-                         "tcp: op %zu: remote_mem %llu is not a region imported from peer %s", i,
+        return set_error(err, -EINVAL, "tcp: op %zu: remote_mem %llu is not a region imported from peer %s", i,
                          static_cast<unsigned long long>(op.remote_mem), ep_.name.c_str());
     const RemoteRegion &r = it->second;
     if (op.remote_addr < r.addr || op.remote_addr + op.length < op.remote_addr ||
@@ -88,18 +84,16 @@ int Peer::check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err) 
         return set_error(err, -EFAULT,
                          "tcp: op %zu: remote range [0x%llx, +%llu) is outside imported region "
                          "[0x%llx, 0x%llx) of peer %s",
-                         i, static_cast<unsigned long long>(op.remote_addr),
-                         static_cast<unsigned long long>(op.length),
-                         static_cast<unsigned long long>(r.addr),
-                         static_cast<unsigned long long>(r.addr + r.len), ep_.name.c_str());
-    uint32_t need =
-        op.opcode == FERRY_OP_WRITE ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
+                         i, static_cast<unsigned long long>(op.remote_addr), static_cast<unsigned long long>(op.length),
+                         static_cast<unsigned long long>(r.addr), static_cast<unsigned long long>(r.addr + r.len),
+                         ep_.name.c_str());
+    uint32_t need = op.opcode == FERRY_OP_WRITE ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
     if ((r.access & need) == 0)
-        return set_error(err, -EACCES, "tcp: op %zu: imported region [0x%llx, 0x%llx) of peer %s "
-                                       "does not grant remote %s",
-                         i, static_cast<unsigned long long>(r.addr),
-                         static_cast<unsigned long long>(r.addr + r.len), ep_.name.c_str(),
-                         op.opcode == FERRY_OP_WRITE ? "write" : "read");
+        return set_error(err, -EACCES,
+                         "tcp: op %zu: imported region [0x%llx, 0x%llx) of peer %s "
+                         "does not grant remote %s",
+                         i, static_cast<unsigned long long>(r.addr), static_cast<unsigned long long>(r.addr + r.len),
+                         ep_.name.c_str(), op.opcode == FERRY_OP_WRITE ? "write" : "read");
     return 0;
 }
 
@@ -108,21 +102,18 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     std::vector<Region *> locals;
     locals.reserve(n_ops);
     auto release_all = [&] {
-        for (Region *r : locals)
-            regions_.release(r);
+        for (Region *r : locals) regions_.release(r);
     };
     for (size_t i = 0; i < n_ops; ++i) {
         const ferry_xfer_op_t &op = ops[i];
         int rc = 0;
         if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE)
             rc = set_error(err, -EINVAL, "tcp: op %zu: unknown opcode %u", i, op.opcode);
-        else if (op.length == 0)
-            rc = set_error(err, -EINVAL, "tcp: op %zu: length is 0", i);
+        else if (op.length == 0) rc = set_error(err, -EINVAL, "tcp: op %zu: length is 0", i);
         else if (op.length / cfg_.slice_size >= UINT32_MAX)
             rc = set_error(err, -EINVAL, "tcp: op %zu: length %llu is too large", i,
                            static_cast<unsigned long long>(op.length));
-        else
-            rc = check_remote(i, op, err);
+        else rc = check_remote(i, op, err);
         if (rc == 0) {
             int code = 0;
             std::string why;
@@ -131,7 +122,7 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
                 rc = set_error(err, code, "tcp: op %zu: %s", i, why.c_str());
             } else {
                 locals.push_back(r);
-                if (r->kind != FERRY_MEM_HOST) // registered to be served staged, never touched here
+                if (r->kind != FERRY_MEM_HOST)  // registered to be served staged, never touched here
                     rc = set_error(err, -ENOTSUP,
                                    "tcp: op %zu: local region %llu is device memory: tcp serves "
                                    "peers' access to it through the host's staging but does not "
@@ -175,8 +166,7 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
             for (uint64_t off = 0; off < o.length; off += cfg_.slice_size) {
                 size_t best = 0;
                 for (size_t l = 1; l < nl; ++l)
-                    if (load[l] < load[best])
-                        best = l;
+                    if (load[l] < load[best]) best = l;
                 Slice s;
                 s.op = op;
                 s.opcode = static_cast<uint8_t>(o.opcode);
@@ -188,22 +178,19 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
             }
         }
     } catch (...) {
-        for (Op *op : built)
-            delete op;
+        for (Op *op : built) delete op;
         release_all();
         throw;
     }
     // Phase 3: hand the batches over. Nothing here can fail.
     for (size_t l = 0; l < nl; ++l) {
-        if (batches[l].front().empty())
-            continue;
+        if (batches[l].front().empty()) continue;
         uint64_t bytes = 0;
-        for (const Slice &s : batches[l].front())
-            bytes += s.len;
+        for (const Slice &s : batches[l].front()) bytes += s.len;
         lanes_[l]->add_load(bytes);
         lanes_[l]->push(batches[l]);
     }
     return 0;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

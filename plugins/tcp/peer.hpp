@@ -39,7 +39,7 @@ public:
     const Config &config() const { return cfg_; }
     const Logger &log() const { return log_; }
 
-    void add_lane(Reactor &reactor); // before connect_lanes()
+    void add_lane(Reactor &reactor);  // before connect_lanes()
 
     // Starts every lane's connection and waits (bounded by connect_timeout_ms) until all
     // answered HELLO or one failed. On failure returns the first error with *why.
@@ -66,7 +66,7 @@ private:
     RegionTable &regions_;
     std::vector<std::unique_ptr<Lane>> lanes_;
 
-    std::mutex submit_mu_; // serialises submits, and submit against close
+    std::mutex submit_mu_;  // serialises submits, and submit against close
     bool closed_ = false;
 
     std::shared_mutex imp_mu_;
@@ -79,4 +79,4 @@ private:
     std::string hs_why_;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

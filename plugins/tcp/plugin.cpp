@@ -17,14 +17,14 @@ namespace {
 Transport *T(ferry_transport_t *t) { return reinterpret_cast<Transport *>(t); }
 
 // Runs fn, turning exceptions into error codes with a message.
-template <class F> int guard(ferry_error_t *err, const char *what, F &&fn) {
+template <class F>
+int guard(ferry_error_t *err, const char *what, F &&fn) {
     try {
         return fn();
     } catch (const std::bad_alloc &) {
         return set_error(err, -ENOMEM, "tcp: %s: out of memory", what);
     } catch (const std::system_error &e) {
-        int code = e.code().category() == std::generic_category() ||
-                           e.code().category() == std::system_category()
+        int code = e.code().category() == std::generic_category() || e.code().category() == std::system_category()
                        ? e.code().value()
                        : EIO;
         return set_error(err, code > 0 ? -code : -EIO, "tcp: %s: %s", what, e.what());
@@ -35,36 +35,31 @@ template <class F> int guard(ferry_error_t *err, const char *what, F &&fn) {
     }
 }
 
-#define REQUIRE(cond, what)                                                                     \
-    do {                                                                                        \
-        if (!(cond))                                                                            \
-            return set_error(err, -EINVAL, "tcp: %s: %s", what, #cond " is false");             \
+#define REQUIRE(cond, what)                                                                  \
+    do {                                                                                     \
+        if (!(cond)) return set_error(err, -EINVAL, "tcp: %s: %s", what, #cond " is false"); \
     } while (0)
 
 int tcp_probe(const ferry_kv_t *, size_t, ferry_probe_result_t *result) {
-    if (result == nullptr)
-        return -EINVAL;
+    if (result == nullptr) return -EINVAL;
     result->available = 1;
-    ferry_tcp::copy_message(result->reason,
-                            "TCP sockets: always available (host memory over TCP/IP)");
+    ferry_tcp::copy_message(result->reason, "TCP sockets: always available (host memory over TCP/IP)");
     return 0;
 }
 
-int tcp_create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
-               ferry_transport_t **out, ferry_error_t *err) {
+int tcp_create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host, ferry_transport_t **out,
+               ferry_error_t *err) {
     REQUIRE(out != nullptr, "create");
     return guard(err, "create", [&] {
         Transport *t = nullptr;
         int rc = Transport::create(options, n_options, host, &t, err);
-        if (rc == 0)
-            *out = reinterpret_cast<ferry_transport_t *>(t);
+        if (rc == 0) *out = reinterpret_cast<ferry_transport_t *>(t);
         return rc;
     });
 }
 
 void tcp_destroy(ferry_transport_t *t) {
-    if (t == nullptr)
-        return;
+    if (t == nullptr) return;
     try {
         delete T(t);
     } catch (...) {
@@ -78,8 +73,7 @@ int tcp_export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_erro
     return guard(err, "export_endpoint", [&] { return T(t)->export_endpoint(buf, len, err); });
 }
 
-int tcp_register_mem(ferry_transport_t *t, const ferry_mem_region_t *region, uint64_t *handle,
-                     ferry_error_t *err) {
+int tcp_register_mem(ferry_transport_t *t, const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err) {
     REQUIRE(t != nullptr && region != nullptr && handle != nullptr, "register_mem");
     return guard(err, "register_mem", [&] { return T(t)->register_mem(region, handle, err); });
 }
@@ -89,14 +83,12 @@ int tcp_deregister_mem(ferry_transport_t *t, uint64_t handle, ferry_error_t *err
     return guard(err, "deregister_mem", [&] { return T(t)->deregister_mem(handle, err); });
 }
 
-int tcp_export_mem(ferry_transport_t *t, uint64_t handle, void *buf, size_t *len,
-                   ferry_error_t *err) {
+int tcp_export_mem(ferry_transport_t *t, uint64_t handle, void *buf, size_t *len, ferry_error_t *err) {
     REQUIRE(t != nullptr && len != nullptr, "export_mem");
     return guard(err, "export_mem", [&] { return T(t)->export_mem(handle, buf, len, err); });
 }
 
-int tcp_connect(ferry_transport_t *t, const void *endpoint, size_t len, uint64_t *peer,
-                ferry_error_t *err) {
+int tcp_connect(ferry_transport_t *t, const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
     REQUIRE(t != nullptr && endpoint != nullptr && peer != nullptr, "connect");
     return guard(err, "connect", [&] { return T(t)->connect(endpoint, len, peer, err); });
 }
@@ -106,12 +98,11 @@ int tcp_disconnect(ferry_transport_t *t, uint64_t peer, ferry_error_t *err) {
     return guard(err, "disconnect", [&] { return T(t)->disconnect(peer, err); });
 }
 
-int tcp_import_mem(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *region,
-                   const void *desc, size_t len, uint64_t *remote_mem, ferry_error_t *err) {
+int tcp_import_mem(ferry_transport_t *t, uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
+                   uint64_t *remote_mem, ferry_error_t *err) {
     REQUIRE(t != nullptr && region != nullptr && remote_mem != nullptr, "import_mem");
     REQUIRE(desc != nullptr || len == 0, "import_mem");
-    return guard(err, "import_mem",
-                 [&] { return T(t)->import_mem(peer, region, desc, len, remote_mem, err); });
+    return guard(err, "import_mem", [&] { return T(t)->import_mem(peer, region, desc, len, remote_mem, err); });
 }
 
 int tcp_release_mem(ferry_transport_t *t, uint64_t peer, uint64_t remote_mem, ferry_error_t *err) {
@@ -119,12 +110,10 @@ int tcp_release_mem(ferry_transport_t *t, uint64_t peer, uint64_t remote_mem, fe
     return guard(err, "release_mem", [&] { return T(t)->release_mem(peer, remote_mem, err); });
 }
 
-int tcp_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops,
-               ferry_error_t *err) {
+int tcp_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     REQUIRE(t != nullptr, "submit");
     REQUIRE(ops != nullptr || n_ops == 0, "submit");
-    if (n_ops == 0)
-        return 0;
+    if (n_ops == 0) return 0;
     return guard(err, "submit", [&] { return T(t)->submit(peer, ops, n_ops, err); });
 }
 
@@ -140,15 +129,15 @@ int tcp_completion_fd(ferry_transport_t *t, int *fd, ferry_error_t *err) {
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     .abi_version = FERRY_PLUGIN_ABI_VERSION,
     .struct_size = sizeof(ferry_plugin_v1_t),
     .name = ferry_tcp::kPluginName,
     .version = ferry_tcp::kPluginVersion,
-    .caps = FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
-            FERRY_CAP_STAGED_DEVICE,
+    .caps =
+        FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE,
     .probe = tcp_probe,
     .create = tcp_create,
     .destroy = tcp_destroy,

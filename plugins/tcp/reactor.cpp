@@ -24,22 +24,18 @@ Reactor::~Reactor() {
     stop();
     adopted_.clear();
     graveyard_.clear();
-    if (wakefd_ >= 0)
-        close(wakefd_);
-    if (epfd_ >= 0)
-        close(epfd_);
+    if (wakefd_ >= 0) close(wakefd_);
+    if (epfd_ >= 0) close(epfd_);
 }
 
 void Reactor::start() {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epfd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    if (epfd_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
     wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wakefd_ < 0)
-        throw std::system_error(errno, std::generic_category(), "eventfd");
+    if (wakefd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.ptr = nullptr; // the wake-up eventfd
+    ev.data.ptr = nullptr;  // the wake-up eventfd
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev) != 0)
         throw std::system_error(errno, std::generic_category(), "epoll_ctl(wake eventfd)");
     thread_ = std::thread([this] {
@@ -55,8 +51,7 @@ void Reactor::start() {
 }
 
 void Reactor::stop() {
-    if (!thread_.joinable())
-        return;
+    if (!thread_.joinable()) return;
     post([this] { stop_ = true; });
     thread_.join();
 }
@@ -79,17 +74,14 @@ void Reactor::mod_fd(int fd, uint32_t events, Handler *h) {
 void Reactor::del_fd(int fd) { epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr); }
 
 void Reactor::want_timer(Handler *h) {
-    if (h->in_timers_)
-        return;
+    if (h->in_timers_) return;
     h->in_timers_ = true;
-    if (timers_.empty())
-        next_tick_ = Clock::now() + std::chrono::milliseconds(tick_ms_);
+    if (timers_.empty()) next_tick_ = Clock::now() + std::chrono::milliseconds(tick_ms_);
     timers_.push_back(h);
 }
 
 void Reactor::mark_ready(Handler *h) {
-    if (h->in_ready_)
-        return;
+    if (h->in_ready_) return;
     h->in_ready_ = true;
     ready_.push_back(h);
 }
@@ -102,11 +94,9 @@ void Reactor::unkick(Handler *h) {
         if (h->kick_queued_) {
             Handler *prev = nullptr;
             for (Handler *k = kick_head_; k != nullptr; prev = k, k = k->kick_next_) {
-                if (k != h)
-                    continue;
+                if (k != h) continue;
                 (prev != nullptr ? prev->kick_next_ : kick_head_) = k->kick_next_;
-                if (kick_tail_ == k)
-                    kick_tail_ = prev;
+                if (kick_tail_ == k) kick_tail_ = prev;
                 break;
             }
             h->kick_queued_ = false;
@@ -154,8 +144,7 @@ void Reactor::complete(uint64_t user_data, int status, const char *message) {
     ferry_completion_t c{};
     c.user_data = user_data;
     c.status = status;
-    if (status != 0)
-        copy_message(c.message, message);
+    if (status != 0) copy_message(c.message, message);
     done_.push_back(c);
 }
 
@@ -169,19 +158,15 @@ void Reactor::kick(Handler *h) noexcept {
     bool was_empty;
     {
         std::lock_guard lk(inbox_mu_);
-        if (h->kick_queued_)
-            return;
+        if (h->kick_queued_) return;
         was_empty = kick_head_ == nullptr && tasks_.empty();
         h->kick_queued_ = true;
         h->kick_next_ = nullptr;
-        if (kick_tail_ != nullptr)
-            kick_tail_->kick_next_ = h;
-        else
-            kick_head_ = h;
+        if (kick_tail_ != nullptr) kick_tail_->kick_next_ = h;
+        else kick_head_ = h;
         kick_tail_ = h;
     }
-    if (was_empty)
-        wake();
+    if (was_empty) wake();
 }
 
 void Reactor::post(std::function<void()> fn) {
@@ -191,8 +176,7 @@ void Reactor::post(std::function<void()> fn) {
         was_empty = kick_head_ == nullptr && tasks_.empty();
         tasks_.push_back(std::move(fn));
     }
-    if (was_empty)
-        wake();
+    if (was_empty) wake();
 }
 
 void Reactor::run_sync(std::function<void()> fn) {
@@ -206,18 +190,19 @@ void Reactor::run_sync(std::function<void()> fn) {
     post([&] {
         try {
             fn();
-            flush(); // completions fn produced are pollable when run_sync returns
+            flush();  // completions fn produced are pollable when run_sync returns
             done.set_value();
         } catch (...) {
             done.set_exception(std::current_exception());
         }
     });
-    fut.get(); // rethrows what fn threw
+    fut.get();  // rethrows what fn threw
 }
 
 // Nothing may escape the loop thread (std::terminate); a callback that threw (in practice
 // std::bad_alloc) is logged and the loop goes on.
-template <class F> void Reactor::guarded(const char *what, F &&fn) {
+template <class F>
+void Reactor::guarded(const char *what, F &&fn) {
     try {
         fn();
     } catch (const std::exception &e) {
@@ -238,30 +223,24 @@ void Reactor::run_inbox() {
         }
         kick_head_ = kick_tail_ = nullptr;
     }
-    for (Handler *h : kicks_work_)
-        guarded("kick", [h] { h->on_kick(); });
+    for (Handler *h : kicks_work_) guarded("kick", [h] { h->on_kick(); });
     kicks_work_.clear();
-    for (auto &task : tasks_work_)
-        guarded("task", task);
+    for (auto &task : tasks_work_) guarded("task", task);
     tasks_work_.clear();
 }
 
 void Reactor::run_ready() {
-    if (ready_.empty())
-        return;
+    if (ready_.empty()) return;
     std::vector<Handler *> batch;
     batch.swap(ready_);
-    for (Handler *h : batch)
-        h->in_ready_ = false;
-    for (Handler *h : batch)
-        guarded("resume", [h] { h->on_ready(); });
+    for (Handler *h : batch) h->in_ready_ = false;
+    for (Handler *h : batch) guarded("resume", [h] { h->on_ready(); });
 }
 
 void Reactor::run_timers(Clock::time_point now) {
     std::vector<Handler *> snapshot = timers_;
     for (Handler *h : snapshot) {
-        if (!h->in_timers_)
-            continue; // forgotten by an earlier callback of this round
+        if (!h->in_timers_) continue;  // forgotten by an earlier callback of this round
         bool keep = true;
         guarded("timer", [&] { keep = h->on_timer(now); });
         if (!keep && h->in_timers_) {
@@ -273,8 +252,7 @@ void Reactor::run_timers(Clock::time_point now) {
 }
 
 void Reactor::flush() {
-    if (!done_.empty())
-        cq_.push(done_);
+    if (!done_.empty()) cq_.push(done_);
 }
 
 // Event loop. Sleeps in epoll_wait unless postponed work is ready; wakes once per tick only
@@ -286,14 +264,12 @@ void Reactor::loop() {
         if (!ready_.empty()) {
             timeout = 0;
         } else if (!timers_.empty()) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick_ -
-                                                                              Clock::now());
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_tick_ - Clock::now());
             timeout = static_cast<int>(std::max<int64_t>(0, left.count()) + 1);
         }
         int n = epoll_wait(epfd_, evs, 64, timeout);
         if (n < 0) {
-            if (errno != EINTR)
-                log_.log(FERRY_LOG_ERROR, "epoll_wait: %s", errno_string(errno).c_str());
+            if (errno != EINTR) log_.log(FERRY_LOG_ERROR, "epoll_wait: %s", errno_string(errno).c_str());
             n = 0;
         }
         for (int i = 0; i < n; ++i) {
@@ -311,8 +287,7 @@ void Reactor::loop() {
         run_ready();
         if (!timers_.empty()) {
             auto now = Clock::now();
-            if (now >= next_tick_)
-                run_timers(now);
+            if (now >= next_tick_) run_timers(now);
         }
         flush();
         graveyard_.clear();
@@ -320,4 +295,4 @@ void Reactor::loop() {
     flush();
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -22,10 +22,10 @@ class CompletionQueue;
 class Handler {
 public:
     virtual ~Handler() = default;
-    virtual void on_events(uint32_t events) = 0; // epoll events of the handler's fd
-    virtual void on_kick() {}                     // another thread queued work
-    virtual bool on_timer(Clock::time_point) { return false; } // true: keep ticking
-    virtual void on_ready() {} // resume work postponed by mark_ready() (fairness)
+    virtual void on_events(uint32_t events) = 0;                // epoll events of the handler's fd
+    virtual void on_kick() {}                                   // another thread queued work
+    virtual bool on_timer(Clock::time_point) { return false; }  // true: keep ticking
+    virtual void on_ready() {}                                  // resume work postponed by mark_ready() (fairness)
 
 private:
     friend class Reactor;
@@ -40,24 +40,24 @@ private:
 class Reactor {
 public:
     Reactor(const Logger &log, CompletionQueue &cq, unsigned tick_ms, unsigned index);
-    ~Reactor(); // stops the loop and deletes adopted handlers
+    ~Reactor();  // stops the loop and deletes adopted handlers
     Reactor(const Reactor &) = delete;
     Reactor &operator=(const Reactor &) = delete;
 
-    void start(); // throws std::system_error
-    void stop();  // runs what was posted so far, then joins
+    void start();  // throws std::system_error
+    void stop();   // runs what was posted so far, then joins
     unsigned index() const { return index_; }
 
     // ---- loop thread only ----
-    int add_fd(int fd, uint32_t events, Handler *h); // 0 or -errno
+    int add_fd(int fd, uint32_t events, Handler *h);  // 0 or -errno
     void mod_fd(int fd, uint32_t events, Handler *h);
     void del_fd(int fd);
-    void want_timer(Handler *h); // h->on_timer() every tick until it returns false
-    void mark_ready(Handler *h); // h->on_ready() on the next iteration, without sleeping
-    void forget(Handler *h);     // drop h from the timer and ready lists
+    void want_timer(Handler *h);  // h->on_timer() every tick until it returns false
+    void mark_ready(Handler *h);  // h->on_ready() on the next iteration, without sleeping
+    void forget(Handler *h);      // drop h from the timer and ready lists
     void adopt(std::unique_ptr<Handler> h);
-    void dispose(Handler *h); // deletes an adopted handler at the end of this iteration
-    void dispose_all();       // disposes every adopted handler
+    void dispose(Handler *h);  // deletes an adopted handler at the end of this iteration
+    void dispose_all();        // disposes every adopted handler
     // Queues a completion; they reach the completion queue once per loop iteration.
     void complete(uint64_t user_data, int status, const char *message);
 
@@ -66,16 +66,17 @@ public:
     // the tasks posted in the same round. Never throws.
     void kick(Handler *h) noexcept;
     void post(std::function<void()> fn);
-    void run_sync(std::function<void()> fn); // post and wait; inline on the loop thread
+    void run_sync(std::function<void()> fn);  // post and wait; inline on the loop thread
     bool in_loop() const { return std::this_thread::get_id() == thread_.get_id(); }
 
 private:
     void loop();
-    template <class F> void guarded(const char *what, F &&fn);
+    template <class F>
+    void guarded(const char *what, F &&fn);
     void run_inbox();
     void run_ready();
     void run_timers(Clock::time_point now);
-    void unkick(Handler *h); // drops a queued kick
+    void unkick(Handler *h);  // drops a queued kick
     void flush();
 
     const Logger &log_;
@@ -85,7 +86,7 @@ private:
     int epfd_ = -1;
     int wakefd_ = -1;
     std::thread thread_;
-    bool stop_ = false; // loop thread only
+    bool stop_ = false;  // loop thread only
 
     void wake() noexcept;
 
@@ -93,8 +94,8 @@ private:
     std::vector<std::function<void()>> tasks_;
     Handler *kick_head_ = nullptr;
     Handler *kick_tail_ = nullptr;
-    std::vector<std::function<void()>> tasks_work_; // loop thread only: swapped with tasks_
-    std::vector<Handler *> kicks_work_;             // loop thread only
+    std::vector<std::function<void()>> tasks_work_;  // loop thread only: swapped with tasks_
+    std::vector<Handler *> kicks_work_;              // loop thread only
 
     std::vector<Handler *> ready_;
     std::vector<Handler *> timers_;
@@ -104,4 +105,4 @@ private:
     std::vector<ferry_completion_t> done_;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -9,13 +9,10 @@
 namespace ferry_tcp {
 
 namespace {
-const char *access_name(uint32_t need) {
-    return need == FERRY_ACCESS_REMOTE_WRITE ? "remote write" : "remote read";
-}
-} // namespace
+const char *access_name(uint32_t need) { return need == FERRY_ACCESS_REMOTE_WRITE ? "remote write" : "remote read"; }
+}  // namespace
 
-uint64_t RegionTable::add(uint64_t addr, uint64_t len, uint32_t access, uint32_t kind,
-                          int32_t device_id) {
+uint64_t RegionTable::add(uint64_t addr, uint64_t len, uint32_t access, uint32_t kind, int32_t device_id) {
     auto r = std::make_unique<Region>();
     r->kind = kind;
     r->device_id = device_id;
@@ -26,8 +23,7 @@ uint64_t RegionTable::add(uint64_t addr, uint64_t len, uint32_t access, uint32_t
     r->handle = next_handle_++;
     uint64_t h = r->handle;
     by_addr_.emplace(addr, r.get());
-    if (len > max_len_)
-        max_len_ = len;
+    if (len > max_len_) max_len_ = len;
     by_handle_.emplace(h, std::move(r));
     return h;
 }
@@ -37,8 +33,7 @@ bool RegionTable::remove(uint64_t handle) {
     {
         std::unique_lock lk(mu_);
         auto it = by_handle_.find(handle);
-        if (it == by_handle_.end())
-            return false;
+        if (it == by_handle_.end()) return false;
         r = std::move(it->second);
         by_handle_.erase(it);
         auto [b, e] = by_addr_.equal_range(r->addr);
@@ -60,14 +55,12 @@ bool RegionTable::remove(uint64_t handle) {
     return true;
 }
 
-Region *RegionTable::acquire_remote(uint64_t addr, uint64_t len, uint32_t need, int *code,
-                                    std::string *why) {
+Region *RegionTable::acquire_remote(uint64_t addr, uint64_t len, uint32_t need, int *code, std::string *why) {
     const char *what = access_name(need);
     if (len == 0 || addr + len < addr) {
         *code = -EFAULT;
-        *why = strprintf("%s of %llu bytes at 0x%llx refused: the range wraps the address space",
-                         what, static_cast<unsigned long long>(len),
-                         static_cast<unsigned long long>(addr));
+        *why = strprintf("%s of %llu bytes at 0x%llx refused: the range wraps the address space", what,
+                         static_cast<unsigned long long>(len), static_cast<unsigned long long>(addr));
         return nullptr;
     }
     const uint64_t end = addr + len;
@@ -75,12 +68,11 @@ Region *RegionTable::acquire_remote(uint64_t addr, uint64_t len, uint32_t need, 
     Region *no_right = nullptr;
     {
         std::shared_lock lk(mu_);
-        auto it = by_addr_.upper_bound(addr); // first region starting after addr
+        auto it = by_addr_.upper_bound(addr);  // first region starting after addr
         while (it != by_addr_.begin()) {
             --it;
             Region *r = it->second;
-            if (addr - r->addr >= max_len_)
-                break; // neither r nor any region starting before it can reach addr
+            if (addr - r->addr >= max_len_) break;  // neither r nor any region starting before it can reach addr
             if (r->addr <= addr && end <= r->addr + r->len) {
                 if ((r->access & need) == need) {
                     r->refs.fetch_add(1);
@@ -92,27 +84,25 @@ Region *RegionTable::acquire_remote(uint64_t addr, uint64_t len, uint32_t need, 
         }
         if (found_without_right) {
             *code = -EACCES;
-            *why = strprintf("%s of %llu bytes at 0x%llx refused: region [0x%llx, 0x%llx) is "
-                             "not registered for %s",
-                             what, static_cast<unsigned long long>(len),
-                             static_cast<unsigned long long>(addr),
-                             static_cast<unsigned long long>(no_right->addr),
-                             static_cast<unsigned long long>(no_right->addr + no_right->len),
-                             what);
+            *why = strprintf(
+                "%s of %llu bytes at 0x%llx refused: region [0x%llx, 0x%llx) is "
+                "not registered for %s",
+                what, static_cast<unsigned long long>(len), static_cast<unsigned long long>(addr),
+                static_cast<unsigned long long>(no_right->addr),
+                static_cast<unsigned long long>(no_right->addr + no_right->len), what);
             return nullptr;
         }
     }
     *code = -EFAULT;
-    *why = strprintf("%s of %llu bytes at 0x%llx refused: [0x%llx, 0x%llx) is not inside one "
-                     "registered region",
-                     what, static_cast<unsigned long long>(len),
-                     static_cast<unsigned long long>(addr), static_cast<unsigned long long>(addr),
-                     static_cast<unsigned long long>(end));
+    *why = strprintf(
+        "%s of %llu bytes at 0x%llx refused: [0x%llx, 0x%llx) is not inside one "
+        "registered region",
+        what, static_cast<unsigned long long>(len), static_cast<unsigned long long>(addr),
+        static_cast<unsigned long long>(addr), static_cast<unsigned long long>(end));
     return nullptr;
 }
 
-Region *RegionTable::acquire_local(uint64_t handle, uint64_t addr, uint64_t len, int *code,
-                                   std::string *why) {
+Region *RegionTable::acquire_local(uint64_t handle, uint64_t addr, uint64_t len, int *code, std::string *why) {
     std::shared_lock lk(mu_);
     auto it = by_handle_.find(handle);
     if (it == by_handle_.end()) {
@@ -124,13 +114,12 @@ Region *RegionTable::acquire_local(uint64_t handle, uint64_t addr, uint64_t len,
     Region *r = it->second.get();
     if (addr < r->addr || addr + len < addr || addr + len > r->addr + r->len) {
         *code = -EFAULT;
-        *why = strprintf("local range [0x%llx, +%llu) is outside local region %llu "
-                         "[0x%llx, 0x%llx)",
-                         static_cast<unsigned long long>(addr),
-                         static_cast<unsigned long long>(len),
-                         static_cast<unsigned long long>(handle),
-                         static_cast<unsigned long long>(r->addr),
-                         static_cast<unsigned long long>(r->addr + r->len));
+        *why = strprintf(
+            "local range [0x%llx, +%llu) is outside local region %llu "
+            "[0x%llx, 0x%llx)",
+            static_cast<unsigned long long>(addr), static_cast<unsigned long long>(len),
+            static_cast<unsigned long long>(handle), static_cast<unsigned long long>(r->addr),
+            static_cast<unsigned long long>(r->addr + r->len));
         return nullptr;
     }
     r->refs.fetch_add(1);
@@ -152,4 +141,4 @@ void RegionTable::release(Region *r) {
     }
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

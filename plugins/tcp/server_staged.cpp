@@ -24,8 +24,7 @@
 namespace ferry_tcp {
 
 ServerConn::FdCloser::~FdCloser() {
-    if (fd >= 0)
-        close(fd);
+    if (fd >= 0) close(fd);
 }
 
 ferry_staged::StageWindow &ServerConn::window() {
@@ -40,16 +39,12 @@ ferry_staged::StageWindow &ServerConn::window() {
     return *window_;
 }
 
-bool ServerConn::stage_busy() const {
-    return !staged_.empty() || !writes_.empty() || stage_wait_ || rx_ == Rx::Staged;
-}
+bool ServerConn::stage_busy() const { return !staged_.empty() || !writes_.empty() || stage_wait_ || rx_ == Rx::Staged; }
 
 size_t ServerConn::tx_count() const {
-    if (staged_in_out_ == 0)
-        return out_.size();
+    if (staged_in_out_ == 0) return out_.size();
     size_t i = 0;
-    while (i < out_.size() && out_[i].ready && !out_[i].dead)
-        ++i;
+    while (i < out_.size() && out_[i].ready && !out_[i].dead) ++i;
     return i;
 }
 
@@ -67,8 +62,8 @@ void ServerConn::make_error(Resp &r, int status, const std::string &msg) {
     encode_header(h, r.hdr);
 }
 
-ferry_staged::SlicePtr ServerConn::stage_take(Region *r, uint64_t off, uint64_t len, int *code,
-                                              std::string *why, bool *wait) {
+ferry_staged::SlicePtr ServerConn::stage_take(Region *r, uint64_t off, uint64_t len, int *code, std::string *why,
+                                              bool *wait) {
     ferry_staged::SlicePtr s;
     *wait = false;
     auto got = window().acquire(r->kind, r->device_id, off, len, &s, code, why);
@@ -76,8 +71,7 @@ ferry_staged::SlicePtr ServerConn::stage_take(Region *r, uint64_t off, uint64_t 
         *wait = true;
         return nullptr;
     }
-    if (got == ferry_staged::StageWindow::Got::Fail)
-        return nullptr;
+    if (got == ferry_staged::StageWindow::Got::Fail) return nullptr;
     // The slice's own reference: the region stays registered until no copy runs on it.
     r->refs.fetch_add(1);
     RegionTable *t = &ctx_.regions;
@@ -108,7 +102,7 @@ bool ServerConn::stage_read(const Header &h, Region *r) {
             out_.emplace_back();
             out_.back().id = h.id;
             out_.back().head = false;
-            r->refs.fetch_add(1); // every item holds the region until it is sent or skipped
+            r->refs.fetch_add(1);  // every item holds the region until it is sent or skipped
         }
         Resp &it = out_.back();
         it.ref = r;
@@ -127,7 +121,7 @@ bool ServerConn::stage_read(const Header &h, Region *r) {
 }
 
 void ServerConn::stage_write(const Header &h, Region *r) {
-    cur_ref_ = r; // while the payload is received; every slice holds its own reference
+    cur_ref_ = r;  // while the payload is received; every slice holds its own reference
     rx_dev_ = h.addr;
     rx_ = Rx::Staged;
     rx_slice_.reset();
@@ -150,9 +144,8 @@ bool ServerConn::stage_rx_slice() {
     const uint64_t len = std::min<uint64_t>(ctx_.stager.slice_bytes(), left_);
     ferry_staged::SlicePtr s = stage_take(cur_ref_, rx_dev_, len, &code, &why, &wait);
     stage_wait_ = wait;
-    if (wait)
-        return false;
-    if (!s) { // the rest of the payload is drained; the ERROR goes out once started copies ended
+    if (wait) return false;
+    if (!s) {  // the rest of the payload is drained; the ERROR goes out once started copies ended
         w.status = code;
         w.why = why;
         ctx_.peer_log.log(FERRY_LOG_WARN, "request from %s: %s", name_.c_str(), why.c_str());
@@ -168,7 +161,7 @@ void ServerConn::stage_rx_filled() {
     rx_slice_.reset();
     StagedWrite &w = writes_.back();
     rx_dev_ += s->length();
-    if (w.status != 0) { // an earlier slice's copy failed: nothing more is written
+    if (w.status != 0) {  // an earlier slice's copy failed: nothing more is written
         window_->release(s);
         return;
     }
@@ -184,7 +177,7 @@ void ServerConn::stage_rx_filled() {
 }
 
 void ServerConn::stage_rx_done() {
-    if (rx_slice_) { // not reached: a slice never outgrows the payload
+    if (rx_slice_) {  // not reached: a slice never outgrows the payload
         window_->release(rx_slice_);
         rx_slice_.reset();
     }
@@ -197,8 +190,7 @@ void ServerConn::stage_rx_done() {
 void ServerConn::stage_pop() {
     staged_.front()->in_staged = false;
     staged_.pop_front();
-    if (feed_ > 0)
-        --feed_;
+    if (feed_ > 0) --feed_;
 }
 
 // Nothing of the request was sent yet: its head becomes an ERROR, its other items are skipped.
@@ -215,19 +207,17 @@ void ServerConn::stage_fail_read(Resp *head, int code, const std::string &why) {
         window_->release(head->slice);
         head->slice.reset();
     }
-    const std::string msg = strprintf("tcp: READ of %llu bytes of %s device memory at 0x%llx failed: %s",
-                                      static_cast<unsigned long long>(head->len),
-                                      ferry_staged::kind_name(head->dev_region->kind),
-                                      static_cast<unsigned long long>(head->dev_addr), why.c_str());
+    const std::string msg = strprintf(
+        "tcp: READ of %llu bytes of %s device memory at 0x%llx failed: %s", static_cast<unsigned long long>(head->len),
+        ferry_staged::kind_name(head->dev_region->kind), static_cast<unsigned long long>(head->dev_addr), why.c_str());
     make_error(*head, code < 0 ? code : -EIO, msg);
     head->ready = true;
     ctx_.peer_log.log(FERRY_LOG_WARN, "request from %s: %s", name_.c_str(), msg.c_str());
 }
 
 void ServerConn::stage_progress() {
-    if (closed_ || !window_)
-        return;
-    stage_wait_ = false; // receiving asks again
+    if (closed_ || !window_) return;
+    stage_wait_ = false;  // receiving asks again
     ferry_staged::StageWindow &w = *window_;
     // 1. WRITE slices whose copy ended go back at once; the first failure decides the answer.
     for (StagedWrite &sw : writes_) {
@@ -244,8 +234,7 @@ void ServerConn::stage_progress() {
     }
     while (!writes_.empty() && writes_.front().received && writes_.front().slices.empty()) {
         StagedWrite &sw = writes_.front();
-        if (sw.status != 0)
-            make_error(*sw.ack, sw.status, sw.why);
+        if (sw.status != 0) make_error(*sw.ack, sw.status, sw.why);
         sw.ack->ready = true;
         writes_.pop_front();
     }
@@ -264,8 +253,7 @@ void ServerConn::stage_progress() {
             // The front request waits for all its slices, but the bound (or the window) cannot
             // lend them all while it holds some: stream it instead, or it would wait forever.
             Resp *front = staged_.front();
-            if (front->group > 0 && feed_ < front->group)
-                front->group = 0;
+            if (front->group > 0 && feed_ < front->group) front->group = 0;
             break;
         }
         if (s) {
@@ -291,11 +279,9 @@ void ServerConn::stage_progress() {
             stage_pop();
             continue;
         }
-        if (!it->slice)
-            break;
+        if (!it->slice) break;
         if (it->group > 0) {
-            if (staged_.size() < it->group)
-                break;
+            if (staged_.size() < it->group) break;
             bool all = true;
             int bad = 0;
             std::string msg;
@@ -307,8 +293,7 @@ void ServerConn::stage_progress() {
                     msg = "staging copy out of device memory failed: " + x->slice->message();
                 }
             }
-            if (!all)
-                break;
+            if (!all) break;
             if (bad != 0) {
                 stage_fail_read(it, bad, msg);
                 continue;
@@ -320,8 +305,7 @@ void ServerConn::stage_progress() {
             }
             continue;
         }
-        if (!it->slice->copied())
-            break;
+        if (!it->slice->copied()) break;
         if (it->slice->status() != 0) {
             std::string msg = "staging copy out of device memory failed: " + it->slice->message();
             if (!it->head) {
@@ -337,29 +321,24 @@ void ServerConn::stage_progress() {
 }
 
 void ServerConn::on_kick() {
-    if (closed_)
-        return;
+    if (closed_) return;
     last_progress_ = Clock::now();
     stage_progress();
     progress();
 }
 
 void ServerConn::stage_teardown() {
-    if (!window_)
-        return;
+    if (!window_) return;
     window_->detach();
     for (Resp &r : out_)
-        if (r.slice)
-            window_->release(r.slice);
+        if (r.slice) window_->release(r.slice);
     for (StagedWrite &sw : writes_)
-        for (auto &s : sw.slices)
-            window_->release(s);
-    if (rx_slice_)
-        window_->release(rx_slice_);
+        for (auto &s : sw.slices) window_->release(s);
+    if (rx_slice_) window_->release(rx_slice_);
     staged_.clear();
     writes_.clear();
     rx_slice_.reset();
     window_.reset();
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -41,19 +41,15 @@ int tune_socket(int fd, const Config &cfg, std::string *why) {
 int socket_error(int fd) {
     int err = 0;
     socklen_t len = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        return errno;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
     return err;
 }
 
 void set_rcvlowat(int fd, int *current, int want) {
-    if (want < 1)
-        want = 1;
-    if (*current == want)
-        return;
+    if (want < 1) want = 1;
+    if (*current == want) return;
     // The kernel signals EPOLLIN at once when the data already queued meets the new mark.
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0)
-        *current = want;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0) *current = want;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -21,4 +21,4 @@ int socket_error(int fd);
 inline constexpr int kBulkLowat = 256 * 1024;
 void set_rcvlowat(int fd, int *current, int want);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

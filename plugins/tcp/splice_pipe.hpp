@@ -30,7 +30,7 @@ public:
     // the lane then sends with sendmsg.
     bool open();
     bool is_open() const { return rd_ >= 0; }
-    size_t pending() const { return pending_; } // bytes in the pipe, not yet in the socket
+    size_t pending() const { return pending_; }  // bytes in the pipe, not yet in the socket
 
     // Moves up to len bytes of [p, p+len) into the pipe by reference. Returns the bytes moved,
     // or -errno (-EFAULT for memory the kernel cannot reference: the caller falls back to a
@@ -41,7 +41,7 @@ public:
     // Splices pending bytes into the socket. Returns bytes moved or -errno (-EAGAIN: socket
     // full).
     ssize_t drain(int sock);
-    void reset(); // closes the pipe, dropping every page reference it holds
+    void reset();  // closes the pipe, dropping every page reference it holds
 
 private:
     int rd_ = -1;
@@ -49,4 +49,4 @@ private:
     size_t pending_ = 0;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -13,8 +13,7 @@ namespace {
 // Deadline checks run once per tick: fine enough for the smallest timeout configured.
 unsigned tick_for(const Config &cfg) {
     unsigned t = std::min(cfg.connect_timeout_ms, cfg.handshake_timeout_ms);
-    if (cfg.op_timeout_ms != 0)
-        t = std::min(t, cfg.op_timeout_ms);
+    if (cfg.op_timeout_ms != 0) t = std::min(t, cfg.op_timeout_ms);
     return std::clamp(t / 4, 5u, 100u);
 }
 
@@ -23,19 +22,21 @@ bool is_wildcard(const std::string &ip) { return ip == "0.0.0.0" || ip == "::"; 
 // Lines about bad connections and refused requests: at most this many per window, then a count.
 constexpr unsigned kPeerLogBurst = 10;
 constexpr unsigned kPeerLogWindowMs = 10000;
-} // namespace
+}  // namespace
 
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
-    : cfg_(cfg), log_(host), stager_(host, "tcp"), limits_(cfg_),
+    : cfg_(cfg),
+      log_(host),
+      stager_(host, "tcp"),
+      limits_(cfg_),
       peer_log_(log_, "peer connections and requests", kPeerLogBurst, kPeerLogWindowMs),
       server_ctx_{cfg_, log_, regions_, limits_, peer_log_, stager_} {}
 
-int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
-                      Transport **out, ferry_error_t *err) {
+int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host, Transport **out,
+                      ferry_error_t *err) {
     Config cfg;
     int rc = parse_config(options, n_options, &cfg, err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     if (is_wildcard(cfg.bind_ip) && (cfg.advertise_ip.empty() || is_wildcard(cfg.advertise_ip)))
         return set_error(err, -EINVAL,
                          "tcp: bind_ip %s is a wildcard: set advertise_ip to the address peers "
@@ -43,8 +44,7 @@ int Transport::create(const ferry_kv_t *options, size_t n_options, const ferry_h
                          cfg.bind_ip.c_str());
     std::unique_ptr<Transport> t(new Transport(cfg, host));
     rc = t->start(err);
-    if (rc != 0)
-        return rc;
+    if (rc != 0) return rc;
     *out = t.release();
     return 0;
 }
@@ -64,20 +64,15 @@ int Transport::start(ferry_error_t *err) {
     sockaddr_storage bound{};
     std::string why;
     int rc = listener_->open(&bound, &why);
-    if (rc != 0)
-        return set_error(err, rc, "tcp: %s", why.c_str());
-    for (auto &r : reactors_)
-        r->start();
+    if (rc != 0) return set_error(err, rc, "tcp: %s", why.c_str());
+    for (auto &r : reactors_) r->start();
     reactors_[0]->run_sync([&] { rc = listener_->start(); });
-    if (rc != 0)
-        return set_error(err, rc, "tcp: cannot watch the listening socket: %s",
-                         errno_string(-rc).c_str());
+    if (rc != 0) return set_error(err, rc, "tcp: cannot watch the listening socket: %s", errno_string(-rc).c_str());
     sockaddr_storage adv = bound;
     if (!cfg_.advertise_ip.empty()) {
         adv = {};
-        uint16_t port = bound.ss_family == AF_INET6
-                            ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
-                            : reinterpret_cast<sockaddr_in *>(&bound)->sin_port;
+        uint16_t port = bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
+                                                    : reinterpret_cast<sockaddr_in *>(&bound)->sin_port;
         auto *a4 = reinterpret_cast<sockaddr_in *>(&adv);
         auto *a6 = reinterpret_cast<sockaddr_in6 *>(&adv);
         if (inet_pton(AF_INET, cfg_.advertise_ip.c_str(), &a4->sin_addr) == 1) {
@@ -91,8 +86,9 @@ int Transport::start(ferry_error_t *err) {
     }
     encode_endpoint(adv, endpoint_);
     endpoint_name_ = sockaddr_name(adv);
-    log_.log(FERRY_LOG_INFO, "listening on %s (advertised as %s), %u lanes per peer, "
-                             "%u I/O thread(s), slices of %llu bytes",
+    log_.log(FERRY_LOG_INFO,
+             "listening on %s (advertised as %s), %u lanes per peer, "
+             "%u I/O thread(s), slices of %llu bytes",
              sockaddr_name(bound).c_str(), endpoint_name_.c_str(), cfg_.lanes, cfg_.io_threads,
              static_cast<unsigned long long>(cfg_.slice_size));
     return 0;
@@ -105,18 +101,14 @@ Transport::~Transport() {
         std::unique_lock lk(peers_mu_);
         peers.swap(peers_);
     }
-    for (auto &[id, p] : peers)
-        p->close(-ECANCELED, "peer " + p->endpoint().name + ": transport destroyed");
+    for (auto &[id, p] : peers) p->close(-ECANCELED, "peer " + p->endpoint().name + ": transport destroyed");
     peers.clear();
     // 2. Serving: stop accepting, then close served connections (after any accepted
     //    connection still queued to a reactor has been adopted: tasks run in order).
-    if (listener_ && !reactors_.empty())
-        reactors_[0]->run_sync([&] { listener_->stop(); });
-    for (auto &r : reactors_)
-        r->run_sync([&r] { r->dispose_all(); });
+    if (listener_ && !reactors_.empty()) reactors_[0]->run_sync([&] { listener_->stop(); });
+    for (auto &r : reactors_) r->run_sync([&r] { r->dispose_all(); });
     // 3. Threads.
-    for (auto &r : reactors_)
-        r->stop();
+    for (auto &r : reactors_) r->stop();
     reactors_.clear();
     listener_.reset();
     // 4. Staging copies still running for closed connections: their buffers come back (and
@@ -134,21 +126,17 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
     return 0;
 }
 
-int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle,
-                            ferry_error_t *err) {
+int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err) {
     std::string why;
     int rc = stager_.check_region(*region, &why);
-    if (rc != 0)
-        return set_error(err, rc, "%s", why.c_str());
-    if (region->addr == 0 || region->length == 0 ||
-        region->addr + region->length < region->addr)
+    if (rc != 0) return set_error(err, rc, "%s", why.c_str());
+    if (region->addr == 0 || region->length == 0 || region->addr + region->length < region->addr)
         return set_error(err, -EINVAL, "tcp: invalid region [0x%llx, +%llu)",
                          static_cast<unsigned long long>(region->addr),
                          static_cast<unsigned long long>(region->length));
     if ((region->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE)) != 0)
         return set_error(err, -EINVAL, "tcp: unknown access bits 0x%x", region->access);
-    *handle = regions_.add(region->addr, region->length, region->access, region->kind,
-                           region->device_id);
+    *handle = regions_.add(region->addr, region->length, region->access, region->kind, region->device_id);
     return 0;
 }
 
@@ -163,23 +151,21 @@ int Transport::export_mem(uint64_t handle, void *, size_t *len, ferry_error_t *e
     if (!regions_.contains(handle))
         return set_error(err, -EINVAL, "tcp: mem handle %llu is not registered",
                          static_cast<unsigned long long>(handle));
-    *len = 0; // peers address registered memory by virtual address: no keys needed
+    *len = 0;  // peers address registered memory by virtual address: no keys needed
     return 0;
 }
 
 int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_error_t *err) {
     Endpoint ep;
     std::string why;
-    if (!decode_endpoint(endpoint, len, &ep, &why))
-        return set_error(err, -EINVAL, "tcp: %s", why.c_str());
+    if (!decode_endpoint(endpoint, len, &ep, &why)) return set_error(err, -EINVAL, "tcp: %s", why.c_str());
     uint64_t id;
     {
         std::unique_lock lk(peers_mu_);
         id = next_peer_++;
     }
     auto peer = std::make_shared<Peer>(id, std::move(ep), cfg_, log_, regions_);
-    for (unsigned i = 0; i < cfg_.lanes; ++i)
-        peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()]);
+    for (unsigned i = 0; i < cfg_.lanes; ++i) peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()]);
     int rc = peer->connect_lanes(&why);
     if (rc != 0) {
         peer->close(rc, why);
@@ -189,8 +175,8 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_er
         std::unique_lock lk(peers_mu_);
         peers_.emplace(id, peer);
     }
-    log_.log(FERRY_LOG_DEBUG, "connected to peer %s (%u lanes), handle %llu",
-             peer->endpoint().name.c_str(), cfg_.lanes, static_cast<unsigned long long>(id));
+    log_.log(FERRY_LOG_DEBUG, "connected to peer %s (%u lanes), handle %llu", peer->endpoint().name.c_str(), cfg_.lanes,
+             static_cast<unsigned long long>(id));
     *out = id;
     return 0;
 }
@@ -207,8 +193,7 @@ int Transport::disconnect(uint64_t id, ferry_error_t *err) {
         std::unique_lock lk(peers_mu_);
         auto it = peers_.find(id);
         if (it == peers_.end())
-            return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
-                             static_cast<unsigned long long>(id));
+            return set_error(err, -EINVAL, "tcp: peer %llu is not connected", static_cast<unsigned long long>(id));
         peer = std::move(it->second);
         peers_.erase(it);
     }
@@ -216,19 +201,15 @@ int Transport::disconnect(uint64_t id, ferry_error_t *err) {
     return 0;
 }
 
-int Transport::import_mem(uint64_t id, const ferry_mem_region_t *region, const void *,
-                          size_t len, uint64_t *remote_mem, ferry_error_t *err) {
+int Transport::import_mem(uint64_t id, const ferry_mem_region_t *region, const void *, size_t len, uint64_t *remote_mem,
+                          ferry_error_t *err) {
     auto peer = find_peer(id);
-    if (!peer)
-        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
-                         static_cast<unsigned long long>(id));
+    if (!peer) return set_error(err, -EINVAL, "tcp: peer %llu is not connected", static_cast<unsigned long long>(id));
     if (len != 0)
-        return set_error(err, -EINVAL,
-                         "tcp: import_mem got %zu descriptor bytes; tcp regions export none", len);
+        return set_error(err, -EINVAL, "tcp: import_mem got %zu descriptor bytes; tcp regions export none", len);
     // A device region in a peer's descriptor was registered there with staging (its tcp.so
     // refuses device memory otherwise): the peer serves it like host memory.
-    if (region->kind != FERRY_MEM_HOST && region->kind != FERRY_MEM_CUDA &&
-        region->kind != FERRY_MEM_ROCM)
+    if (region->kind != FERRY_MEM_HOST && region->kind != FERRY_MEM_CUDA && region->kind != FERRY_MEM_ROCM)
         return set_error(err, -ENOTSUP, "tcp: remote region of unknown memory kind %u", region->kind);
     if (region->length == 0 || region->addr + region->length < region->addr)
         return set_error(err, -EINVAL, "tcp: invalid remote region [0x%llx, +%llu)",
@@ -242,21 +223,16 @@ int Transport::import_mem(uint64_t id, const ferry_mem_region_t *region, const v
 
 int Transport::release_mem(uint64_t id, uint64_t remote_mem, ferry_error_t *err) {
     auto peer = find_peer(id);
-    if (!peer)
-        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
-                         static_cast<unsigned long long>(id));
+    if (!peer) return set_error(err, -EINVAL, "tcp: peer %llu is not connected", static_cast<unsigned long long>(id));
     if (!peer->release_region(remote_mem))
         return set_error(err, -EINVAL, "tcp: remote_mem %llu was not imported from peer %llu",
-                         static_cast<unsigned long long>(remote_mem),
-                         static_cast<unsigned long long>(id));
+                         static_cast<unsigned long long>(remote_mem), static_cast<unsigned long long>(id));
     return 0;
 }
 
 int Transport::submit(uint64_t id, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     auto peer = find_peer(id);
-    if (!peer)
-        return set_error(err, -EINVAL, "tcp: peer %llu is not connected",
-                         static_cast<unsigned long long>(id));
+    if (!peer) return set_error(err, -EINVAL, "tcp: peer %llu is not connected", static_cast<unsigned long long>(id));
     return peer->submit(ops, n_ops, err);
 }
 
@@ -264,4 +240,4 @@ int Transport::poll(ferry_completion_t *out, size_t max) {
     return static_cast<int>(cq_.poll(out, std::min<size_t>(max, INT32_MAX)));
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

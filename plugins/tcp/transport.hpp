@@ -4,11 +4,11 @@
 #pragma once
 
 #include "completion_queue.hpp"
+#include "listener.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
-#include "listener.hpp"
 #include "util.hpp"
 
 #include "staged_device.hpp"
@@ -25,9 +25,9 @@ namespace ferry_tcp {
 
 class Transport {
 public:
-    static int create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host,
-                      Transport **out, ferry_error_t *err);
-    ~Transport(); // fails in-flight ops, stops serving, joins the I/O threads
+    static int create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host, Transport **out,
+                      ferry_error_t *err);
+    ~Transport();  // fails in-flight ops, stops serving, joins the I/O threads
 
     int export_endpoint(void *buf, size_t *len, ferry_error_t *err);
     int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
@@ -35,8 +35,8 @@ public:
     int export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err);
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
-    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len,
-                   uint64_t *remote_mem, ferry_error_t *err);
+    int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len, uint64_t *remote_mem,
+                   ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
@@ -51,7 +51,7 @@ private:
     const Logger log_;
     CompletionQueue cq_;
     RegionTable regions_;
-    ferry_staged::Stager stager_; // device regions: served through the host's staging calls
+    ferry_staged::Stager stager_;  // device regions: served through the host's staging calls
     ConnLimits limits_;
     LogLimiter peer_log_;
     ServerContext server_ctx_;
@@ -67,4 +67,4 @@ private:
     std::atomic<unsigned> next_lane_reactor_{0};
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -9,7 +9,7 @@
 namespace ferry_tcp {
 
 namespace {
-constexpr int kMaxIov = 64; // iovecs per sendmsg: up to 32 messages per call
+constexpr int kMaxIov = 64;  // iovecs per sendmsg: up to 32 messages per call
 }
 
 void TxCursor::advance(const TxSource &src, uint64_t n, TxResult *r) {
@@ -30,22 +30,17 @@ ssize_t TxCursor::step(int fd, SplicePipe *pipe, const TxSource &src, TxResult *
     *r = TxResult{};
     if (pipe != nullptr && pipe->pending() > 0) {
         ssize_t n = pipe->drain(fd);
-        if (n == -EAGAIN)
-            r->blocked = true;
+        if (n == -EAGAIN) r->blocked = true;
         return n == -EAGAIN || n == -EINTR ? 0 : n;
     }
     const size_t count = src.tx_count();
-    if (count == 0)
-        return 0;
+    if (count == 0) return 0;
     if (pipe != nullptr && pipe->is_open() && src.tx_item(0).by_ref) {
         ssize_t n = fill(*pipe, src, count, r);
-        if (n <= 0)
-            return n;
+        if (n <= 0) return n;
         ssize_t m = pipe->drain(fd);
-        if (m == -EAGAIN)
-            r->blocked = true;
-        else if (m < 0 && m != -EINTR)
-            return m;
+        if (m == -EAGAIN) r->blocked = true;
+        else if (m < 0 && m != -EINTR) return m;
         return n;
     }
     return gather(fd, src, count, r);
@@ -58,19 +53,16 @@ ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r)
     uint64_t off = off_;
     for (size_t i = 0; i < count && cnt + 2 <= kMaxIov; ++i, off = 0) {
         const TxItem it = src.tx_item(i);
-        if (i > 0 && it.by_ref)
-            break; // goes through the pipe
+        if (i > 0 && it.by_ref) break;  // goes through the pipe
         const uint64_t hl = it.hdr != nullptr ? kHeaderSize : 0;
         if (off < hl) {
             iov[cnt++] = {const_cast<uint8_t *>(it.hdr) + off, kHeaderSize - off};
-            if (it.len != 0)
-                iov[cnt++] = {const_cast<uint8_t *>(it.payload), it.len};
+            if (it.len != 0) iov[cnt++] = {const_cast<uint8_t *>(it.payload), it.len};
         } else {
             iov[cnt++] = {const_cast<uint8_t *>(it.payload) + (off - hl), it.len - (off - hl)};
         }
     }
-    for (int i = 0; i < cnt; ++i)
-        requested += iov[i].iov_len;
+    for (int i = 0; i < cnt; ++i) requested += iov[i].iov_len;
     msghdr mh{};
     mh.msg_iov = iov;
     mh.msg_iovlen = static_cast<size_t>(cnt);
@@ -89,8 +81,7 @@ ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r)
     }
     // A short write means the socket buffer is full (the kernel then signals the next
     // EPOLLOUT edge), which saves the sendmsg that would return EAGAIN.
-    if (static_cast<size_t>(n) < requested)
-        r->blocked = true;
+    if (static_cast<size_t>(n) < requested) r->blocked = true;
     advance(src, static_cast<uint64_t>(n), r);
     return n;
 }
@@ -100,8 +91,7 @@ ssize_t TxCursor::fill(SplicePipe &pipe, const TxSource &src, size_t count, TxRe
     ssize_t total = 0;
     while (r->completed < count) {
         const TxItem it = src.tx_item(r->completed);
-        if (!it.by_ref)
-            break;
+        if (!it.by_ref) break;
         ssize_t n;
         size_t want;
         if (off_ < kHeaderSize) {
@@ -113,21 +103,17 @@ ssize_t TxCursor::fill(SplicePipe &pipe, const TxSource &src, size_t count, TxRe
             if (n < 0 && n != -EAGAIN && n != -EINTR) {
                 // Memory the kernel cannot reference. Item 0 (after what the pipe holds is
                 // drained) is then sent by copy; a later item simply waits.
-                if (r->completed == 0 && pipe.pending() == 0)
-                    r->refused = true;
+                if (r->completed == 0 && pipe.pending() == 0) r->refused = true;
                 break;
             }
         }
-        if (n == -EAGAIN || n == -EINTR)
-            break; // pipe full
-        if (n < 0)
-            return n;
+        if (n == -EAGAIN || n == -EINTR) break;  // pipe full
+        if (n < 0) return n;
         total += n;
         advance(src, static_cast<uint64_t>(n), r);
-        if (static_cast<size_t>(n) < want)
-            break; // pipe full
+        if (static_cast<size_t>(n) < want) break;  // pipe full
     }
     return total;
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -26,9 +26,9 @@ namespace ferry_tcp {
 inline constexpr uint64_t kZeroCopyMin = 512 * 1024;
 
 struct TxItem {
-    const uint8_t *hdr = nullptr;     // kHeaderSize bytes; nullptr: a continuation of the
-                                      // previous item's payload (staged slices), never by_ref
-    const uint8_t *payload = nullptr; // nullptr when len == 0
+    const uint8_t *hdr = nullptr;      // kHeaderSize bytes; nullptr: a continuation of the
+                                       // previous item's payload (staged slices), never by_ref
+    const uint8_t *payload = nullptr;  // nullptr when len == 0
     uint64_t len = 0;
     bool by_ref = false;
 };
@@ -51,7 +51,7 @@ struct TxResult {
 
 class TxCursor {
 public:
-    uint64_t offset() const { return off_; } // bytes of item 0 already committed
+    uint64_t offset() const { return off_; }  // bytes of item 0 already committed
     void reset() { off_ = 0; }
 
     // One step: drains the pipe if it holds bytes, else commits items from the cursor on.
@@ -66,4 +66,4 @@ private:
     uint64_t off_ = 0;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

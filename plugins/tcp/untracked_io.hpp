@@ -38,10 +38,10 @@ public:
         AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
     }
 #else
-    UntrackedPayloadIo() {} // user-provided: a scope guard, not an unused variable
+    UntrackedPayloadIo() {}  // user-provided: a scope guard, not an unused variable
 #endif
     UntrackedPayloadIo(const UntrackedPayloadIo &) = delete;
     UntrackedPayloadIo &operator=(const UntrackedPayloadIo &) = delete;
 };
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -9,8 +9,7 @@ namespace ferry_tcp {
 
 namespace {
 constexpr size_t kLogFieldEnd = offsetof(ferry_host_api_t, log) + sizeof(ferry_host_api_t::log);
-constexpr size_t kLevelFieldEnd =
-    offsetof(ferry_host_api_t, log_level) + sizeof(ferry_host_api_t::log_level);
+constexpr size_t kLevelFieldEnd = offsetof(ferry_host_api_t, log_level) + sizeof(ferry_host_api_t::log_level);
 
 std::string vformat(const char *fmt, va_list ap) {
     char small[512];
@@ -31,7 +30,7 @@ std::string vformat(const char *fmt, va_list ap) {
     s.resize(static_cast<size_t>(n));
     return s;
 }
-} // namespace
+}  // namespace
 
 Logger::Logger(const ferry_host_api_t *host) : host_(host) {
     if (host_ != nullptr) {
@@ -41,15 +40,13 @@ Logger::Logger(const ferry_host_api_t *host) : host_(host) {
 }
 
 bool Logger::enabled(int level) const {
-    if (!has_log_)
-        return false;
+    if (!has_log_) return false;
     int current = has_level_ ? __atomic_load_n(&host_->log_level, __ATOMIC_RELAXED) : FERRY_LOG_INFO;
     return level <= current;
 }
 
 void Logger::log(int level, const char *fmt, ...) const {
-    if (!enabled(level))
-        return;
+    if (!enabled(level)) return;
     va_list ap;
     va_start(ap, fmt);
     std::string line = vformat(fmt, ap);
@@ -67,8 +64,7 @@ std::string strprintf(const char *fmt, ...) {
 
 void copy_message(char *dst, const char *msg) {
     size_t n = msg ? strnlen(msg, FERRY_MESSAGE_MAX - 1) : 0;
-    if (n)
-        memcpy(dst, msg, n);
+    if (n) memcpy(dst, msg, n);
     dst[n] = '\0';
 }
 
@@ -89,4 +85,4 @@ std::string errno_string(int e) {
     return std::string(s ? s : "unknown error");
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -43,4 +43,4 @@ int set_error(ferry_error_t *err, int code, const char *fmt, ...) __attribute__(
 // strerror() that is thread safe.
 std::string errno_string(int e);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -9,7 +9,7 @@ namespace ferry_tcp {
 
 namespace {
 
-constexpr uint32_t kEndpointMagic = 0x45545246u; // bytes 'F' 'R' 'T' 'E'
+constexpr uint32_t kEndpointMagic = 0x45545246u;  // bytes 'F' 'R' 'T' 'E'
 constexpr uint16_t kEndpointVersion = 1;
 
 void put16(uint8_t *p, uint16_t v) {
@@ -17,28 +17,24 @@ void put16(uint8_t *p, uint16_t v) {
     p[1] = static_cast<uint8_t>(v >> 8);
 }
 void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; ++i)
-        p[i] = static_cast<uint8_t>(v >> (8 * i));
+    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-        p[i] = static_cast<uint8_t>(v >> (8 * i));
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 uint16_t get16(const uint8_t *p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t get32(const uint8_t *p) {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; --i)
-        v = (v << 8) | p[i];
+    for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
     return v;
 }
 uint64_t get64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; --i)
-        v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
     return v;
 }
 
-} // namespace
+}  // namespace
 
 void encode_header(const Header &h, uint8_t out[kHeaderSize]) {
     put32(out + 0, h.magic);
@@ -68,17 +64,17 @@ Header decode_header(const uint8_t in[kHeaderSize]) {
 
 const char *msg_type_name(uint8_t type) {
     switch (type) {
-    case kHello: return "HELLO";
-    case kHelloAck: return "HELLO_ACK";
-    case kAuth: return "AUTH";
-    case kAuthAck: return "AUTH_ACK";
-    case kWriteReq: return "WRITE_REQ";
-    case kWriteAck: return "WRITE_ACK";
-    case kReadReq: return "READ_REQ";
-    case kReadResp: return "READ_RESP";
-    case kError: return "ERROR";
-    case kReadDone: return "READ_DONE";
-    default: return "unknown";
+        case kHello: return "HELLO";
+        case kHelloAck: return "HELLO_ACK";
+        case kAuth: return "AUTH";
+        case kAuthAck: return "AUTH_ACK";
+        case kWriteReq: return "WRITE_REQ";
+        case kWriteAck: return "WRITE_ACK";
+        case kReadReq: return "READ_REQ";
+        case kReadResp: return "READ_RESP";
+        case kError: return "ERROR";
+        case kReadDone: return "READ_DONE";
+        default: return "unknown";
     }
 }
 
@@ -88,18 +84,16 @@ bool check_request(const Header &h, std::string *why) {
         return false;
     }
     if (h.version != kWireVersion) {
-        *why = strprintf("wire version %u in a request, connection speaks %u", h.version,
-                         kWireVersion);
+        *why = strprintf("wire version %u in a request, connection speaks %u", h.version, kWireVersion);
         return false;
     }
     if (h.type != kWriteReq && h.type != kReadReq && h.type != kReadDone) {
-        *why = strprintf("unexpected message type %u (%s) from a client", h.type,
-                         msg_type_name(h.type));
+        *why = strprintf("unexpected message type %u (%s) from a client", h.type, msg_type_name(h.type));
         return false;
     }
     if (h.flags != 0 || h.status != 0 || h.msg_len != 0) {
-        *why = strprintf("%s with non-zero flags/status/msg_len (%u/%d/%u)",
-                         msg_type_name(h.type), h.flags, h.status, h.msg_len);
+        *why = strprintf("%s with non-zero flags/status/msg_len (%u/%d/%u)", msg_type_name(h.type), h.flags, h.status,
+                         h.msg_len);
         return false;
     }
     if (h.type == kReadDone) {
@@ -111,8 +105,7 @@ bool check_request(const Header &h, std::string *why) {
     }
     if (h.length == 0 || h.length > kMaxPayload) {
         *why = strprintf("%s length %llu outside 1..%llu", msg_type_name(h.type),
-                         static_cast<unsigned long long>(h.length),
-                         static_cast<unsigned long long>(kMaxPayload));
+                         static_cast<unsigned long long>(h.length), static_cast<unsigned long long>(kMaxPayload));
         return false;
     }
     return true;
@@ -138,8 +131,7 @@ void encode_endpoint(const sockaddr_storage &addr, uint8_t out[kEndpointSize]) {
 bool decode_endpoint(const void *buf, size_t len, Endpoint *ep, std::string *why) {
     const auto *p = static_cast<const uint8_t *>(buf);
     if (buf == nullptr || len != kEndpointSize) {
-        *why = strprintf("endpoint is %zu bytes, a tcp endpoint is %zu", buf ? len : 0,
-                         kEndpointSize);
+        *why = strprintf("endpoint is %zu bytes, a tcp endpoint is %zu", buf ? len : 0, kEndpointSize);
         return false;
     }
     if (get32(p) != kEndpointMagic) {
@@ -147,8 +139,8 @@ bool decode_endpoint(const void *buf, size_t len, Endpoint *ep, std::string *why
         return false;
     }
     if (get16(p + 4) != kEndpointVersion) {
-        *why = strprintf("tcp endpoint version %u not supported (this plugin reads %u)",
-                         get16(p + 4), kEndpointVersion);
+        *why =
+            strprintf("tcp endpoint version %u not supported (this plugin reads %u)", get16(p + 4), kEndpointVersion);
         return false;
     }
     uint16_t port = get16(p + 8);
@@ -190,4 +182,4 @@ std::string sockaddr_name(const sockaddr_storage &addr) {
     return strprintf("%s:%u", ip, ntohs(a->sin_port));
 }
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

@@ -34,11 +34,11 @@
 
 namespace ferry_tcp {
 
-inline constexpr uint32_t kWireMagic = 0x59525246u; // bytes 'F' 'R' 'R' 'Y'
-inline constexpr uint16_t kWireVersion = 2; // 2: HELLO carries the authentication exchange
+inline constexpr uint32_t kWireMagic = 0x59525246u;  // bytes 'F' 'R' 'R' 'Y'
+inline constexpr uint16_t kWireVersion = 2;          // 2: HELLO carries the authentication exchange
 inline constexpr size_t kHeaderSize = 40;
-inline constexpr uint64_t kMaxPayload = 64ull << 20; // largest slice on the wire
-inline constexpr uint32_t kMaxErrorMsg = 255;        // fits a ferry_completion_t message
+inline constexpr uint64_t kMaxPayload = 64ull << 20;  // largest slice on the wire
+inline constexpr uint32_t kMaxErrorMsg = 255;         // fits a ferry_completion_t message
 
 enum MsgType : uint8_t {
     kHello = 1,
@@ -54,7 +54,7 @@ enum MsgType : uint8_t {
 };
 
 inline constexpr uint8_t kFlagNeedsDone = 0x1;
-inline constexpr uint8_t kFlagAuth = 0x2; // HELLO / HELLO_ACK: the sender has a cluster key
+inline constexpr uint8_t kFlagAuth = 0x2;  // HELLO / HELLO_ACK: the sender has a cluster key
 
 struct Header {
     uint32_t magic = kWireMagic;
@@ -82,7 +82,7 @@ inline constexpr size_t kEndpointSize = 28;
 struct Endpoint {
     sockaddr_storage addr{};
     socklen_t addr_len = 0;
-    std::string name; // "127.0.0.1:1234" / "[::1]:1234", for messages
+    std::string name;  // "127.0.0.1:1234" / "[::1]:1234", for messages
 };
 
 void encode_endpoint(const sockaddr_storage &addr, uint8_t out[kEndpointSize]);
@@ -90,4 +90,4 @@ void encode_endpoint(const sockaddr_storage &addr, uint8_t out[kEndpointSize]);
 bool decode_endpoint(const void *buf, size_t len, Endpoint *ep, std::string *why);
 std::string sockaddr_name(const sockaddr_storage &addr);
 
-} // namespace ferry_tcp
+}  // namespace ferry_tcp

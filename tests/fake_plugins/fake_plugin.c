@@ -52,7 +52,8 @@ static int fake_probe(const ferry_kv_t *o, size_t n, ferry_probe_result_t *r) {
     return 0;
 }
 
-static int fake_create(const ferry_kv_t *o, size_t n, const ferry_host_api_t *h, ferry_transport_t **out, ferry_error_t *e) {
+static int fake_create(const ferry_kv_t *o, size_t n, const ferry_host_api_t *h, ferry_transport_t **out,
+                       ferry_error_t *e) {
     (void)o;
     (void)n;
     (void)h;
@@ -62,38 +63,79 @@ static int fake_create(const ferry_kv_t *o, size_t n, const ferry_host_api_t *h,
 }
 static void fake_destroy(ferry_transport_t *t) { free(t); }
 static int fake_export(ferry_transport_t *t, void *b, size_t *l, ferry_error_t *e) {
-    (void)t; (void)b; (void)e;
+    (void)t;
+    (void)b;
+    (void)e;
     *l = 0;
     return 0;
 }
 static int fake_register(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *h, ferry_error_t *e) {
-    (void)t; (void)e;
+    (void)t;
+    (void)e;
     *h = r->addr;
     return 0;
 }
-static int fake_deregister(ferry_transport_t *t, uint64_t h, ferry_error_t *e) { (void)t; (void)h; (void)e; return 0; }
+static int fake_deregister(ferry_transport_t *t, uint64_t h, ferry_error_t *e) {
+    (void)t;
+    (void)h;
+    (void)e;
+    return 0;
+}
 static int fake_export_mem(ferry_transport_t *t, uint64_t h, void *b, size_t *l, ferry_error_t *e) {
-    (void)t; (void)h; (void)b; (void)e;
+    (void)t;
+    (void)h;
+    (void)b;
+    (void)e;
     *l = 0;
     return 0;
 }
 static int fake_connect(ferry_transport_t *t, const void *ep, size_t l, uint64_t *p, ferry_error_t *e) {
-    (void)t; (void)ep; (void)l; (void)p;
+    (void)t;
+    (void)ep;
+    (void)l;
+    (void)p;
     snprintf(e->message, sizeof e->message, "fake transports connect nowhere");
     return -EHOSTUNREACH;
 }
-static int fake_disconnect(ferry_transport_t *t, uint64_t p, ferry_error_t *e) { (void)t; (void)p; (void)e; return 0; }
-static int fake_import(ferry_transport_t *t, uint64_t p, const ferry_mem_region_t *r, const void *d, size_t l, uint64_t *h,
-                       ferry_error_t *e) {
-    (void)t; (void)p; (void)r; (void)d; (void)l; (void)h; (void)e;
+static int fake_disconnect(ferry_transport_t *t, uint64_t p, ferry_error_t *e) {
+    (void)t;
+    (void)p;
+    (void)e;
+    return 0;
+}
+static int fake_import(ferry_transport_t *t, uint64_t p, const ferry_mem_region_t *r, const void *d, size_t l,
+                       uint64_t *h, ferry_error_t *e) {
+    (void)t;
+    (void)p;
+    (void)r;
+    (void)d;
+    (void)l;
+    (void)h;
+    (void)e;
     return -ENOTSUP;
 }
-static int fake_release(ferry_transport_t *t, uint64_t p, uint64_t h, ferry_error_t *e) { (void)t; (void)p; (void)h; (void)e; return 0; }
+static int fake_release(ferry_transport_t *t, uint64_t p, uint64_t h, ferry_error_t *e) {
+    (void)t;
+    (void)p;
+    (void)h;
+    (void)e;
+    return 0;
+}
 static int fake_submit(ferry_transport_t *t, uint64_t p, const ferry_xfer_op_t *o, size_t n, ferry_error_t *e) {
-    (void)t; (void)p; (void)o; (void)n; (void)e;
+    (void)t;
+    (void)p;
+    (void)o;
+    (void)n;
+    (void)e;
     return -ENOTSUP;
 }
-static int fake_poll(ferry_transport_t *t, ferry_completion_t *o, size_t m, ferry_error_t *e) { (void)t; (void)o; (void)m; (void)e; return 0; }
+static int fake_poll(ferry_transport_t *t, ferry_completion_t *o, size_t m, ferry_error_t *e) {
+    (void)t;
+    (void)o;
+    (void)m;
+    (void)e;
+    return 0;
+}
 
 #ifdef FAKE_EXTRA
 /* What a plugin built against a newer 1.x header looks like: v1.0 fields, then more. */
@@ -104,7 +146,8 @@ typedef struct {
 } plugin_struct_t;
 static int future(void) { return 42; }
 #define INIT_EXTRA , future, 7
-#define BASE(...) {__VA_ARGS__}
+#define BASE(...) \
+    { __VA_ARGS__ }
 #else
 typedef ferry_plugin_v1_t plugin_struct_t;
 #define INIT_EXTRA

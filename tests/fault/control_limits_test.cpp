@@ -83,7 +83,7 @@ public:
         hello.bytes(std::vector<uint8_t>(control::kNonceBytes, 7));
         hello.u32(0);
         hello.str("attacker");
-        send(control::frame(control::kHello, hello.data())); // a refused peer may be closed already
+        send(control::frame(control::kHello, hello.data()));  // a refused peer may be closed already
         if ((last_reply = reply()).first != 0) return false;
         if (!send(control::frame(control::kAuth, std::vector<uint8_t>(32, 0)))) return false;
         return (last_reply = reply()).first == 0;
@@ -151,7 +151,7 @@ Result<void> fetch_descriptor(const std::string &segment, std::chrono::seconds p
         auto seg = (*e)->open_segment(segment);
         if (seg) return {};
         last = std::unexpected(seg.error());
-        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // retry pacing, not synchronisation
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // retry pacing, not synchronisation
     }
     return last;
 }
@@ -163,12 +163,12 @@ std::unique_ptr<Conn> held_connection(uint16_t port, const char *source) {
     while (Clock::now() < until) {
         auto c = std::make_unique<Conn>(port, source);
         if (c->connected() && c->handshake()) return c;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100)); // retry pacing
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // retry pacing
     }
     return nullptr;
 }
 
-} // namespace
+}  // namespace
 
 // 1,100 handshaken connections that then say nothing, all from one address: the server keeps
 // at most control_max_connections_per_peer (128) of them, tells the rest why it refuses, and a
@@ -198,7 +198,8 @@ TEST(ControlLimits, IdleConnectionsFromOneAddressDoNotLockOthersOut) {
     ASSERT_TRUE(extra.connected());
     auto r = extra.reply(5000);
     EXPECT_EQ(r.first, EUSERS) << r.second;
-    EXPECT_NE(r.second.find("refused the connection: 128 connections already open from this address"), std::string::npos)
+    EXPECT_NE(r.second.find("refused the connection: 128 connections already open from this address"),
+              std::string::npos)
         << r.second;
     auto start = Clock::now();
     auto honest = fetch_descriptor(target.segment, std::chrono::seconds(10));
@@ -246,7 +247,8 @@ TEST(ControlLimits, RefusalNamesTheLimitAndDeadlinesFreeTheSlots) {
         ASSERT_TRUE(e);
         auto s = (*e)->open_segment(segment);
         ASSERT_FALSE(s);
-        EXPECT_NE(s.error().message.find("refused the connection: 6 connections already open in all"), std::string::npos)
+        EXPECT_NE(s.error().message.find("refused the connection: 6 connections already open in all"),
+                  std::string::npos)
             << s.error().message;
         std::cout << "in all: " << s.error().message << "\n";
         // Authenticated but idle: closed after control_idle_timeout_ms.
@@ -268,8 +270,9 @@ TEST(ControlLimits, RefusalNamesTheLimitAndDeadlinesFreeTheSlots) {
 TEST(ControlLimits, OutOfDescriptorsNeitherSpinsNorFloodsTheLog) {
     test::TempDir dir;
     std::string log = (dir / "target.log").string();
-    auto target = shell_peer("ulimit -n 64", {"handshake_timeout_ms=60000", "control_max_connections_per_peer=100000",
-                                              "control_max_connections=100000", "control_log_interval_ms=60000"},
+    auto target = shell_peer("ulimit -n 64",
+                             {"handshake_timeout_ms=60000", "control_max_connections_per_peer=100000",
+                              "control_max_connections=100000", "control_log_interval_ms=60000"},
                              log);
     ASSERT_TRUE(target.ok) << target.error << " " << slurp(log);
     uint16_t port = port_of(target.segment);
@@ -281,7 +284,7 @@ TEST(ControlLimits, OutOfDescriptorsNeitherSpinsNorFloodsTheLog) {
     }
     // The server is out of descriptors now. Measure it for 3 s.
     double cpu0 = cpu_seconds(target.pid());
-    std::this_thread::sleep_for(std::chrono::seconds(3)); // the measuring window itself
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // the measuring window itself
     double cpu = cpu_seconds(target.pid()) - cpu0;
     // Only Ferry's lines count: under UBSan the child's log also holds "invalid vptr" reports,
     // because the sanitizer probes memory through a pipe() and that fails at EMFILE too.
@@ -323,7 +326,7 @@ TEST(ControlLimits, GarbageConnectionsAreCountedNotLoggedEach) {
     std::string text;
     auto until = Clock::now() + std::chrono::seconds(20);
     do {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200)); // polling a log file
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // polling a log file
         text = slurp(log);
         total = 0;
         single = count_lines(text, "not a Ferry control frame");
@@ -335,5 +338,6 @@ TEST(ControlLimits, GarbageConnectionsAreCountedNotLoggedEach) {
               << text << "\n";
     EXPECT_EQ(single + total, 300u) << "every bad connection is logged or counted";
     auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - start).count();
-    EXPECT_LE(count_lines(text, "control:"), static_cast<size_t>(2 + seconds)) << "a line and a count per interval, not a line each";
+    EXPECT_LE(count_lines(text, "control:"), static_cast<size_t>(2 + seconds))
+        << "a line and a count per interval, not a line each";
 }

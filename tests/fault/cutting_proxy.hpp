@@ -138,4 +138,4 @@ private:
     std::vector<std::thread> relays_;
 };
 
-} // namespace ferry_fault
+}  // namespace ferry_fault

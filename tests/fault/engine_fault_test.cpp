@@ -79,7 +79,7 @@ public:
     }
     std::unique_ptr<Engine> engine;
     std::vector<uint8_t> buffer;
-    std::set<uint16_t> before; // listening before the engine started
+    std::set<uint16_t> before;  // listening before the engine started
     std::string error;
 };
 
@@ -101,7 +101,7 @@ void check_still_served(Target &t) {
     for (size_t i = 0; i < kRegion; ++i) ASSERT_EQ(local[i], test::peer_pattern(i)) << "byte " << i;
 }
 
-} // namespace
+}  // namespace
 
 TEST(EngineFaults, HandshakePortSurvivesGarbageTruncatedFramesAndResets) {
     Target t;
@@ -140,8 +140,8 @@ TEST(EngineFaults, HandshakePortSurvivesGarbageTruncatedFramesAndResets) {
         auto start = Clock::now();
         EXPECT_TRUE(raw.closed_by_peer(15000)) << "the engine kept a bad connection open";
         std::cout << a.what << ": closed after "
-                  << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()
-                  << " ms, " << raw.received().size() << " bytes of reply\n";
+                  << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count() << " ms, "
+                  << raw.received().size() << " bytes of reply\n";
     }
     // A client that connects and says nothing must not keep other peers out.
     RawTcp silent(port);
@@ -161,8 +161,8 @@ TEST(EngineFaults, TcpPortSurvivesGarbageAndRequestsWithoutHandshake) {
     uint16_t port = *ports.begin();
     // tcp.so's documented 40-byte header (plugins/tcp/wire.hpp).
     auto header = [](uint8_t type, uint64_t addr, uint64_t len) {
-        return le(0x59525246u, 4) + le(1, 2) + std::vector<uint8_t>{type, 0} + le(0, 4) + le(0, 4) +
-               le(1, 8) + le(addr, 8) + le(len, 8);
+        return le(0x59525246u, 4) + le(1, 2) + std::vector<uint8_t>{type, 0} + le(0, 4) + le(0, 4) + le(1, 8) +
+               le(addr, 8) + le(len, 8);
     };
     std::vector<uint8_t> payload(4096, 0xEE);
     struct Attempt {
@@ -175,14 +175,15 @@ TEST(EngineFaults, TcpPortSurvivesGarbageAndRequestsWithoutHandshake) {
         {"20 bytes of a HELLO header, then FIN", first(header(1, 0, 0), 20), false},
         {"a WRITE_REQ into the region without HELLO", header(3, t.region_addr(), payload.size()) + payload, false},
         {"a READ_REQ of the region without HELLO", header(5, t.region_addr(), 4096), false},
-        {"a WRITE_REQ into the canary without HELLO", header(3, t.region_addr() - 4096, payload.size()) + payload, false},
+        {"a WRITE_REQ into the canary without HELLO", header(3, t.region_addr() - 4096, payload.size()) + payload,
+         false},
         {"a WRITE_REQ, then RST mid-payload", header(3, t.region_addr(), 1 << 20) + payload, true},
     };
     for (auto &a : attempts) {
         SCOPED_TRACE(a.what);
         RawTcp raw(port);
         ASSERT_TRUE(raw.connected());
-        raw.send_bytes(a.bytes); // the engine may close before it has read everything
+        raw.send_bytes(a.bytes);  // the engine may close before it has read everything
         if (a.reset) {
             raw.reset();
             continue;
@@ -295,11 +296,11 @@ bool stop_process(pid_t pid) {
             all = all && (state == 'T' || state == 't');
         }
         if (all && !ec) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5)); // polling /proc, nothing to wait on
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling /proc, nothing to wait on
     }
     return false;
 }
-} // namespace
+}  // namespace
 
 // An op that fails because its transport timed out is the op's failure (-ETIMEDOUT), never
 // "the wait timed out" (kWaitPending): a caller that waits again on the latter must not spin
@@ -373,7 +374,9 @@ TEST(WaitResultsCApi, WaitBatchTellsAnOpTimeoutFromAWaitTimeout) {
     ASSERT_EQ(ferry_engine_create(keys, values, 2, &e), 0) << ferry_last_error();
     std::unique_ptr<ferry_engine_t, void (*)(ferry_engine_t *)> guard(e, ferry_engine_destroy);
     std::vector<uint8_t> local(1 << 20, 2);
-    ASSERT_EQ(ferry_register(e, local.data(), local.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0);
+    ASSERT_EQ(
+        ferry_register(e, local.data(), local.size(), FERRY_MEMORY_HOST, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE),
+        0);
     ferry_segment_id_t seg = 0;
     ASSERT_EQ(ferry_open_segment(e, peer.segment.c_str(), &seg), 0) << ferry_last_error();
     ferry_request_t rq{FERRY_WRITE, 0, local.data(), seg, peer.base, local.size(), nullptr};

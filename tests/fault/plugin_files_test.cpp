@@ -32,7 +32,7 @@ void write_file(const std::filesystem::path &path, const std::vector<char> &byte
 struct Broken {
     std::string name;
     std::vector<char> bytes;
-    std::string expect; // in the reason
+    std::string expect;  // in the reason
 };
 
 std::vector<Broken> broken_copies_of(const std::vector<char> &good) {
@@ -52,7 +52,8 @@ std::vector<Broken> broken_copies_of(const std::vector<char> &good) {
          "built for aarch64, this host runs x86_64"},
         {"for_32bit", patched(EI_CLASS, {char(ELFCLASS32)}), "32-bit"},
         {"for_big_endian", patched(EI_DATA, {char(ELFDATA2MSB)}), "byte order"},
-        {"object_file", patched(offsetof(Elf64_Ehdr, e_type), {char(rel & 0xff), char(rel >> 8)}), "not a shared object"},
+        {"object_file", patched(offsetof(Elf64_Ehdr, e_type), {char(rel & 0xff), char(rel >> 8)}),
+         "not a shared object"},
         {"script", std::vector<char>{'#', '!', '/', 'b', 'i', 'n', '/', 's', 'h', '\n'}, "invalid ELF header"},
     };
 }
@@ -63,7 +64,7 @@ const PluginRecord *find(const PluginReport &r, const std::string &name) {
     return nullptr;
 }
 
-} // namespace
+}  // namespace
 
 TEST(PluginFiles, BrokenFilesAreRecordedWithTheirReasonAndTheOthersLoad) {
 #if !defined(__x86_64__)
@@ -101,7 +102,8 @@ TEST(PluginFiles, BrokenFilesAreRecordedWithTheirReasonAndTheOthersLoad) {
 
     // ferry-info in its own process: exits normally (no signal) and names each file's problem.
     int status = 0;
-    std::string out = test::run_command("FERRY_PLUGIN_PATH=" + dir.path().string() + " " + FERRY_INFO_BIN + " 2>&1", &status);
+    std::string out =
+        test::run_command("FERRY_PLUGIN_PATH=" + dir.path().string() + " " + FERRY_INFO_BIN + " 2>&1", &status);
     EXPECT_GE(status, 0) << "ferry-info died of a signal:\n" << out;
     for (auto &c : cases) EXPECT_NE(out.find(c.name), std::string::npos) << out;
     EXPECT_NE(out.find("truncated"), std::string::npos) << out;

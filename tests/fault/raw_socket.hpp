@@ -114,12 +114,12 @@ inline std::set<uint16_t> listening_ports() {
     std::set<uint16_t> ports;
     std::ifstream in("/proc/self/net/tcp");
     std::string line;
-    std::getline(in, line); // header
+    std::getline(in, line);  // header
     while (std::getline(in, line)) {
         std::istringstream s(line);
         std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
         s >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-        if (state != "0A" || !inodes.count(inode)) continue; // 0A: LISTEN
+        if (state != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
         ports.insert(static_cast<uint16_t>(std::strtoul(local.substr(local.find(':') + 1).c_str(), nullptr, 16)));
     }
     return ports;
@@ -134,4 +134,4 @@ inline std::vector<uint8_t> junk(size_t n, uint32_t seed) {
     return v;
 }
 
-} // namespace ferry_fault
+}  // namespace ferry_fault

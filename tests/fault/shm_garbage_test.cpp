@@ -18,8 +18,8 @@
 #ifdef FERRY_TEST_SHM_PLUGIN
 
 using namespace ferry_test;
-using ferry_fault::RawShm;
 using ferry_fault::hello_for;
+using ferry_fault::RawShm;
 
 namespace {
 
@@ -42,12 +42,12 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
     auto ep = server.endpoint();
     ASSERT_EQ(ep.size(), sizeof(ferry_shm::EndpointBytes));
 
-    { // A handshake cut short: the serving side waits for the rest, then sees the close.
+    {  // A handshake cut short: the serving side waits for the rest, then sees the close.
         RawShm raw(ep);
         ASSERT_TRUE(raw.connected());
         ASSERT_TRUE(raw.send_bytes("FSHH\x02", 5));
     }
-    { // 4 KiB of garbage.
+    {  // 4 KiB of garbage.
         RawShm raw(ep);
         std::vector<uint8_t> junk(4096);
         for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<uint8_t>(i * 131 + 7);
@@ -58,7 +58,7 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
         EXPECT_NE(std::string(ack.message).find("not a shm.so"), std::string::npos) << ack.message;
         EXPECT_TRUE(raw.closed_by_peer());
     }
-    { // Another instance's token.
+    {  // Another instance's token.
         RawShm raw(ep);
         auto h = hello_for(raw.token() ^ 1, 0, 0);
         ASSERT_TRUE(raw.send_bytes(&h, sizeof h));
@@ -67,7 +67,7 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
         EXPECT_EQ(ack.status, -ESTALE) << ack.message;
         EXPECT_TRUE(raw.closed_by_peer());
     }
-    { // A probe at an unmapped address, followed by a request that must never be served.
+    {  // A probe at an unmapped address, followed by a request that must never be served.
         RawShm raw(ep);
         auto h = hello_for(raw.token(), 8, 42);
         ferry_shm::Request r{};
@@ -87,7 +87,7 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
         std::cout << "unmapped probe refused: " << ack.message << "\n";
         EXPECT_TRUE(raw.closed_by_peer());
     }
-    { // A probe that does not hold the token: the peer is not who it claims.
+    {  // A probe that does not hold the token: the peer is not who it claims.
         RawShm raw(ep);
         uint64_t probe[2] = {1, 2};
         auto h = hello_for(raw.token(), reinterpret_cast<uint64_t>(probe), 3);
@@ -97,7 +97,7 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
         EXPECT_EQ(ack.status, -EHOSTUNREACH) << ack.message;
         EXPECT_TRUE(raw.closed_by_peer());
     }
-    { // A proper handshake, then requests outside the region and straddling its ends.
+    {  // A proper handshake, then requests outside the region and straddling its ends.
         RawShm raw(ep);
         uint64_t probe[2] = {77, 77};
         auto h = hello_for(raw.token(), reinterpret_cast<uint64_t>(probe), 77);
@@ -107,8 +107,11 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
         ASSERT_EQ(ack.status, 0) << ack.message;
         std::vector<uint8_t> src(8192, 0xEE);
         uint64_t base = reinterpret_cast<uint64_t>(region);
-        const uint64_t bad_targets[][2] = {{base - 16, 32}, {base + region_len - 16, 32},
-                                           {base - kCanary, 4096}, {base, UINT64_MAX}, {UINT64_MAX - 8, 16}};
+        const uint64_t bad_targets[][2] = {{base - 16, 32},
+                                           {base + region_len - 16, 32},
+                                           {base - kCanary, 4096},
+                                           {base, UINT64_MAX},
+                                           {UINT64_MAX - 8, 16}};
         uint64_t id = 10;
         for (auto &t : bad_targets) {
             ferry_shm::Request r{};
@@ -142,8 +145,8 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
     ASSERT_EQ(client.register_mem(local.data(), local.size(), 0, &lh), 0);
     ASSERT_EQ(client.connect(ep, &peer), 0) << client.last_error();
     ASSERT_EQ(client.import_mem(peer, reinterpret_cast<uint64_t>(region), region_len, kRW, &rmem), 0);
-    ASSERT_EQ(client.submit(peer, {make_op(FERRY_OP_WRITE, local.addr(), lh, reinterpret_cast<uint64_t>(region),
-                                           rmem, region_len, 1)}),
+    ASSERT_EQ(client.submit(peer, {make_op(FERRY_OP_WRITE, local.addr(), lh, reinterpret_cast<uint64_t>(region), rmem,
+                                           region_len, 1)}),
               0);
     auto c = client.wait(1);
     ASSERT_EQ(c.size(), 1u);
@@ -153,6 +156,6 @@ TEST(ShmGarbage, HandshakeGarbageIsRefusedAndServingGoesOn) {
     server.destroy();
 }
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_SHM_PLUGIN
+#endif  // FERRY_TEST_SHM_PLUGIN

@@ -36,12 +36,11 @@ uint64_t rss_kib(pid_t pid) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/status");
     std::string line;
     while (std::getline(in, line))
-        if (line.rfind("VmRSS:", 0) == 0)
-            return std::stoull(line.substr(6));
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
     return 0;
 }
 
-double cpu_seconds(pid_t pid) { // utime + stime of the whole process
+double cpu_seconds(pid_t pid) {  // utime + stime of the whole process
     std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
     std::string s((std::istreambuf_iterator<char>(in)), {});
     std::istringstream rest(s.substr(s.rfind(')') + 2));
@@ -74,8 +73,7 @@ TEST(ShmLimits, AnswersNeverReadDoNotGrowTheTarget) {
     const uint64_t before = rss_kib(target.pid());
     // Up to 32 MiB of requests, as fast as the target takes them, never reading an answer.
     std::vector<ferry_shm::Request> batch(4096);
-    for (size_t i = 0; i < batch.size(); ++i)
-        batch[i] = refused_request(i);
+    for (size_t i = 0; i < batch.size(); ++i) batch[i] = refused_request(i);
     const size_t batch_bytes = batch.size() * sizeof batch[0];
     uint64_t sent = 0;
     auto deadline = Clock::now() + std::chrono::seconds(20);
@@ -89,8 +87,7 @@ TEST(ShmLimits, AnswersNeverReadDoNotGrowTheTarget) {
             stalls = 0;
         } else if (n < 0 && errno == EAGAIN) {
             pollfd pf{raw.fd(), POLLOUT, 0};
-            if (poll(&pf, 1, 100) == 0)
-                ++stalls; // 2 s without room: the target stopped reading
+            if (poll(&pf, 1, 100) == 0) ++stalls;  // 2 s without room: the target stopped reading
         } else {
             break;
         }
@@ -110,11 +107,10 @@ TEST(ShmLimits, ConnectionsWithoutAHelloAreClosedAfterTheDeadline) {
         silent.push_back(std::make_unique<RawShm>(target.endpoint()));
         ASSERT_TRUE(silent.back()->connected());
     }
-    auto half = std::make_unique<RawShm>(target.endpoint()); // a Hello cut short
+    auto half = std::make_unique<RawShm>(target.endpoint());  // a Hello cut short
     ASSERT_TRUE(half->send_bytes("FSHH", 4));
     auto t0 = Clock::now();
-    for (auto &s : silent)
-        EXPECT_TRUE(s->closed_by_peer(5000)) << "a silent connection is still open";
+    for (auto &s : silent) EXPECT_TRUE(s->closed_by_peer(5000)) << "a silent connection is still open";
     EXPECT_TRUE(half->closed_by_peer(5000)) << "a half handshake is still open";
     std::cout << "closed after " << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()
               << " ms (deadline 300 ms)\n";
@@ -123,7 +119,8 @@ TEST(ShmLimits, ConnectionsWithoutAHelloAreClosedAfterTheDeadline) {
 TEST(ShmLimits, ConnectionCapsRefuseWithAClearMessage) {
     Plugin plugin(FERRY_TEST_SHM_PLUGIN);
     ASSERT_TRUE(plugin.ok()) << plugin.error();
-    for (auto [key, cap] : std::vector<std::pair<std::string, int>>{{"max_connections_per_user", 3}, {"max_connections", 2}}) {
+    for (auto [key, cap] :
+         std::vector<std::pair<std::string, int>>{{"max_connections_per_user", 3}, {"max_connections", 2}}) {
         ChildPeer target(FERRY_TEST_SHM_PLUGIN, 1 << 20, kRW, {{key, std::to_string(cap)}});
         ASSERT_TRUE(target.ok()) << target.error();
         std::vector<std::unique_ptr<RawShm>> held;
@@ -136,12 +133,11 @@ TEST(ShmLimits, ConnectionCapsRefuseWithAClearMessage) {
         EXPECT_EQ(a.connect(target.endpoint(), &peer), -EBUSY) << a.last_error();
         EXPECT_NE(a.last_error().find(key), std::string::npos) << a.last_error();
         std::cout << "refusal: " << a.last_error() << "\n";
-        held.pop_back(); // a slot frees up once the target sees the close
+        held.pop_back();  // a slot frees up once the target sees the close
         int rc = -1;
         for (int attempt = 0; attempt < 100 && rc != 0; ++attempt) {
             rc = a.connect(target.endpoint(), &peer);
-            if (rc != 0)
-                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         EXPECT_EQ(rc, 0) << a.last_error();
     }
@@ -155,15 +151,14 @@ TEST(ShmLimits, OutOfDescriptorsTheTargetBacksOffInsteadOfSpinning) {
     rlimit low{48, 48};
     ASSERT_EQ(prlimit(target.pid(), RLIMIT_NOFILE, &low, nullptr), 0) << strerror(errno);
     std::vector<std::unique_ptr<RawShm>> conns;
-    for (int i = 0; i < 64; ++i)
-        conns.push_back(std::make_unique<RawShm>(target.endpoint()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // let it reach the limit
+    for (int i = 0; i < 64; ++i) conns.push_back(std::make_unique<RawShm>(target.endpoint()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let it reach the limit
     const double c0 = cpu_seconds(target.pid());
     std::this_thread::sleep_for(std::chrono::seconds(2));
     const double used = cpu_seconds(target.pid()) - c0;
     std::cout << "target CPU over 2 s out of descriptors: " << used << " s\n";
     EXPECT_LT(used, 0.4) << "the accept loop spins";
-    conns.clear(); // descriptors come back: it accepts again
+    conns.clear();  // descriptors come back: it accepts again
     rlimit normal{1024, 1024};
     prlimit(target.pid(), RLIMIT_NOFILE, &normal, nullptr);
     Plugin plugin(FERRY_TEST_SHM_PLUGIN);
@@ -172,8 +167,7 @@ TEST(ShmLimits, OutOfDescriptorsTheTargetBacksOffInsteadOfSpinning) {
     int rc = -1;
     for (int attempt = 0; attempt < 100 && rc != 0; ++attempt) {
         rc = a.connect(target.endpoint(), &peer);
-        if (rc != 0)
-            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (rc != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     EXPECT_EQ(rc, 0) << a.last_error();
 }
@@ -189,8 +183,7 @@ struct LogCapture {
     size_t count(const std::string &needle) {
         std::lock_guard lock(mu);
         size_t n = 0;
-        for (auto &l : lines)
-            n += l.find(needle) != std::string::npos;
+        for (auto &l : lines) n += l.find(needle) != std::string::npos;
         return n;
     }
 };
@@ -210,7 +203,7 @@ TEST(ShmLimits, RefusedConnectionsAreLoggedAsACount) {
     const int bad = 300;
     for (int i = 0; i < bad; ++i) {
         RawShm raw(ep);
-        auto junk = ferry_fault::hello_for(raw.token() ^ 1, 0, 0); // a stale token: refused
+        auto junk = ferry_fault::hello_for(raw.token() ^ 1, 0, 0);  // a stale token: refused
         ASSERT_TRUE(raw.send_bytes(&junk, sizeof junk));
         ferry_shm::HelloAck ack{};
         ASSERT_TRUE(raw.ack(&ack));
@@ -219,16 +212,16 @@ TEST(ShmLimits, RefusedConnectionsAreLoggedAsACount) {
     const size_t lines = cap.count("refused a connection");
     std::cout << bad << " refused connections, " << lines << " log lines while they came\n";
     EXPECT_LE(lines, 2u) << "one log line per bad connection";
-    plugin->destroy(t); // the count still pending is logged
+    plugin->destroy(t);  // the count still pending is logged
     EXPECT_GE(cap.count("more like this"), lines >= 2 ? 0u : 1u);
     std::lock_guard lock(cap.mu);
     bool counted = false;
     for (auto &l : cap.lines)
-        counted |= l.find(std::to_string(bad - 1) + " more") != std::string::npos ||
-                   l.find("more like") != std::string::npos;
+        counted |=
+            l.find(std::to_string(bad - 1) + " more") != std::string::npos || l.find("more like") != std::string::npos;
     EXPECT_TRUE(counted) << "the refusals were not counted";
 }
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_SHM_PLUGIN
+#endif  // FERRY_TEST_SHM_PLUGIN

@@ -39,7 +39,7 @@ std::string read_file(const std::string &path) {
 struct TempFile {
     std::string path;
     explicit TempFile(char fill, mode_t mode) {
-        char tmpl[] = "/var/tmp/ferry-shm-victim-XXXXXX"; // not tmpfs: a plain file
+        char tmpl[] = "/var/tmp/ferry-shm-victim-XXXXXX";  // not tmpfs: a plain file
         int fd = mkstemp(tmpl);
         path = tmpl;
         std::string bytes(kLen, fill);
@@ -49,7 +49,7 @@ struct TempFile {
     }
     ~TempFile() { unlink(path.c_str()); }
     uint64_t ino() const {
-        struct stat st{};
+        struct stat st {};
         stat(path.c_str(), &st);
         return st.st_ino;
     }
@@ -70,7 +70,7 @@ ferry_shm::Request named_fd_request(uint32_t opcode, int fd, uint64_t ino, const
     return r;
 }
 
-class ShmDescriptors : public ::testing::TestWithParam<bool> {}; // the target's adopt_memfd
+class ShmDescriptors : public ::testing::TestWithParam<bool> {};  // the target's adopt_memfd
 
 // The target copies our request with ITS rights: before the fix it reopened our read-only and
 // O_PATH descriptors read-write through /proc and wrote the first file, and copied the second
@@ -93,17 +93,15 @@ TEST_P(ShmDescriptors, AFileTheInitiatorCannotWriteIsNeverWrittenOrRead) {
     // READ: the target's region, meant for our memory at `landing`, must not go into the file.
     ferry_shm::Done d{};
     std::string m;
-    ASSERT_TRUE(ferry_fault::request(raw, named_fd_request(FERRY_OP_READ, ro, readable.ino(), landing.data(),
-                                                           target.addr(), kLen),
-                                     &d, &m));
+    ASSERT_TRUE(ferry_fault::request(
+        raw, named_fd_request(FERRY_OP_READ, ro, readable.ino(), landing.data(), target.addr(), kLen), &d, &m));
     EXPECT_EQ(read_file(readable.path), std::string(kLen, 'V')) << "the target wrote a file opened read-only";
-    EXPECT_EQ(d.status, 0) << m; // served with cross-memory attach, into our memory
+    EXPECT_EQ(d.status, 0) << m;  // served with cross-memory attach, into our memory
     EXPECT_EQ(find_mismatch(landing.data(), kLen, 5), SIZE_MAX);
 
     // WRITE: the target's region is filled from our memory at `source`, never from the file.
-    ASSERT_TRUE(ferry_fault::request(raw, named_fd_request(FERRY_OP_WRITE, path_only, secret.ino(), source.data(),
-                                                           target.addr(), kLen),
-                                     &d, &m));
+    ASSERT_TRUE(ferry_fault::request(
+        raw, named_fd_request(FERRY_OP_WRITE, path_only, secret.ino(), source.data(), target.addr(), kLen), &d, &m));
     EXPECT_EQ(d.status, 0) << m;
     uint64_t h = 0;
     ASSERT_TRUE(target.hash(0, kLen, &h)) << "target died";
@@ -134,11 +132,11 @@ struct OwnMemfd {
         memset(map, 0xEE, kLen);
     }
     ~OwnMemfd() {
-        munmap(map, kLen); // never touched after a truncation
+        munmap(map, kLen);  // never touched after a truncation
         close(fd);
     }
     uint64_t ino() const {
-        struct stat st{};
+        struct stat st {};
         fstat(fd, &st);
         return st.st_ino;
     }
@@ -149,15 +147,12 @@ enum class Went { Memfd, Landing, Neither };
 // memfd_map nullptr: the memfd was truncated (touching our mapping would SIGBUS us).
 Went read_through(RawShm &raw, const ChildPeer &target, int fd, uint64_t ino, uint8_t *memfd_map) {
     std::vector<uint8_t> landing(kLen, 0xEE);
-    if (memfd_map != nullptr)
-        memset(memfd_map, 0xEE, kLen);
+    if (memfd_map != nullptr) memset(memfd_map, 0xEE, kLen);
     ferry_shm::Request r = named_fd_request(FERRY_OP_READ, fd, ino, landing.data(), target.addr(), kLen);
     ferry_shm::Done d{};
     std::string m;
-    if (!ferry_fault::request(raw, r, &d, &m) || d.status != 0)
-        return Went::Neither;
-    if (memfd_map != nullptr && find_mismatch(memfd_map, kLen, 6) == SIZE_MAX)
-        return Went::Memfd;
+    if (!ferry_fault::request(raw, r, &d, &m) || d.status != 0) return Went::Neither;
+    if (memfd_map != nullptr && find_mismatch(memfd_map, kLen, 6) == SIZE_MAX) return Went::Memfd;
     return find_mismatch(landing.data(), kLen, 6) == SIZE_MAX ? Went::Landing : Went::Neither;
 }
 
@@ -166,7 +161,7 @@ TEST(ShmMemfd, OnlySealedReadWriteFerryMemfdsAreMapped) {
     ASSERT_TRUE(target.ok()) << target.error();
     ASSERT_TRUE(target.fill(0, kLen, 6));
     const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-    { // No seals: we could truncate it under the target's mapping (SIGBUS there).
+    {  // No seals: we could truncate it under the target's mapping (SIGBUS there).
         OwnMemfd unsealed("ferry-shm-region", MFD_ALLOW_SEALING, 0);
         RawShm raw(target.endpoint());
         ASSERT_TRUE(ferry_fault::handshake(raw));
@@ -176,13 +171,13 @@ TEST(ShmMemfd, OnlySealedReadWriteFerryMemfdsAreMapped) {
         uint64_t h;
         ASSERT_TRUE(target.hash(0, kLen, &h)) << "the target died (SIGBUS through a truncated memfd?)";
     }
-    { // Sealed, but not shm.so's.
+    {  // Sealed, but not shm.so's.
         OwnMemfd other("not-ferry", MFD_ALLOW_SEALING, seals);
         RawShm raw(target.endpoint());
         ASSERT_TRUE(ferry_fault::handshake(raw));
         EXPECT_EQ(read_through(raw, target, other.fd, other.ino(), other.map), Went::Landing);
     }
-    { // shm.so's memfd, but the descriptor we name is read-only.
+    {  // shm.so's memfd, but the descriptor we name is read-only.
         OwnMemfd good("ferry-shm-region", MFD_ALLOW_SEALING, seals);
         int ro = open(("/proc/self/fd/" + std::to_string(good.fd)).c_str(), O_RDONLY | O_CLOEXEC);
         ASSERT_GE(ro, 0);
@@ -191,13 +186,13 @@ TEST(ShmMemfd, OnlySealedReadWriteFerryMemfdsAreMapped) {
         EXPECT_EQ(read_through(raw, target, ro, good.ino(), good.map), Went::Landing);
         close(ro);
     }
-    { // The real thing is mapped (this test can tell the two ways apart).
+    {  // The real thing is mapped (this test can tell the two ways apart).
         OwnMemfd good("ferry-shm-region", MFD_ALLOW_SEALING, seals);
         RawShm raw(target.endpoint());
         ASSERT_TRUE(ferry_fault::handshake(raw));
         EXPECT_EQ(read_through(raw, target, good.fd, good.ino(), good.map), Went::Memfd);
     }
-    { // A target without adopt_memfd maps nothing, even the real thing.
+    {  // A target without adopt_memfd maps nothing, even the real thing.
         ChildPeer plain(FERRY_TEST_SHM_PLUGIN, kLen, kRW, {});
         ASSERT_TRUE(plain.ok()) << plain.error();
         ASSERT_TRUE(plain.fill(0, kLen, 6));
@@ -216,16 +211,15 @@ TEST(ShmMemfd, ASocketOutlivingItsInitiatorIsNeverServed) {
     ChildPeer target(FERRY_TEST_SHM_PLUGIN, kLen, kRW, {});
     ASSERT_TRUE(target.ok()) << target.error();
     ASSERT_TRUE(target.fill(0, kLen, 7));
-    static uint8_t buf[kLen]; // same address in every fork of this process
+    static uint8_t buf[kLen];  // same address in every fork of this process
     memset(buf, 0x22, kLen);
     int sp[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
     const std::vector<uint8_t> ep = target.endpoint();
     pid_t first = fork();
-    if (first == 0) { // the initiator: handshake, hand the socket over, exit
+    if (first == 0) {  // the initiator: handshake, hand the socket over, exit
         RawShm raw(ep);
-        if (!ferry_fault::handshake(raw))
-            _exit(1);
+        if (!ferry_fault::handshake(raw)) _exit(1);
         int fd = raw.fd();
         char c = 'x';
         iovec iov{&c, 1};
@@ -267,8 +261,7 @@ TEST(ShmMemfd, ASocketOutlivingItsInitiatorIsNeverServed) {
             waitpid(impostor, nullptr, 0);
         }
         FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
-        if (f == nullptr)
-            break;
+        if (f == nullptr) break;
         fprintf(f, "%d", first - 1);
         fclose(f);
         impostor = fork();
@@ -278,18 +271,18 @@ TEST(ShmMemfd, ASocketOutlivingItsInitiatorIsNeverServed) {
             (void)!read(go[0], &b, 1);
             // Exit status: were our bytes changed (a READ written into us)?
             for (size_t i = 0; i < kLen; ++i)
-                if (buf[i] != 0x33)
-                    _exit(3);
+                if (buf[i] != 0x33) _exit(3);
             _exit(0);
         }
     }
     const bool reused = impostor == first;
-    std::cout << (reused ? "pid reused by a new process" : "pid reuse not arranged (needs root and a writable ns_last_pid): checking the refusal only")
+    std::cout << (reused ? "pid reused by a new process"
+                         : "pid reuse not arranged (needs root and a writable ns_last_pid): checking the refusal only")
               << "\n";
     RawShm held(sock);
     std::vector<uint8_t> landing(kLen, 0x44);
     ferry_shm::Request r{};
-    r.opcode = FERRY_OP_WRITE; // from "the initiator's" memory into the target's region
+    r.opcode = FERRY_OP_WRITE;  // from "the initiator's" memory into the target's region
     r.local_fd = -1;
     r.remote_addr = target.addr();
     r.length = kLen;
@@ -324,6 +317,6 @@ TEST(ShmMemfd, ASocketOutlivingItsInitiatorIsNeverServed) {
     close(sp[1]);
 }
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_SHM_PLUGIN
+#endif  // FERRY_TEST_SHM_PLUGIN

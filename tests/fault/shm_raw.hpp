@@ -2,7 +2,7 @@
 // abstract socket, and the records of plugins/shm/wire.hpp. Every wait has a hang guard.
 #pragma once
 
-#include "wire.hpp" // plugins/shm/wire.hpp
+#include "wire.hpp"  // plugins/shm/wire.hpp
 
 #include <ferry/plugin.h>
 
@@ -87,7 +87,6 @@ inline ferry_shm::Hello hello_for(uint64_t token, uint64_t probe_addr, uint64_t 
     return h;
 }
 
-
 // A handshake with a probe in this process. False when the serving side refused it or closed.
 inline bool handshake(RawShm &raw) {
     static uint64_t probe[2];
@@ -99,10 +98,9 @@ inline bool handshake(RawShm &raw) {
 
 // Sends one request and reads its answer (and the message). False when the serving side closed.
 inline bool request(RawShm &raw, const ferry_shm::Request &r, ferry_shm::Done *done, std::string *message) {
-    if (!raw.send_bytes(&r, sizeof r) || !raw.recv_exact(done, sizeof *done))
-        return false;
+    if (!raw.send_bytes(&r, sizeof r) || !raw.recv_exact(done, sizeof *done)) return false;
     message->assign(done->message_len, '\0');
     return raw.recv_exact(message->data(), message->size());
 }
 
-} // namespace ferry_fault
+}  // namespace ferry_fault

@@ -25,7 +25,7 @@ constexpr size_t kCanary = 64 << 10;
 constexpr uint8_t kCanaryByte = 0xC5;
 
 std::vector<uint8_t> via_port(std::vector<uint8_t> ep, uint16_t port) {
-    ep[8] = static_cast<uint8_t>(port); // tcp endpoint bytes: port, little-endian, at offset 8
+    ep[8] = static_cast<uint8_t>(port);  // tcp endpoint bytes: port, little-endian, at offset 8
     ep[9] = static_cast<uint8_t>(port >> 8);
     return ep;
 }
@@ -98,8 +98,7 @@ TEST_P(TcpCutTest, InFlightOpsFailCleanlyAndLaterOpsReconnect) {
     EXPECT_TRUE(proxy.cut_done());
     EXPECT_GT(failed, 0u) << "the cut connection carried ops that cannot have completed";
     EXPECT_TRUE(canaries_intact(remote)) << "bytes landed outside the registered region";
-    std::cout << failed << " of " << kOps << " ops failed when the connection was cut ("
-              << GetParam().name << ")\n";
+    std::cout << failed << " of " << kOps << " ops failed when the connection was cut (" << GetParam().name << ")\n";
 
     // The transport reconnects (through the relay, which now passes everything) and moves
     // correct data both ways.
@@ -143,8 +142,11 @@ TEST_P(TcpCutTest, InFlightOpsFailCleanlyAndLaterOpsReconnect) {
 INSTANTIATE_TEST_SUITE_P(Cuts, TcpCutTest,
                          ::testing::Values(Case{CuttingProxy::Cut::Reset, "reset"},
                                            Case{CuttingProxy::Cut::Truncate, "truncated frame"}),
-                         [](const auto &info) { return std::string(info.param.how == CuttingProxy::Cut::Reset ? "Reset" : "TruncatedFrame"); });
+                         [](const auto &info) {
+                             return std::string(info.param.how == CuttingProxy::Cut::Reset ? "Reset"
+                                                                                           : "TruncatedFrame");
+                         });
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_TCP_PLUGIN
+#endif  // FERRY_TEST_TCP_PLUGIN

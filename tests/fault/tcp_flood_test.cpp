@@ -45,18 +45,15 @@ protected:
     // target's region, reads it back. Returns "" or what failed.
     std::string honest_transfer(const std::vector<uint8_t> &ep, uint64_t remote, uint64_t seed) {
         auto a = make({{"connect_timeout_ms", "5000"}, {"op_timeout_ms", "10000"}});
-        if (!a)
-            return "create failed";
+        if (!a) return "create failed";
         const size_t sz = 64 << 10;
         Buffer src(sz), dst(sz);
         fill_pattern(src.data(), sz, seed);
         uint64_t hs, hd, peer, rmem;
         if (a->register_mem(src.data(), sz, 0, &hs) != 0 || a->register_mem(dst.data(), sz, 0, &hd) != 0)
             return "register_mem: " + a->last_error();
-        if (int rc = a->connect(ep, &peer); rc != 0)
-            return "connect: " + std::to_string(rc) + " " + a->last_error();
-        if (a->import_mem(peer, remote, sz, kRW, &rmem) != 0)
-            return "import_mem: " + a->last_error();
+        if (int rc = a->connect(ep, &peer); rc != 0) return "connect: " + std::to_string(rc) + " " + a->last_error();
+        if (a->import_mem(peer, remote, sz, kRW, &rmem) != 0) return "import_mem: " + a->last_error();
         if (a->submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, remote, rmem, sz, 1)}) != 0)
             return "submit: " + a->last_error();
         auto c = a->wait(1);
@@ -67,25 +64,26 @@ protected:
         c = a->wait(1);
         if (c.size() != 1 || c[0].status != 0)
             return "read: " + (c.empty() ? std::string("no completion") : std::string(c[0].message));
-        if (find_mismatch(dst.data(), sz, seed) != SIZE_MAX)
-            return "read back different bytes";
+        if (find_mismatch(dst.data(), sz, seed) != SIZE_MAX) return "read back different bytes";
         return "";
     }
     std::unique_ptr<Plugin> plugin_;
 };
 
 TEST_F(TcpFlood, LimitOptionsAreValidated) {
-    const Options bad[] = {{{"handshake_timeout_ms", "5"}},  {{"handshake_timeout_ms", "x"}},
-                           {{"max_handshakes", "0"}},        {{"max_handshakes_per_ip", "70000"}},
-                           {{"max_connections", "70000"}},   {{"max_connections_per_ip", "-1"}}};
+    const Options bad[] = {{{"handshake_timeout_ms", "5"}}, {{"handshake_timeout_ms", "x"}},
+                           {{"max_handshakes", "0"}},       {{"max_handshakes_per_ip", "70000"}},
+                           {{"max_connections", "70000"}},  {{"max_connections_per_ip", "-1"}}};
     for (const Options &o : bad) {
         Instance i(*plugin_, o);
         EXPECT_EQ(i.create_rc(), -EINVAL) << o[0].first << "=" << o[0].second;
         EXPECT_NE(i.last_error().find(o[0].first), std::string::npos) << i.last_error();
         EXPECT_NE(i.last_error().find("expected"), std::string::npos) << i.last_error();
     }
-    EXPECT_TRUE(make({{"handshake_timeout_ms", "10"}, {"max_handshakes", "1"},
-                      {"max_connections", "0"}, {"max_connections_per_ip", "65535"}}));
+    EXPECT_TRUE(make({{"handshake_timeout_ms", "10"},
+                      {"max_handshakes", "1"},
+                      {"max_connections", "0"},
+                      {"max_connections_per_ip", "65535"}}));
 }
 
 // A connection that connects and says nothing, or stops in the middle of its HELLO, is closed
@@ -136,8 +134,7 @@ TEST_F(TcpFlood, IdleFloodDoesNotLockOutAnHonestPeer) {
     for (Conn &c : flood) {
         auto left = std::chrono::duration_cast<Ms>(guard - std::chrono::steady_clock::now());
         std::string got;
-        if (c.read_until_closed(&got, static_cast<int>(std::max<int64_t>(left.count(), 1))))
-            ++closed;
+        if (c.read_until_closed(&got, static_cast<int>(std::max<int64_t>(left.count(), 1)))) ++closed;
     }
     EXPECT_EQ(closed, flood.size()) << "idle connections still open after the handshake deadline";
     err = honest_transfer(target.endpoint(), target.addr(), 22);
@@ -162,7 +159,7 @@ TEST_F(TcpFlood, OverACapThePeerIsRefusedWithAMessage) {
         uint64_t peer;
         EXPECT_EQ(a->connect(s->endpoint(), &peer), -EBUSY) << a->last_error();
         EXPECT_NE(a->last_error().find("max_handshakes_per_ip"), std::string::npos) << a->last_error();
-        idle = Conn(); // frees the slot once the target has seen the close
+        idle = Conn();  // frees the slot once the target has seen the close
         EXPECT_EQ(eventually([&] { return honest_transfer(s->endpoint(), region.addr(), 31); }), "");
     }
     {
@@ -217,11 +214,9 @@ TEST_F(TcpFlood, GarbageFloodIsLoggedAsACount) {
         return n;
     };
     auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (reported() < kFlood && std::chrono::steady_clock::now() < guard)
-        std::this_thread::sleep_for(Ms(50));
+    while (reported() < kFlood && std::chrono::steady_clock::now() < guard) std::this_thread::sleep_for(Ms(50));
     EXPECT_EQ(reported(), kFlood) << "lines plus counts must account for every bad connection";
-    for (const std::string &l : log.lines())
-        std::cout << "  " << l << "\n";
+    for (const std::string &l : log.lines()) std::cout << "  " << l << "\n";
     (*plugin_)->destroy(t);
 }
 
@@ -229,9 +224,10 @@ TEST_F(TcpFlood, GarbageFloodIsLoggedAsACount) {
 // next to no CPU doing it, and serves again once descriptors are free.
 TEST_F(TcpFlood, OutOfDescriptorsTheTargetRefusesAndStaysIdle) {
     raise_own_nofile(4096);
-    ChildPeer target(flood_plugin_path(), 1 << 20, kRW,
-                     limit_options({{"handshake_timeout_ms", "60000"}, {"max_handshakes", "65535"},
-                                    {"max_handshakes_per_ip", "65535"}}));
+    ChildPeer target(
+        flood_plugin_path(), 1 << 20, kRW,
+        limit_options(
+            {{"handshake_timeout_ms", "60000"}, {"max_handshakes", "65535"}, {"max_handshakes_per_ip", "65535"}}));
     ASSERT_TRUE(target.ok()) << target.error();
     const size_t base = fd_count(target.pid());
     ASSERT_TRUE(set_nofile(target.pid(), base + 40)) << strerror(errno);
@@ -243,7 +239,7 @@ TEST_F(TcpFlood, OutOfDescriptorsTheTargetRefusesAndStaysIdle) {
         ASSERT_TRUE(flood.back().ok()) << "connection " << i;
     }
     // While it is out of descriptors: which connections got a refusal, and how much CPU.
-    std::this_thread::sleep_for(std::chrono::seconds(3)); // the interval CPU time is measured over
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // the interval CPU time is measured over
     const double cpu = cpu_seconds(target.pid()) - cpu0;
     // The refusals go out in rounds between pauses: count them as they arrive (hang guard 20 s).
     size_t refused = 0, open_left = flood.size();
@@ -252,8 +248,7 @@ TEST_F(TcpFlood, OutOfDescriptorsTheTargetRefusesAndStaysIdle) {
     while (refused < 300 && std::chrono::steady_clock::now() < guard) {
         for (size_t i = 0; i < flood.size(); ++i) {
             std::string got;
-            if (closed[i] || !flood[i].read_until_closed(&got, 1))
-                continue;
+            if (closed[i] || !flood[i].read_until_closed(&got, 1)) continue;
             closed[i] = true;
             --open_left;
             refused += got.find("out of file descriptors") != std::string::npos;
@@ -263,11 +258,11 @@ TEST_F(TcpFlood, OutOfDescriptorsTheTargetRefusesAndStaysIdle) {
               << " connections refused with a message, " << open_left << " held\n";
     EXPECT_LT(cpu, 0.5) << "the target spins while out of descriptors";
     EXPECT_GE(refused, 300u) << "connections it cannot hold are not refused with a message";
-    flood.clear(); // the held ones close: the target gets its descriptors back
+    flood.clear();  // the held ones close: the target gets its descriptors back
     EXPECT_EQ(eventually([&] { return honest_transfer(target.endpoint(), target.addr(), 41); }), "");
     EXPECT_TRUE(target.exit_cleanly());
 }
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_TCP_PLUGIN
+#endif  // FERRY_TEST_TCP_PLUGIN

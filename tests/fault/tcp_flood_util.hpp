@@ -36,27 +36,25 @@ inline std::string flood_plugin_path() {
 // The limit options exist since issue 22. FERRY_TEST_TCP_BASELINE=1 (with FERRY_TEST_TCP_PLUGIN
 // pointing at an older tcp.so) drops them, to measure how an older build behaves.
 inline ferry_test::Options limit_options(ferry_test::Options o) {
-    if (std::getenv("FERRY_TEST_TCP_BASELINE") == nullptr)
-        return o;
+    if (std::getenv("FERRY_TEST_TCP_BASELINE") == nullptr) return o;
     ferry_test::Options kept;
     for (auto &kv : o)
-        if (kv.first.rfind("handshake_timeout_ms", 0) != 0 && kv.first.rfind("max_", 0) != 0)
-            kept.push_back(kv);
+        if (kv.first.rfind("handshake_timeout_ms", 0) != 0 && kv.first.rfind("max_", 0) != 0) kept.push_back(kv);
     return kept;
 }
 
 inline uint16_t endpoint_port(const std::vector<uint8_t> &ep) {
-    return static_cast<uint16_t>(ep[8] | (ep[9] << 8)); // tcp endpoint: port at offset 8, LE
+    return static_cast<uint16_t>(ep[8] | (ep[9] << 8));  // tcp endpoint: port at offset 8, LE
 }
 
 // A HELLO without a cluster key (plugins/tcp/wire.hpp), encoded here independently.
 inline std::vector<uint8_t> hello_frame() {
     std::vector<uint8_t> f(40 + 32, 0);
     const uint32_t magic = 0x59525246u;
-    memcpy(f.data(), &magic, 4); // little-endian hosts only, like the wire
-    f[4] = 2;                    // version
-    f[6] = 1;                    // HELLO
-    f[12] = 32;                  // msg_len: the client nonce
+    memcpy(f.data(), &magic, 4);  // little-endian hosts only, like the wire
+    f[4] = 2;                     // version
+    f[6] = 1;                     // HELLO
+    f[12] = 32;                   // msg_len: the client nonce
     return f;
 }
 
@@ -67,13 +65,11 @@ public:
     static Conn open(const char *src, uint16_t port) {
         Conn c;
         c.fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c.fd_ < 0)
-            return c;
+        if (c.fd_ < 0) return c;
         sockaddr_in a{};
         a.sin_family = AF_INET;
         inet_pton(AF_INET, src, &a.sin_addr);
-        if (bind(c.fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0)
-            return c;
+        if (bind(c.fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) return c;
         a.sin_port = htons(port);
         inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
         c.ok_ = ::connect(c.fd_, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
@@ -86,16 +82,14 @@ public:
         return *this;
     }
     ~Conn() {
-        if (fd_ >= 0)
-            close(fd_);
+        if (fd_ >= 0) close(fd_);
     }
     bool ok() const { return ok_; }
     bool send(const void *p, size_t n) {
         auto *b = static_cast<const uint8_t *>(p);
         while (n > 0) {
             ssize_t k = ::send(fd_, b, n, MSG_NOSIGNAL);
-            if (k <= 0)
-                return false;
+            if (k <= 0) return false;
             b += k;
             n -= static_cast<size_t>(k);
         }
@@ -106,17 +100,13 @@ public:
     bool read_until_closed(std::string *got, int guard_ms) {
         auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(guard_ms);
         for (;;) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                end - std::chrono::steady_clock::now());
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
             pollfd pf{fd_, POLLIN, 0};
-            if (::poll(&pf, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0)
-                return false;
+            if (::poll(&pf, 1, static_cast<int>(std::max<int64_t>(left.count(), 0))) <= 0) return false;
             char b[4096];
             ssize_t n = recv(fd_, b, sizeof b, MSG_DONTWAIT);
-            if (n < 0 && (errno == EAGAIN || errno == EINTR))
-                continue;
-            if (n <= 0)
-                return true;
+            if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            if (n <= 0) return true;
             got->append(b, static_cast<size_t>(n));
         }
     }
@@ -131,8 +121,7 @@ inline size_t fd_count(pid_t pid) {
     std::string dir = "/proc/" + std::to_string(pid) + "/fd";
     if (DIR *d = opendir(dir.c_str())) {
         while (dirent *e = readdir(d))
-            if (e->d_name[0] != '.')
-                ++n;
+            if (e->d_name[0] != '.') ++n;
         closedir(d);
     }
     return n;
@@ -142,14 +131,12 @@ inline size_t fd_count(pid_t pid) {
 inline double cpu_seconds(pid_t pid) {
     std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
     std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream rest(all.substr(all.rfind(')') + 2)); // after "(comm) "
+    std::istringstream rest(all.substr(all.rfind(')') + 2));  // after "(comm) "
     std::string f;
     unsigned long long utime = 0, stime = 0;
     for (int i = 3; i <= 15 && rest >> f; ++i) {
-        if (i == 14)
-            utime = std::stoull(f);
-        if (i == 15)
-            stime = std::stoull(f);
+        if (i == 14) utime = std::stoull(f);
+        if (i == 15) stime = std::stoull(f);
     }
     return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
@@ -202,4 +189,4 @@ private:
     std::vector<std::string> lines_;
 };
 
-} // namespace ferry_fault
+}  // namespace ferry_fault

@@ -45,16 +45,13 @@ TEST(TcpStop, OpsSubmittedWhileIdleToAStoppedTargetEndWithinOpTimeout) {
     target.stop();
     auto start = std::chrono::steady_clock::now();
     ASSERT_EQ(a.submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, target.addr(), rmem, 4096, 1),
-                              make_op(FERRY_OP_WRITE, loc.addr() + 4096, hl, target.addr() + 4096,
-                                      rmem, 4096, 2)}),
+                              make_op(FERRY_OP_WRITE, loc.addr() + 4096, hl, target.addr() + 4096, rmem, 4096, 2)}),
               0);
     c = a.wait(2, std::chrono::seconds(30));
     auto took = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(c.size(), 2u) << "ops to a stopped target still pending after 30 s";
-    for (const auto &x : c)
-        EXPECT_EQ(x.status, -ETIMEDOUT) << x.message;
-    std::cout << "ops to a stopped target ended after " << took << " ms (op_timeout_ms "
-              << kOpTimeoutMs << ")\n";
+    for (const auto &x : c) EXPECT_EQ(x.status, -ETIMEDOUT) << x.message;
+    std::cout << "ops to a stopped target ended after " << took << " ms (op_timeout_ms " << kOpTimeoutMs << ")\n";
     EXPECT_GE(took, kOpTimeoutMs * 9 / 10) << "failed before op_timeout_ms";
     EXPECT_LT(took, kOpTimeoutMs + 5000) << "ended long after op_timeout_ms";
     target.resume();
@@ -87,8 +84,7 @@ TEST(TcpStop, ReadsReportedFailedNeverWriteTheirBuffersAfterwards) {
     ASSERT_EQ(a.submit(peer, ops), 0) << a.last_error();
     auto c = a.wait(kOps, std::chrono::seconds(30));
     ASSERT_EQ(c.size(), kOps);
-    for (const auto &x : c)
-        ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
+    for (const auto &x : c) ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
     // Every READ was reported failed: the target now resumes and answers the requests it holds.
     // Once it has closed the connections they came on (its descriptors are back to what they
     // were), it has sent all it ever will.
@@ -104,14 +100,13 @@ TEST(TcpStop, ReadsReportedFailedNeverWriteTheirBuffersAfterwards) {
     EXPECT_EQ(c[0].status, 0) << c[0].message;
     EXPECT_EQ(find_mismatch(fresh.data(), kOp, 5), SIZE_MAX);
     size_t changed = 0;
-    for (size_t i = 0; i < kSize; ++i)
-        changed += dst.data()[i] != kCanary;
+    for (size_t i = 0; i < kSize; ++i) changed += dst.data()[i] != kCanary;
     std::cout << changed << " of " << kSize << " bytes of failed READs' buffers changed after the "
               << "target resumed\n";
     EXPECT_EQ(changed, 0u) << "bytes landed in buffers of READs reported failed";
     EXPECT_TRUE(target.exit_cleanly());
 }
 
-} // namespace
+}  // namespace
 
-#endif // FERRY_TEST_TCP_PLUGIN
+#endif  // FERRY_TEST_TCP_PLUGIN

@@ -18,7 +18,7 @@ using namespace ferry;
 namespace {
 int g_fd = -1;
 std::string g_path;
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     log::set_level(log::Level::Error);
@@ -45,7 +45,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(!empty_key || !settings, "an empty key was accepted");
     if (!settings)
         FUZZ_CHECK(settings.error().code < 0 && !settings.error().message.empty(), "refusal without code or message");
-    else
-        FUZZ_CHECK(!settings->protocols.empty(), "accepted settings without a transport priority");
+    else FUZZ_CHECK(!settings->protocols.empty(), "accepted settings without a transport priority");
     return 0;
 }

@@ -40,12 +40,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     auto deadline = Clock::now() + std::chrono::seconds(5);
     const std::string secret = with_secret ? "fuzz-cluster-secret-0123456789abcdef" : "";
     auto client = ControlClient::handshake(Fd(sv[0]), "127.0.0.1:7", "fuzzed server", "fuzz-client", secret, deadline);
-    if (with_secret)
-        FUZZ_CHECK(!client, "a client with a secret accepted a server that cannot know it");
+    if (with_secret) FUZZ_CHECK(!client, "a client with a secret accepted a server that cannot know it");
     if (client) {
         const std::string what = "127.0.0.1:7";
-        (void)client->broken(); // bytes still queued read as "broken": it must say so, not block
-        for (int i = 0; i < 8; ++i) { // after an I/O error call() refuses at once (-ENOTCONN)
+        (void)client->broken();        // bytes still queued read as "broken": it must say so, not block
+        for (int i = 0; i < 8; ++i) {  // after an I/O error call() refuses at once (-ENOTCONN)
             auto r = client->call(i % 2 ? control::kNotify : control::kGetDescriptor,
                                   {reinterpret_cast<const uint8_t *>(what.data()), what.size()}, deadline);
             if (r) FUZZ_CHECK(r->size() <= size, "a reply larger than what the server sent");

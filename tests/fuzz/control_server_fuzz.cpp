@@ -11,7 +11,7 @@
 
 namespace {
 control_fuzz::Server g;
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     g = control_fuzz::start("fuzz-cluster-secret-0123456789abcdef");

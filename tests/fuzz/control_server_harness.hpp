@@ -57,7 +57,7 @@ inline std::string exchange(uint16_t port, const uint8_t *data, size_t size) {
     // libFuzzer's timeout alarm (SIGALRM) interrupts blocking calls: EINTR is retried below.
     if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
         int e = errno;
-        if (e == EINTR) { // the connection goes on in the background: wait for it
+        if (e == EINTR) {  // the connection goes on in the background: wait for it
             pollfd p{fd, POLLOUT, 0};
             while (poll(&p, 1, 5000) < 0 && errno == EINTR) {}
             socklen_t len = sizeof e;
@@ -71,7 +71,7 @@ inline std::string exchange(uint16_t port, const uint8_t *data, size_t size) {
     for (size_t done = 0; done < size;) {
         ssize_t n = send(fd, data + done, size - done, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break; // the server may close before reading everything
+        if (n <= 0) break;  // the server may close before reading everything
         done += static_cast<size_t>(n);
     }
     shutdown(fd, SHUT_WR);
@@ -95,4 +95,4 @@ inline std::string exchange(uint16_t port, const uint8_t *data, size_t size) {
     return reply;
 }
 
-} // namespace control_fuzz
+}  // namespace control_fuzz

@@ -9,7 +9,7 @@
 
 namespace {
 control_fuzz::Server g;
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     g = control_fuzz::start("");

@@ -31,7 +31,7 @@ bool same(const SegmentDescriptor &a, const SegmentDescriptor &b) {
     return true;
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     log::set_level(log::Level::Error);

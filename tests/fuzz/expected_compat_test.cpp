@@ -2,8 +2,8 @@
 // compat/expected (the fallback for libraries without std::expected); in the g++ build the
 // library's own, so both are held to the same behaviour. Prints what it checked; exits 1 on a
 // mismatch.
-#include <expected>
 #include <cstdio>
+#include <expected>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,13 +12,13 @@ namespace {
 
 int failures = 0;
 int checks = 0;
-#define EXPECT(cond)                                                                    \
-    do {                                                                                \
-        ++checks;                                                                       \
-        if (!(cond)) {                                                                  \
-            std::printf("FAILED: %s (line %d)\n", #cond, __LINE__);                     \
-            ++failures;                                                                 \
-        }                                                                               \
+#define EXPECT(cond)                                                \
+    do {                                                            \
+        ++checks;                                                   \
+        if (!(cond)) {                                              \
+            std::printf("FAILED: %s (line %d)\n", #cond, __LINE__); \
+            ++failures;                                             \
+        }                                                           \
     } while (0)
 
 struct Err {
@@ -37,7 +37,7 @@ Res<void> check(bool ok) {
     return {};
 }
 
-} // namespace
+}  // namespace
 
 int main() {
 #if defined(__cpp_lib_expected)

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "../../plugins/shm/wire.hpp"
 #include "base64.hpp"
 #include "control_protocol.hpp"
 #include "descriptor.hpp"
 #include "memory.hpp"
 #include "wire.hpp"
-#include "../../plugins/shm/wire.hpp"
 
 namespace fs = std::filesystem;
 
@@ -117,12 +117,14 @@ void base64() {
 }
 
 void config_yaml() {
-    put("config_yaml", "flat", std::string("local_ip: 127.0.0.1\nrpc_port: 0\nprotocols: [shm, tcp]\n"
-                                           "log_level: warn\nhandshake_timeout_ms: 5000\n"));
-    put("config_yaml", "nested", std::string("metadata: etcd://127.0.0.1:2379/ferry\n"
-                                             "transports:\n  tcp:\n    lanes: 2\n    op_timeout_ms: 1000\n"
-                                             "  shm: {adopt_memfd: true}\n"
-                                             "plugin_path: /opt/ferry/plugins:/usr/lib/ferry\n"));
+    put("config_yaml", "flat",
+        std::string("local_ip: 127.0.0.1\nrpc_port: 0\nprotocols: [shm, tcp]\n"
+                    "log_level: warn\nhandshake_timeout_ms: 5000\n"));
+    put("config_yaml", "nested",
+        std::string("metadata: etcd://127.0.0.1:2379/ferry\n"
+                    "transports:\n  tcp:\n    lanes: 2\n    op_timeout_ms: 1000\n"
+                    "  shm: {adopt_memfd: true}\n"
+                    "plugin_path: /opt/ferry/plugins:/usr/lib/ferry\n"));
     put("config_yaml", "local-server-name", std::string("local_server_name: 127.0.0.1:7000\n"));
     put("config_yaml", "not-a-map", std::string("- a\n- b\n"));
 }
@@ -149,7 +151,7 @@ void control_server() {
     auto h = frame(kHello, hello.data());
     put("control_server", "hello", h);
     auto with_auth = h;
-    std::vector<uint8_t> proof(sizeof(Proof), 0x17); // AUTH carries the bare proof
+    std::vector<uint8_t> proof(sizeof(Proof), 0x17);  // AUTH carries the bare proof
     auto a = frame(kAuth, proof);
     with_auth.insert(with_auth.end(), a.begin(), a.end());
     auto g = frame(kGetDescriptor, std::string_view("127.0.0.1:7000"));
@@ -176,8 +178,9 @@ void control_server_open() {
     };
     put("control_server_open", "hello-auth", ready);
     put("control_server_open", "get", with({frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
-    put("control_server_open", "notify-get", with({frame(kNotify, std::string_view("after the write")),
-                                                   frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
+    put("control_server_open", "notify-get",
+        with({frame(kNotify, std::string_view("after the write")),
+              frame(kGetDescriptor, std::string_view("127.0.0.1:7000"))}));
     put("control_server_open", "unknown-type", with({frame(99, std::string_view("x"))}));
     auto cut = frame(kNotify, std::vector<uint8_t>(64, 0x61));
     cut.resize(40);
@@ -201,12 +204,14 @@ void control_client() {
     d.control = "127.0.0.1:7000";
     auto desc = ferry::encode_descriptor(d);
     put("control_client", "open-handshake-get-notify",
-        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(0, desc), frame(0, std::vector<uint8_t>{})}));
+        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(0, desc),
+                   frame(0, std::vector<uint8_t>{})}));
     put("control_client", "open-refused-at-limit",
         stream(0, {frame(EUSERS, std::string_view("control server at 127.0.0.1:7000 refused the connection: 128 "
                                                   "connections already open from this address"))}));
     put("control_client", "open-queue-full",
-        stream(0, {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(ENOBUFS, std::string_view("full"))}));
+        stream(0,
+               {frame(0, hello.data()), frame(0, std::vector<uint8_t>{}), frame(ENOBUFS, std::string_view("full"))}));
     ferry::ByteWriter secret_hello;
     secret_hello.bytes(std::vector<uint8_t>(kNonceBytes, 0x24));
     secret_hello.u32(kFlagSecret);
@@ -233,10 +238,10 @@ void shm_wire() {
     };
     constexpr uint8_t kInRegion = 3, kBoundedLen = 4, kOpcode = 0x40, kMemfd = 2 << 3, kGateClosed = 0x20;
     std::vector<uint8_t> rw = {0};
-    record(rw, kInRegion | kBoundedLen | kOpcode, 0, 100, 5000, 7, 1);       // WRITE
-    record(rw, kInRegion | kBoundedLen | kOpcode, 1, 100, 5000, 7, 2);       // READ
-    record(rw, 1 | kBoundedLen | kOpcode, 0, 65536 + 120, 200, 0, 3);        // straddles the end
-    record(rw, 2 | kBoundedLen | kOpcode, 0, 10, 64, 0, 4);                  // WRITE to the read-only region
+    record(rw, kInRegion | kBoundedLen | kOpcode, 0, 100, 5000, 7, 1);  // WRITE
+    record(rw, kInRegion | kBoundedLen | kOpcode, 1, 100, 5000, 7, 2);  // READ
+    record(rw, 1 | kBoundedLen | kOpcode, 0, 65536 + 120, 200, 0, 3);   // straddles the end
+    record(rw, 2 | kBoundedLen | kOpcode, 0, 10, 64, 0, 4);             // WRITE to the read-only region
     put("shm_wire", "write-read-edges", rw);
     std::vector<uint8_t> memfd = {1};
     record(memfd, kInRegion | kBoundedLen | kOpcode | kMemfd, 1, 4096, 40000, 3, 1);
@@ -244,8 +249,8 @@ void shm_wire() {
     record(memfd, kInRegion | kBoundedLen | kOpcode | kGateClosed, 1, 0, 4096, 0, 3);
     put("shm_wire", "adopt-memfd-pieces-gate", memfd);
     std::vector<uint8_t> raw = {0};
-    record(raw, 0, 1, 16, 8, 16, 1); // raw address and opcode
-    record(raw, 0, 7, 0, 0, 0, 2);   // malformed
+    record(raw, 0, 1, 16, 8, 16, 1);  // raw address and opcode
+    record(raw, 0, 7, 0, 0, 0, 2);    // malformed
     put("shm_wire", "raw-requests", raw);
     std::vector<uint8_t> stale = {1 << 1};
     record(stale, kInRegion | kBoundedLen | kOpcode, 1, 0, 64, 0, 1);
@@ -253,7 +258,7 @@ void shm_wire() {
     put("shm_wire", "raw-hello", std::vector<uint8_t>{3 << 1, 'F', 'S', 'H', 'H', 3, 0, 0, 0});
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 2) {

@@ -19,8 +19,8 @@ namespace {
 struct Session {
     std::vector<uint8_t> bytes;
     explicit Session(unsigned config) { bytes.push_back(static_cast<uint8_t>(config)); }
-    Session &frame(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t length = 0,
-                   uint32_t msg_len = 0, uint8_t flags = 0, uint16_t version = kWireVersion) {
+    Session &frame(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t length = 0, uint32_t msg_len = 0,
+                   uint8_t flags = 0, uint16_t version = kWireVersion) {
         Header h;
         h.type = type;
         h.id = id;
@@ -54,7 +54,7 @@ struct Session {
     }
 };
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -67,15 +67,20 @@ int main(int argc, char **argv) {
         std::ofstream(dir / (std::string("seed-") + name), std::ios::binary)
             .write(reinterpret_cast<const char *>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
     };
-    put("requests", Session(0).handshake()
+    put("requests", Session(0)
+                        .handshake()
                         .frame(kReadReq, 1, kReadRegion, 4096)
-                        .frame(kWriteReq, 2, kWriteRegion + 100, 64).data(64, 0xAB)
-                        .frame(kReadReq, 3, kWriteRegion, 16)            // no read access: ERROR
-                        .frame(kWriteReq, 4, kReadRegion, 32).data(32, 1) // no write access: drained
-                        .frame(kReadReq, 5, kReadRegion, 8).frame(kReadReq, 6, kReadRegion + 8, 8)
-                        .frame(kReadReq, 7, kBase, 8));                  // canary: ERROR
+                        .frame(kWriteReq, 2, kWriteRegion + 100, 64)
+                        .data(64, 0xAB)
+                        .frame(kReadReq, 3, kWriteRegion, 16)  // no read access: ERROR
+                        .frame(kWriteReq, 4, kReadRegion, 32)
+                        .data(32, 1)  // no write access: drained
+                        .frame(kReadReq, 5, kReadRegion, 8)
+                        .frame(kReadReq, 6, kReadRegion + 8, 8)
+                        .frame(kReadReq, 7, kBase, 8));  // canary: ERROR
     put("secret-wrong-proof", Session(1).handshake(kFlagAuth).frame(kReadReq, 1, kReadRegion, 64));
-    put("zerocopy-read-done", Session(2).handshake()
+    put("zerocopy-read-done", Session(2)
+                                  .handshake()
                                   .frame(kReadReq, 1, kReadRegion, kReadSize)
                                   .frame(kReadDone, 1, 0, 1)
                                   .frame(kReadReq, 2, kReadRegion, 512 << 10));
@@ -90,8 +95,8 @@ int main(int argc, char **argv) {
             .write(reinterpret_cast<const char *>(s.bytes.data()), static_cast<std::streamsize>(s.bytes.size()));
     };
     put_lane("handshake", Session(0).frame(kHelloAck, 0, 0, 0, kHelloAckData).data(kHelloAckData, 0).frame(kAuthAck));
-    put_lane("handshake-key", Session(1).frame(kHelloAck, 0, 0, 0, kHelloAckData, kFlagAuth)
-                                  .data(kHelloAckData, 7).frame(kAuthAck));
+    put_lane("handshake-key",
+             Session(1).frame(kHelloAck, 0, 0, 0, kHelloAckData, kFlagAuth).data(kHelloAckData, 7).frame(kAuthAck));
     put_lane("refused", Session(0).frame(kError, 0, 0, 0, 5).status(-13).data(5, 'n'));
     Session r(2);
     r.frame(kReadResp, 1, 0, 4096).data(4096, 1).frame(kWriteAck, 2).frame(kWriteAck, 3);
@@ -102,9 +107,15 @@ int main(int argc, char **argv) {
         left -= n;
     }
     put_lane("responses", r.frame(kReadResp, 6, 0, 8).data(8, 3));
-    put_lane("error-then-cut", Session(2).frame(kReadResp, 1, 0, 4096).data(4096, 1)
-                                   .frame(kError, 2, 0, 0, 6).status(-14).data(6, 'e').frame(kWriteAck, 3)
-                                   .frame(kReadResp, 4, 0, 65536).data(100, 2));
+    put_lane("error-then-cut", Session(2)
+                                   .frame(kReadResp, 1, 0, 4096)
+                                   .data(4096, 1)
+                                   .frame(kError, 2, 0, 0, 6)
+                                   .status(-14)
+                                   .data(6, 'e')
+                                   .frame(kWriteAck, 3)
+                                   .frame(kReadResp, 4, 0, 65536)
+                                   .data(100, 2));
     std::printf("wrote the seeds under %s and %s\n", dir.c_str(), lane.c_str());
     return 0;
 }

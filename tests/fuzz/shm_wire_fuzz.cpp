@@ -36,7 +36,7 @@ using namespace ferry_shm;
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr size_t kLen = 16 * kPage; // each region and local buffer
+constexpr size_t kLen = 16 * kPage;  // each region and local buffer
 constexpr uint8_t kCanary = 0xA5, kReadOnly = 0x3C;
 
 // [guard page][kLen][guard page], guards PROT_NONE: a stray copy faults instead of landing.
@@ -60,8 +60,7 @@ struct Canaried {
     uint64_t addr() { return reinterpret_cast<uint64_t>(p()); }
     bool canaries_intact() const {
         for (size_t i = 0; i < kPage; ++i)
-            if (all[i] != kCanary || all[all.size() - 1 - i] != kCanary)
-                return false;
+            if (all[i] != kCanary || all[all.size() - 1 - i] != kCanary) return false;
         return true;
     }
 };
@@ -72,9 +71,9 @@ struct Target {
 };
 
 Target g_targets[2];
-Canaried g_rw, g_ro;     // registered: REMOTE_READ|WRITE, REMOTE_READ only
-Canaried g_local;        // the "initiator's" buffer
-Guarded g_memfd, g_guard; // a sealed Ferry memfd mapped here; a PROT_NONE range
+Canaried g_rw, g_ro;       // registered: REMOTE_READ|WRITE, REMOTE_READ only
+Canaried g_local;          // the "initiator's" buffer
+Guarded g_memfd, g_guard;  // a sealed Ferry memfd mapped here; a PROT_NONE range
 int g_memfd_fd = -1;
 uint64_t g_memfd_ino = 0;
 uint8_t *g_gate_open = nullptr, *g_gate_closed = nullptr;
@@ -83,38 +82,34 @@ alignas(16) uint64_t g_probe[2] = {0x9e3779b97f4a7c15ull, 0x9e3779b97f4a7c15ull}
 Request steer(uint8_t s, Request r) {
     const uint64_t raw_remote = r.remote_addr, raw_len = r.length, raw_local = r.local_addr;
     switch (s & 3) {
-    case 1: r.remote_addr = g_rw.addr() + raw_remote % (kLen + 256) - 128; break;
-    case 2: r.remote_addr = g_ro.addr() + raw_remote % (kLen + 256) - 128; break;
-    case 3: r.remote_addr = g_rw.addr() + raw_remote % kLen; break;
-    default: break; // raw
+        case 1: r.remote_addr = g_rw.addr() + raw_remote % (kLen + 256) - 128; break;
+        case 2: r.remote_addr = g_ro.addr() + raw_remote % (kLen + 256) - 128; break;
+        case 3: r.remote_addr = g_rw.addr() + raw_remote % kLen; break;
+        default: break;  // raw
     }
-    if (s & 4)
-        r.length = raw_len % (kLen + 256);
-    if (s & 0x40)
-        r.opcode = (r.opcode & 1) ? FERRY_OP_READ : FERRY_OP_WRITE;
+    if (s & 4) r.length = raw_len % (kLen + 256);
+    if (s & 0x40) r.opcode = (r.opcode & 1) ? FERRY_OP_READ : FERRY_OP_WRITE;
     const bool raw_fd = s & 0x80;
     uint64_t base;
     switch ((s >> 3) & 3) {
-    case 2: // the memfd, described truly (unless the fd stays raw)
-        base = g_memfd.addr();
-        if (!raw_fd) {
-            r.local_fd = g_memfd_fd;
-            r.local_ino = g_memfd_ino;
-            r.local_base = base;
-            r.local_len = kLen;
-        }
-        break;
-    case 3: base = 0; break; // the guard
-    default:
-        base = g_local.addr();
-        if (!raw_fd)
-            r.local_fd = -1;
-        break;
+        case 2:  // the memfd, described truly (unless the fd stays raw)
+            base = g_memfd.addr();
+            if (!raw_fd) {
+                r.local_fd = g_memfd_fd;
+                r.local_ino = g_memfd_ino;
+                r.local_base = base;
+                r.local_len = kLen;
+            }
+            break;
+        case 3: base = 0; break;  // the guard
+        default:
+            base = g_local.addr();
+            if (!raw_fd) r.local_fd = -1;
+            break;
     }
     if (base == 0 || r.length > kLen)
-        r.local_addr = g_guard.addr(); // any length: the first page faults, nothing moves
-    else
-        r.local_addr = base + raw_local % (kLen - r.length + 1);
+        r.local_addr = g_guard.addr();  // any length: the first page faults, nothing moves
+    else r.local_addr = base + raw_local % (kLen - r.length + 1);
     r.gate_addr = (s & 0x20) ? reinterpret_cast<uint64_t>(g_gate_closed) : reinterpret_cast<uint64_t>(g_gate_open);
     return r;
 }
@@ -128,7 +123,8 @@ int connect_to(const EndpointBytes &ep) {
     memcpy(sa.sun_path, name.data(), name.size());
     int rc;
     do
-        rc = connect(fd, reinterpret_cast<sockaddr *>(&sa), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size()));
+        rc = connect(fd, reinterpret_cast<sockaddr *>(&sa),
+                     static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size()));
     while (rc != 0 && errno == EINTR);
     FUZZ_CHECK(rc == 0, "connect to the shm instance");
     return fd;
@@ -140,14 +136,11 @@ bool read_exact(int fd, void *out, size_t len) {
     while (len > 0) {
         pollfd pf{fd, POLLIN, 0};
         int r = poll(&pf, 1, 5000);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         FUZZ_CHECK(r > 0, "the serving side did not answer for 5 s");
         ssize_t n = recv(fd, p, len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
         p += n;
         len -= static_cast<size_t>(n);
     }
@@ -162,7 +155,7 @@ void check_memory() {
         FUZZ_CHECK(g_ro.p()[i] == kReadOnly, "a region registered without REMOTE_WRITE was written");
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     g_guard.init();
@@ -170,25 +163,28 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     g_memfd_fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     FUZZ_CHECK(g_memfd_fd >= 0 && ftruncate(g_memfd_fd, kLen) == 0, "memfd");
     FUZZ_CHECK(fcntl(g_memfd_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0, "seals");
-    struct stat st{};
+    struct stat st {};
     fstat(g_memfd_fd, &st);
     g_memfd_ino = st.st_ino;
     g_memfd.init(g_memfd_fd);
-    auto *gates = static_cast<uint8_t *>(mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    auto *gates =
+        static_cast<uint8_t *>(mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     FUZZ_CHECK(gates != MAP_FAILED, "gates");
     g_gate_open = gates;
     g_gate_closed = gates + kPage;
     mprotect(g_gate_closed, kPage, PROT_NONE);
     memset(g_ro.p(), kReadOnly, kLen);
     const ferry_kv_t plain[] = {{"op_timeout_ms", "0"}};
-    const ferry_kv_t pieces[] = {{"adopt_memfd", "true"}, {"inline_size", "0"}, {"chunk_size", "4k"},
-                                 {"copy_threads", "2"}, {"connect_timeout_ms", "5000"}};
+    const ferry_kv_t pieces[] = {{"adopt_memfd", "true"},
+                                 {"inline_size", "0"},
+                                 {"chunk_size", "4k"},
+                                 {"copy_threads", "2"},
+                                 {"connect_timeout_ms", "5000"}};
     for (int i = 0; i < 2; ++i) {
         ferry_error_t err{};
         int rc = i == 0 ? Transport::create(plain, 1, nullptr, &g_targets[i].t, &err)
                         : Transport::create(pieces, 5, nullptr, &g_targets[i].t, &err);
-        if (rc != 0)
-            fprintf(stderr, "create: %s\n", err.message);
+        if (rc != 0) fprintf(stderr, "create: %s\n", err.message);
         FUZZ_CHECK(rc == 0, "Transport::create");
         Transport &t = *g_targets[i].t;
         uint64_t h;
@@ -208,19 +204,22 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size < 1)
-        return 0;
+    if (size < 1) return 0;
     const Target &target = g_targets[data[0] & 1];
     const int hello_mode = (data[0] >> 1) & 3;
     size_t at = 1;
     std::string out;
-    Hello h{kHelloMagic, kWireVersion, 0, target.ep.token, reinterpret_cast<uint64_t>(g_probe), g_probe[0],
-            static_cast<uint32_t>(getpid()), static_cast<uint32_t>(getuid())};
-    if (hello_mode == 1)
-        h.target_token ^= 1;
-    if (hello_mode == 2)
-        h.probe_addr = g_guard.addr();
-    if (hello_mode == 3) { // raw bytes
+    Hello h{kHelloMagic,
+            kWireVersion,
+            0,
+            target.ep.token,
+            reinterpret_cast<uint64_t>(g_probe),
+            g_probe[0],
+            static_cast<uint32_t>(getpid()),
+            static_cast<uint32_t>(getuid())};
+    if (hello_mode == 1) h.target_token ^= 1;
+    if (hello_mode == 2) h.probe_addr = g_guard.addr();
+    if (hello_mode == 3) {  // raw bytes
         size_t n = std::min(size - at, sizeof h);
         memcpy(&h, data + at, n);
         at += n;
@@ -233,15 +232,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r = steer(data[at], r);
         out.append(reinterpret_cast<const char *>(&r), sizeof r);
     }
-    out.append(reinterpret_cast<const char *>(data + at), size - at); // a cut record, or nothing
+    out.append(reinterpret_cast<const char *>(data + at), size - at);  // a cut record, or nothing
 
     int fd = connect_to(target.ep);
     for (size_t done = 0; done < out.size();) {
         ssize_t n = send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break; // refused: the serving side closed
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;  // refused: the serving side closed
         done += static_cast<size_t>(n);
     }
     HelloAck ack{};
@@ -258,8 +255,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     shutdown(fd, SHUT_WR);
     char sink[256];
-    while (read_exact(fd, sink, 1)) {
-    }
+    while (read_exact(fd, sink, 1)) {}
     close(fd);
     check_memory();
     return 0;

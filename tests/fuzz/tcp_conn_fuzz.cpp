@@ -78,27 +78,26 @@ private:
         FUZZ_CHECK(h.magic == kWireMagic && h.version == kWireVersion, "reply header magic/version");
         read_payload_ = false;
         switch (h.type) {
-        case kHelloAck:
-            FUZZ_CHECK(h.msg_len == 64 && h.length == 0, "HELLO_ACK shape");
-            body_left_ = h.msg_len;
-            break;
-        case kError:
-            FUZZ_CHECK(h.msg_len <= kMaxErrorMsg && h.status < 0 && h.length == 0, "ERROR shape");
-            body_left_ = h.msg_len;
-            break;
-        case kAuthAck:
-        case kWriteAck:
-            FUZZ_CHECK(!secret_, "answered a request without authentication");
-            FUZZ_CHECK(h.msg_len == 0 && h.length == 0, "ACK shape");
-            break;
-        case kReadResp:
-            FUZZ_CHECK(!secret_, "served a READ without authentication");
-            FUZZ_CHECK(h.msg_len == 0 && h.length >= 1 && h.length <= kReadSize, "READ_RESP length");
-            body_left_ = h.length;
-            read_payload_ = true;
-            break;
-        default:
-            FUZZ_CHECK(false, "the server sent a frame type it never sends");
+            case kHelloAck:
+                FUZZ_CHECK(h.msg_len == 64 && h.length == 0, "HELLO_ACK shape");
+                body_left_ = h.msg_len;
+                break;
+            case kError:
+                FUZZ_CHECK(h.msg_len <= kMaxErrorMsg && h.status < 0 && h.length == 0, "ERROR shape");
+                body_left_ = h.msg_len;
+                break;
+            case kAuthAck:
+            case kWriteAck:
+                FUZZ_CHECK(!secret_, "answered a request without authentication");
+                FUZZ_CHECK(h.msg_len == 0 && h.length == 0, "ACK shape");
+                break;
+            case kReadResp:
+                FUZZ_CHECK(!secret_, "served a READ without authentication");
+                FUZZ_CHECK(h.msg_len == 0 && h.length >= 1 && h.length <= kReadSize, "READ_RESP length");
+                body_left_ = h.length;
+                read_payload_ = true;
+                break;
+            default: FUZZ_CHECK(false, "the server sent a frame type it never sends");
         }
     }
     const bool secret_;
@@ -106,7 +105,7 @@ private:
     size_t got_ = 0;
     uint64_t body_left_ = 0;
     bool read_payload_ = false;
-    std::string seen_; // the frame types received, for TCP_CONN_FUZZ_VERBOSE
+    std::string seen_;  // the frame types received, for TCP_CONN_FUZZ_VERBOSE
 };
 
 void check_memory() {
@@ -117,7 +116,7 @@ void check_memory() {
                "canary after the write-only region written");
 }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     void *p = mmap(reinterpret_cast<void *>(kBase), kMapSize, PROT_READ | PROT_WRITE,
@@ -130,10 +129,8 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     static ferry_host_api_t host{sizeof(ferry_host_api_t), 0, nullptr, nullptr, FERRY_LOG_ERROR};
     for (unsigned c = 0; c < kConfigs; ++c) {
         std::vector<ferry_kv_t> kv = {{"io_threads", "1"}};
-        if (c == 1)
-            kv.push_back({"auth_key", kAuthKey});
-        if (c == 2)
-            kv.push_back({"zerocopy", "1"});
+        if (c == 1) kv.push_back({"auth_key", kAuthKey});
+        if (c == 2) kv.push_back({"zerocopy", "1"});
         ferry_transport_t *t = nullptr;
         ferry_error_t e{};
         FUZZ_CHECK(ferry_plugin_v1.create(kv.data(), kv.size(), &host, &t, &e) == 0, "create");
@@ -152,8 +149,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size == 0)
-        return 0;
+    if (size == 0) return 0;
     const unsigned config = data[0] % kConfigs;
     ++data;
     --size;
@@ -164,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.sin_port = htons(g_port[config]);
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     int rc;
-    do // libFuzzer's timeout alarm (SIGALRM) may interrupt; the connect then goes on
+    do  // libFuzzer's timeout alarm (SIGALRM) may interrupt; the connect then goes on
         rc = connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a);
     while (rc != 0 && errno == EINTR);
     FUZZ_CHECK(rc == 0 || errno == EISCONN, "connect to the tcp.so instance");
@@ -180,15 +176,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         pollfd p{fd, static_cast<short>(POLLIN | (half_closed ? 0 : POLLOUT)), 0};
         int r = poll(&p, 1, 5000);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         FUZZ_CHECK(r > 0, "no progress for 5 s: the server hangs on this connection");
         if (p.revents & POLLOUT) {
             ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0)
-                sent += static_cast<size_t>(n);
-            else if (n < 0 && errno != EAGAIN && errno != EINTR)
-                sent = size; // the server closed; read what it said
+            if (n > 0) sent += static_cast<size_t>(n);
+            else if (n < 0 && errno != EAGAIN && errno != EINTR) sent = size;  // the server closed; read what it said
         }
         if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             uint8_t buf[65536];
@@ -196,7 +189,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (n > 0) {
                 check.feed(buf, static_cast<size_t>(n));
             } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                break; // closed: a malformed request closes at once, replies may be cut short
+                break;  // closed: a malformed request closes at once, replies may be cut short
             }
         }
     }

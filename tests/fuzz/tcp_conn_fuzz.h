@@ -17,7 +17,7 @@
 namespace tcp_conn_fuzz {
 
 inline constexpr unsigned kConfigs = 3;
-inline constexpr uint64_t kBase = 0x7e9000000000ull; // application memory for ASan and TSan alike
+inline constexpr uint64_t kBase = 0x7e9000000000ull;  // application memory for ASan and TSan alike
 inline constexpr size_t kCanary = 64 << 10;
 inline constexpr size_t kReadSize = 1 << 20;
 inline constexpr size_t kWriteSize = 256 << 10;
@@ -28,4 +28,4 @@ inline constexpr uint8_t kReadByte = 0x52;
 inline constexpr uint8_t kCanaryByte = 0xC3;
 inline constexpr const char *kAuthKey = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-} // namespace tcp_conn_fuzz
+}  // namespace tcp_conn_fuzz

@@ -43,7 +43,7 @@ using namespace ferry_tcp;
 
 constexpr size_t kCanary = 64 << 10, kLocal = 512 << 10;
 constexpr uint8_t kCanaryByte = 0xC3, kLocalByte = 0x4C;
-constexpr uint64_t kRemote = 0x10000000; // the fake server's region: never touched here
+constexpr uint64_t kRemote = 0x10000000;  // the fake server's region: never touched here
 struct Range {
     uint64_t off, len;
 };
@@ -53,7 +53,7 @@ constexpr Range kReads[] = {{0, 4096}, {65536, 70000}, {300000, 8}};
 const ferry_plugin_v1_t &api = ferry_plugin_v1;
 ferry_transport_t *g_client[2] = {};
 uint64_t g_local_handle[2] = {};
-uint8_t *g_mem = nullptr; // canary | local buffer | canary
+uint8_t *g_mem = nullptr;  // canary | local buffer | canary
 int g_listen = -1;
 std::vector<uint8_t> g_endpoint;
 
@@ -62,8 +62,7 @@ bool wait_fd(int fd, short events) {
     pollfd p{fd, events, 0};
     for (;;) {
         int r = poll(&p, 1, 5000);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         return r > 0;
     }
 }
@@ -71,13 +70,10 @@ bool wait_fd(int fd, short events) {
 bool read_exactly(int fd, void *buf, size_t n) {
     auto *b = static_cast<uint8_t *>(buf);
     while (n > 0) {
-        if (!wait_fd(fd, POLLIN))
-            return false;
+        if (!wait_fd(fd, POLLIN)) return false;
         ssize_t k = recv(fd, b, n, MSG_DONTWAIT);
-        if (k < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (k <= 0)
-            return false;
+        if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (k <= 0) return false;
         b += k;
         n -= static_cast<size_t>(k);
     }
@@ -87,10 +83,8 @@ bool read_exactly(int fd, void *buf, size_t n) {
 void send_all(int fd, const uint8_t *p, size_t n) {
     while (n > 0) {
         ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return; // the client closed: it read what it needed
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return;  // the client closed: it read what it needed
         p += k;
         n -= static_cast<size_t>(k);
     }
@@ -102,7 +96,7 @@ void send_frame(int fd, uint8_t type, uint32_t msg_len = 0) {
     h.msg_len = msg_len;
     uint8_t b[kHeaderSize + 64] = {};
     encode_header(h, b);
-    send_all(fd, b, kHeaderSize + msg_len); // HELLO_ACK: zero nonce and proof (no key)
+    send_all(fd, b, kHeaderSize + msg_len);  // HELLO_ACK: zero nonce and proof (no key)
 }
 
 // Sends `data` while reading (and dropping) what the client sends, half-closes, and reads
@@ -113,8 +107,7 @@ void serve(int fd, const uint8_t *data, size_t size, ferry_transport_t *t, size_
     bool half = false, client_closed = false;
     int cfd = -1;
     ferry_error_t e{};
-    if (t != nullptr)
-        api.completion_fd(t, &cfd, &e);
+    if (t != nullptr) api.completion_fd(t, &cfd, &e);
     while (!client_closed || (t != nullptr && done->size() < want)) {
         if (sent == size && !half) {
             shutdown(fd, SHUT_WR);
@@ -123,21 +116,17 @@ void serve(int fd, const uint8_t *data, size_t size, ferry_transport_t *t, size_
         pollfd p[2] = {{fd, static_cast<short>(client_closed ? 0 : (POLLIN | (half ? 0 : POLLOUT))), 0},
                        {cfd, POLLIN, 0}};
         int r = poll(p, cfd >= 0 ? 2 : 1, 5000);
-        if (r < 0 && errno == EINTR)
-            continue;
+        if (r < 0 && errno == EINTR) continue;
         FUZZ_CHECK(r > 0, "no progress for 5 s: the client hangs");
         if (p[0].revents & POLLOUT) {
             ssize_t n = send(fd, data + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (n > 0)
-                sent += static_cast<size_t>(n);
-            else if (n < 0 && errno != EAGAIN && errno != EINTR)
-                sent = size;
+            if (n > 0) sent += static_cast<size_t>(n);
+            else if (n < 0 && errno != EAGAIN && errno != EINTR) sent = size;
         }
         if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
             uint8_t buf[65536];
             ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-                client_closed = true;
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) client_closed = true;
         }
         if (cfd >= 0 && (p[1].revents & POLLIN)) {
             ferry_completion_t c[16];
@@ -157,7 +146,7 @@ struct Harness {
     unsigned mode = 0;
     const uint8_t *data = nullptr;
     size_t size = 0;
-    int fd = -1; // mode 2: the accepted connection, handed to the main thread
+    int fd = -1;  // mode 2: the accepted connection, handed to the main thread
 
     void run() {
         for (;;) {
@@ -190,11 +179,10 @@ struct Harness {
 // Never destroyed: its thread waits on the condition variable until the process exits.
 Harness &g_harness = *new Harness;
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int *, char ***) {
-    void *m = mmap(nullptr, kLocal + 2 * kCanary, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *m = mmap(nullptr, kLocal + 2 * kCanary, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     FUZZ_CHECK(m != MAP_FAILED, "mmap");
     g_mem = static_cast<uint8_t *>(m);
     memset(g_mem, kCanaryByte, kLocal + 2 * kCanary);
@@ -213,15 +201,17 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
         host.log_level = FERRY_LOG_DEBUG;
     }
     for (int k = 0; k < 2; ++k) {
-        std::vector<ferry_kv_t> kv = {{"io_threads", "1"}, {"lanes", "1"}, {"slice_size", "64k"},
-                                      {"connect_timeout_ms", "5000"}, {"op_timeout_ms", "5000"}};
-        if (k == 1)
-            kv.push_back({"auth_key", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"});
+        std::vector<ferry_kv_t> kv = {{"io_threads", "1"},
+                                      {"lanes", "1"},
+                                      {"slice_size", "64k"},
+                                      {"connect_timeout_ms", "5000"},
+                                      {"op_timeout_ms", "5000"}};
+        if (k == 1) kv.push_back({"auth_key", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"});
         ferry_error_t e{};
         FUZZ_CHECK(api.create(kv.data(), kv.size(), &host, &g_client[k], &e) == 0, "create");
         ferry_mem_region_t r{reinterpret_cast<uint64_t>(g_mem + kCanary), kLocal, FERRY_MEM_HOST, -1, 0, 0};
         FUZZ_CHECK(api.register_mem(g_client[k], &r, &g_local_handle[k], &e) == 0, "register_mem");
-        if (k == 0) { // the endpoint of this harness: a tcp.so endpoint with our port
+        if (k == 0) {  // the endpoint of this harness: a tcp.so endpoint with our port
             uint8_t ep[64];
             size_t n = sizeof ep;
             FUZZ_CHECK(api.export_endpoint(g_client[k], ep, &n, &e) == 0, "export_endpoint");
@@ -235,8 +225,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size == 0)
-        return 0;
+    if (size == 0) return 0;
     const unsigned mode = data[0] % 3;
     ferry_transport_t *t = g_client[mode == 1 ? 1 : 0];
     {
@@ -259,12 +248,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (getenv("TCP_LANE_FUZZ_VERBOSE") != nullptr)
         fprintf(stderr, "mode %u: connect %d %s\n", mode, rc, rc != 0 ? e.message : "");
-    if (mode == 1)
-        FUZZ_CHECK(rc != 0, "connected to a server that cannot know the cluster key");
+    if (mode == 1) FUZZ_CHECK(rc != 0, "connected to a server that cannot know the cluster key");
     if (mode == 2) {
         FUZZ_CHECK(rc == 0 && fd >= 0, "connect after a correct handshake");
-        ferry_mem_region_t rr{kRemote, 1 << 20, FERRY_MEM_HOST, -1,
-                              FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, 0};
+        ferry_mem_region_t rr{
+            kRemote, 1 << 20, FERRY_MEM_HOST, -1, FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE, 0};
         uint64_t rmem;
         FUZZ_CHECK(api.import_mem(t, peer, &rr, nullptr, 0, &rmem, &e) == 0, "import_mem");
         const uint64_t base = reinterpret_cast<uint64_t>(g_mem + kCanary);
@@ -302,14 +290,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 fprintf(stderr, "op %llu: %d %s\n", static_cast<unsigned long long>(c.user_data), c.status, c.message);
         }
     }
-    if (rc == 0)
-        api.disconnect(t, peer, &e); // the lane is closed when this returns
+    if (rc == 0) api.disconnect(t, peer, &e);  // the lane is closed when this returns
     // Nothing outside the READ destinations changed; put those back for the next input.
     FUZZ_CHECK(all_bytes(g_mem, kCanary, kCanaryByte) && all_bytes(g_mem + kCanary + kLocal, kCanary, kCanaryByte),
                "bytes written outside the registered local buffer");
     uint64_t at = 0;
     for (const Range &r : kReads) {
-        FUZZ_CHECK(all_bytes(g_mem + kCanary + at, r.off - at, kLocalByte), "bytes written outside the READ destinations");
+        FUZZ_CHECK(all_bytes(g_mem + kCanary + at, r.off - at, kLocalByte),
+                   "bytes written outside the READ destinations");
         memset(g_mem + kCanary + r.off, kLocalByte, r.len);
         at = r.off + r.len;
     }

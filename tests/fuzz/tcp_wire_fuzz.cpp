@@ -25,8 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (h.type == kReadDone)
                 FUZZ_CHECK(h.length >= 1 && h.length <= UINT32_MAX && h.addr == 0, "READ_DONE bounds");
             else
-                FUZZ_CHECK((h.type == kWriteReq || h.type == kReadReq) && h.length >= 1 &&
-                               h.length <= kMaxPayload,
+                FUZZ_CHECK((h.type == kWriteReq || h.type == kReadReq) && h.length >= 1 && h.length <= kMaxPayload,
                            "request length bounds");
         }
         FUZZ_CHECK(msg_type_name(h.type) != nullptr, "type name");

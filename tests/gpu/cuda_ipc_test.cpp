@@ -21,7 +21,8 @@ protected:
 };
 
 struct GpuPeer {
-    explicit GpuPeer(uint64_t size, int device = 0) : proc({std::to_string(size), std::to_string(device)}, FERRY_GPU_TEST_PEER_BIN) {
+    explicit GpuPeer(uint64_t size, int device = 0)
+        : proc({std::to_string(size), std::to_string(device)}, FERRY_GPU_TEST_PEER_BIN) {
         std::istringstream s(proc.ready_line);
         std::string word, a0, a1;
         s >> word >> segment >> a0 >> a1 >> size_;
@@ -37,7 +38,7 @@ struct GpuPeer {
     uint64_t r0 = 0, r1 = 0, size_ = 0;
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(CudaTest, IpcReadAndWriteSubBuffersAcrossProcesses) {
     const uint64_t size = 8 << 20, gap = 4096;
@@ -55,14 +56,16 @@ TEST_F(CudaTest, IpcReadAndWriteSubBuffersAcrossProcesses) {
     ASSERT_TRUE(seg) << seg.error().message;
 
     std::string transport;
-    auto r = run(**engine, {{Opcode::Read, a, *seg, peer.r0, size, ""}, {Opcode::Read, b, *seg, peer.r1, size, ""}}, &transport);
+    auto r = run(**engine, {{Opcode::Read, a, *seg, peer.r0, size, ""}, {Opcode::Read, b, *seg, peer.r1, size, ""}},
+                 &transport);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(transport, "cuda_ipc");
     std::vector<uint8_t> host(size);
     CUDA_OR_DIE(cudaMemcpy(host.data(), a, size, cudaMemcpyDeviceToHost));
     for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(gap + i)) << "region 0 byte " << i;
     CUDA_OR_DIE(cudaMemcpy(host.data(), b, size, cudaMemcpyDeviceToHost));
-    for (uint64_t i = 0; i < size; ++i) ASSERT_EQ(host[i], test::peer_pattern(2 * gap + size + i)) << "region 1 byte " << i;
+    for (uint64_t i = 0; i < size; ++i)
+        ASSERT_EQ(host[i], test::peer_pattern(2 * gap + size + i)) << "region 1 byte " << i;
 
     // WRITE awkward pieces into the peer's second region; its checksum must match.
     std::vector<uint8_t> expected(2 * size);
@@ -73,7 +76,9 @@ TEST_F(CudaTest, IpcReadAndWriteSubBuffersAcrossProcesses) {
     std::vector<uint8_t> fresh(size);
     for (uint64_t i = 0; i < size; ++i) fresh[i] = static_cast<uint8_t>(i * 29 + 1);
     CUDA_OR_DIE(cudaMemcpy(a, fresh.data(), size, cudaMemcpyHostToDevice));
-    struct Piece { uint64_t off, len; };
+    struct Piece {
+        uint64_t off, len;
+    };
     std::vector<Request> writes;
     for (Piece p : std::vector<Piece>{{1, 1}, {4095, 65537}, {size - 3, 3}, {1 << 20, 3 << 20}}) {
         writes.push_back({Opcode::Write, a + p.off, *seg, peer.r1 + p.off, p.len, ""});
@@ -105,7 +110,8 @@ TEST_F(CudaTest, GpuMemoryMovesOverTcpThroughStaging) {
     ASSERT_TRUE(seg);
     std::string transport;
     std::vector<Request> reads;
-    for (uint64_t off = 0; off < size; off += 1 << 20) reads.push_back({Opcode::Read, dev + off, *seg, peer.base + off, 1 << 20, ""});
+    for (uint64_t off = 0; off < size; off += 1 << 20)
+        reads.push_back({Opcode::Read, dev + off, *seg, peer.base + off, 1 << 20, ""});
     auto r = run(**engine, reads, &transport);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(transport, "tcp");
@@ -130,7 +136,7 @@ TEST_F(CudaTest, IpcAcrossTwoGpusEnablesPeerAccessAndRestoresTheDevice) {
     CUDA_OR_DIE(cudaGetDeviceCount(&count));
     if (count < 2) GTEST_SKIP() << "skipped: needs two CUDA devices, this machine has " << count;
     const uint64_t size = 8 << 20, gap = 4096;
-    GpuPeer peer(size, 1); // the target's memory lives on GPU 1
+    GpuPeer peer(size, 1);  // the target's memory lives on GPU 1
     ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
     CUDA_OR_DIE(cudaSetDevice(0));
     auto engine = Engine::create({{"plugins", "cuda_ipc"}});
@@ -140,7 +146,7 @@ TEST_F(CudaTest, IpcAcrossTwoGpusEnablesPeerAccessAndRestoresTheDevice) {
     ASSERT_TRUE((*engine)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
     auto seg = (*engine)->open_segment(peer.segment);
     ASSERT_TRUE(seg) << seg.error().message;
-    for (int round = 0; round < 2; ++round) { // the second round reuses the enabled peer access
+    for (int round = 0; round < 2; ++round) {  // the second round reuses the enabled peer access
         auto r = run(**engine, {{Opcode::Read, dev, *seg, peer.r0, size, ""}});
         ASSERT_TRUE(r) << r.error().message;
         int current = -1;

@@ -24,11 +24,13 @@ namespace {
 class CudaStagingTest : public test::CudaEngineTest {
 protected:
     // GB/s of `rounds` batches of `ops` ops of `block` bytes from `local` to/from the peer.
-    static double rate(Engine &e, Opcode op, uint8_t *local, SegmentId seg, uint64_t remote, uint64_t block, int ops, int rounds) {
+    static double rate(Engine &e, Opcode op, uint8_t *local, SegmentId seg, uint64_t remote, uint64_t block, int ops,
+                       int rounds) {
         std::vector<Request> reqs;
-        uint64_t slots = std::max<uint64_t>(1, (128u << 20) / block); // the peer's 128 MiB
-        for (int k = 0; k < ops; ++k) reqs.push_back({op, local + k * block, seg, remote + (k % slots) * block, block, ""});
-        if (!run(e, reqs)) return 0; // warm-up
+        uint64_t slots = std::max<uint64_t>(1, (128u << 20) / block);  // the peer's 128 MiB
+        for (int k = 0; k < ops; ++k)
+            reqs.push_back({op, local + k * block, seg, remote + (k % slots) * block, block, ""});
+        if (!run(e, reqs)) return 0;  // warm-up
         auto t0 = std::chrono::steady_clock::now();
         for (int r = 0; r < rounds; ++r)
             if (auto w = run(e, reqs); !w) {
@@ -46,13 +48,14 @@ std::string sum_line(const std::vector<uint8_t> &v) {
     return want;
 }
 
-} // namespace
+}  // namespace
 
 TEST_F(CudaStagingTest, PipelinedGpuInitiatorAgainstAHostTargetMovesEveryByteWithinTheBound) {
     constexpr uint64_t kPeer = 8 << 20, kOp = 4 << 20, kOps = 16, kBound = 8 << 20;
     PeerProcess peer({"--size", std::to_string(kPeer)});
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto engine = Engine::create({{"plugins", "tcp"}, {"gpu_staging_max_bytes", std::to_string(kBound)},
+    auto engine = Engine::create({{"plugins", "tcp"},
+                                  {"gpu_staging_max_bytes", std::to_string(kBound)},
                                   {"gpu_staging_slice_bytes", "1048576"}});
     ASSERT_TRUE(engine) << engine.error().message;
     uint8_t *dev = nullptr;
@@ -62,7 +65,8 @@ TEST_F(CudaStagingTest, PipelinedGpuInitiatorAgainstAHostTargetMovesEveryByteWit
     ASSERT_TRUE(seg) << seg.error().message;
 
     std::vector<Request> reads;
-    for (uint64_t k = 0; k < kOps; ++k) reads.push_back({Opcode::Read, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
+    for (uint64_t k = 0; k < kOps; ++k)
+        reads.push_back({Opcode::Read, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
     std::string transport;
     auto r = run(**engine, reads, &transport);
     ASSERT_TRUE(r) << r.error().message;
@@ -84,7 +88,8 @@ TEST_F(CudaStagingTest, PipelinedGpuInitiatorAgainstAHostTargetMovesEveryByteWit
     auto st = (*engine)->staging_stats();
     EXPECT_LE(st.peak_lent_bytes, kBound);
     EXPECT_EQ(st.lent_bytes, 0u);
-    std::printf("16 x 4 MiB READ on the H200: peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " waits, %" PRIu64 " copies\n",
+    std::printf("16 x 4 MiB READ on the H200: peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " waits, %" PRIu64
+                " copies\n",
                 st.peak_lent_bytes, st.max_bytes, st.acquire_refused, st.copies);
     cudaFree(dev);
 }
@@ -104,7 +109,10 @@ TEST_F(CudaStagingTest, InitiatorStagingAgainstHostToHostFigures) {
     ASSERT_TRUE((*engine)->register_memory(host.data(), kLocal));
     auto seg = (*engine)->open_segment(peer.segment);
     ASSERT_TRUE(seg);
-    struct Shape { uint64_t block; int ops, rounds; };
+    struct Shape {
+        uint64_t block;
+        int ops, rounds;
+    };
     for (Shape sh : {Shape{1 << 20, 64, 20}, Shape{16 << 20, 16, 5}}) {
         for (Opcode op : {Opcode::Write, Opcode::Read}) {
             double h = rate(**engine, op, host.data(), *seg, peer.base, sh.block, sh.ops, sh.rounds);
@@ -117,7 +125,8 @@ TEST_F(CudaStagingTest, InitiatorStagingAgainstHostToHostFigures) {
     for (Opcode op : {Opcode::Write, Opcode::Read}) {
         double g = rate(**engine, op, dev, *seg, peer.base, 64 << 20, 16, 2);
         auto st = (*engine)->staging_stats();
-        std::printf("%s 16 x 64 MiB GPU initiator: %.2f GB/s, peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " waits\n",
+        std::printf("%s 16 x 64 MiB GPU initiator: %.2f GB/s, peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64
+                    " waits\n",
                     op == Opcode::Read ? "READ" : "WRITE", g, st.peak_lent_bytes, st.max_bytes, st.acquire_refused);
         EXPECT_LE(st.peak_lent_bytes, st.max_bytes);
     }
@@ -141,9 +150,11 @@ TEST_F(CudaStagingTest, ABarePointerToCudaMallocdMemoryIsRegisteredAsGpuMemory) 
     ASSERT_EQ(ferry_engine_create(keys, values, 1, &e), 0) << ferry_last_error();
     uint8_t *dev = nullptr;
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), kSize));
-    ASSERT_EQ(ferry_register(e, dev, kSize, FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_register(e, dev, kSize, FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0)
+        << ferry_last_error();
     std::vector<uint8_t> plain(4096);
-    ASSERT_EQ(ferry_register(e, plain.data(), plain.size(), FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ), 0) << ferry_last_error();
+    ASSERT_EQ(ferry_register(e, plain.data(), plain.size(), FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ), 0)
+        << ferry_last_error();
     ferry_engine_destroy(e);
 
     // The same through C++, and the transfer: cuda_ipc only moves it when it is GPU memory.

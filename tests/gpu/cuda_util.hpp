@@ -13,13 +13,13 @@
 
 #include "ferry/engine.hpp"
 
-#define CUDA_OR_DIE(call)                                                                           \
-    do {                                                                                            \
-        cudaError_t rc_ = (call);                                                                   \
-        if (rc_ != cudaSuccess) {                                                                   \
+#define CUDA_OR_DIE(call)                                                                                \
+    do {                                                                                                 \
+        cudaError_t rc_ = (call);                                                                        \
+        if (rc_ != cudaSuccess) {                                                                        \
             std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(rc_)); \
-            std::exit(3);                                                                           \
-        }                                                                                           \
+            std::exit(3);                                                                                \
+        }                                                                                                \
     } while (0)
 
 namespace ferry::test {
@@ -53,4 +53,4 @@ protected:
     }
 };
 
-} // namespace ferry::test
+}  // namespace ferry::test

@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     int device = 0;
     if (argc > 1) size = std::strtoull(argv[1], nullptr, 0);
     if (argc > 2) device = std::atoi(argv[2]);
-    std::string plugins = argc > 3 ? argv[3] : "cuda_ipc"; // e.g. cuda_ipc,tcp: tcp serves it through staging
+    std::string plugins = argc > 3 ? argv[3] : "cuda_ipc";  // e.g. cuda_ipc,tcp: tcp serves it through staging
     CUDA_OR_DIE(cudaSetDevice(device));
     const uint64_t gap = 4096;
     auto engine = ferry::Engine::create({{"plugins", plugins}});
@@ -33,7 +33,9 @@ int main(int argc, char **argv) {
     CUDA_OR_DIE(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice));
     uint8_t *r0 = dev + gap, *r1 = dev + gap + size + gap;
     for (uint8_t *r : {r0, r1})
-        if (auto rc = (*engine)->register_memory(r, size, {ferry::MemoryKind::Cuda, device, ferry::kRemoteRead | ferry::kRemoteWrite}); !rc) {
+        if (auto rc = (*engine)->register_memory(
+                r, size, {ferry::MemoryKind::Cuda, device, ferry::kRemoteRead | ferry::kRemoteWrite});
+            !rc) {
             std::printf("ERROR %s\n", rc.error().message.c_str());
             return 1;
         }

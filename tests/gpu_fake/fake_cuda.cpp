@@ -42,10 +42,10 @@ constexpr unsigned kMemTypeHost = 1, kMemTypeDevice = 2;
 
 struct Event;
 struct Task {
-    uintptr_t dst = 0, src = 0; // translated (the alias for device memory)
+    uintptr_t dst = 0, src = 0;  // translated (the alias for device memory)
     size_t bytes = 0;
     bool fail = false;
-    Event *event = nullptr; // set: an event record, else a copy
+    Event *event = nullptr;  // set: an event record, else a copy
     uint64_t generation = 0;
 };
 
@@ -70,11 +70,11 @@ struct State {
     std::mutex m;
     bool initialised = false;
     int fd = -1;
-    char *device = nullptr; // PROT_NONE: what callers get
-    char *alias = nullptr;  // read-write: what the fake copies through
+    char *device = nullptr;  // PROT_NONE: what callers get
+    char *alias = nullptr;   // read-write: what the fake copies through
     size_t heap = 0, next = 0;
-    std::map<uintptr_t, size_t> allocations; // device address -> bytes
-    std::map<uintptr_t, size_t> pinned;      // host address -> bytes
+    std::map<uintptr_t, size_t> allocations;  // device address -> bytes
+    std::map<uintptr_t, size_t> pinned;       // host address -> bytes
     std::atomic<uint64_t> copies{0};
     std::atomic<uint64_t> fail_copy{0};
     std::atomic<unsigned> delay_us{0};
@@ -167,7 +167,7 @@ CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
     uint64_t n = g.copies.fetch_add(1) + 1;
     uint64_t fail_at = g.fail_copy.load();
     t.fail = fail_at != 0 && n == fail_at;
-    if (!s) { // the legacy default stream: synchronous here
+    if (!s) {  // the legacy default stream: synchronous here
         if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
         if (t.fail) return kIllegalAddress;
         std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), bytes);
@@ -179,7 +179,7 @@ CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
     return kSuccess;
 }
 
-} // namespace
+}  // namespace
 
 FAKE_API CUresult cuInit(unsigned) {
     std::lock_guard lock(g.m);
@@ -205,16 +205,16 @@ FAKE_API CUresult cuDriverGetVersion(int *v) {
 
 FAKE_API CUresult cuGetErrorString(CUresult rc, const char **s) {
     switch (rc) {
-    case kSuccess: *s = "no error"; break;
-    case kInvalidValue: *s = "invalid argument"; break;
-    case kOutOfMemory: *s = "out of memory"; break;
-    case kNotInitialized: *s = "initialization error"; break;
-    case kInvalidDevice: *s = "invalid device ordinal"; break;
-    case kInvalidContext: *s = "invalid device context"; break;
-    case kInvalidHandle: *s = "invalid resource handle"; break;
-    case kNotReady: *s = "device not ready"; break;
-    case kIllegalAddress: *s = "an illegal memory access was encountered"; break;
-    default: *s = nullptr; return kInvalidValue;
+        case kSuccess: *s = "no error"; break;
+        case kInvalidValue: *s = "invalid argument"; break;
+        case kOutOfMemory: *s = "out of memory"; break;
+        case kNotInitialized: *s = "initialization error"; break;
+        case kInvalidDevice: *s = "invalid device ordinal"; break;
+        case kInvalidContext: *s = "invalid device context"; break;
+        case kInvalidHandle: *s = "invalid resource handle"; break;
+        case kNotReady: *s = "device not ready"; break;
+        case kIllegalAddress: *s = "an illegal memory access was encountered"; break;
+        default: *s = nullptr; return kInvalidValue;
     }
     return kSuccess;
 }
@@ -269,7 +269,7 @@ FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     std::lock_guard lock(g.m);
-    size_t rounded = (bytes + 0xfffff) & ~size_t(0xfffff); // 1 MiB granules, like cudaMalloc's
+    size_t rounded = (bytes + 0xfffff) & ~size_t(0xfffff);  // 1 MiB granules, like cudaMalloc's
     if (bytes == 0 || g.next + rounded > g.heap) return kOutOfMemory;
     *p = reinterpret_cast<uintptr_t>(g.device) + g.next;
     g.allocations[*p] = bytes;
@@ -309,7 +309,9 @@ FAKE_API CUresult cuMemFreeHost(void *p) {
     return kSuccess;
 }
 
-FAKE_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) { return enqueue_copy(dst, src, bytes, nullptr); }
+FAKE_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+    return enqueue_copy(dst, src, bytes, nullptr);
+}
 FAKE_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
     return enqueue_copy(dst, reinterpret_cast<uintptr_t>(src), bytes, nullptr);
 }
@@ -418,19 +420,21 @@ static CUresult attribute(void *data, int attr, CUdeviceptr p, bool strict) {
     if (!dev && !host) {
         if (strict) return kInvalidValue;
         switch (attr) {
-        case kAttrContext: case kAttrDevicePointer: case kAttrHostPointer: *static_cast<void **>(data) = nullptr; break;
-        case kAttrDeviceOrdinal: *static_cast<int *>(data) = -2; break;
-        default: *static_cast<unsigned *>(data) = 0;
+            case kAttrContext:
+            case kAttrDevicePointer:
+            case kAttrHostPointer: *static_cast<void **>(data) = nullptr; break;
+            case kAttrDeviceOrdinal: *static_cast<int *>(data) = -2; break;
+            default: *static_cast<unsigned *>(data) = 0;
         }
         return kSuccess;
     }
     switch (attr) {
-    case kAttrContext: *static_cast<void **>(data) = kContext; break;
-    case kAttrMemoryType: *static_cast<unsigned *>(data) = dev ? kMemTypeDevice : kMemTypeHost; break;
-    case kAttrDevicePointer: *static_cast<uintptr_t *>(data) = p; break;
-    case kAttrHostPointer: *static_cast<uintptr_t *>(data) = dev ? 0 : p; break;
-    case kAttrDeviceOrdinal: *static_cast<int *>(data) = 0; break;
-    default: return kInvalidValue;
+        case kAttrContext: *static_cast<void **>(data) = kContext; break;
+        case kAttrMemoryType: *static_cast<unsigned *>(data) = dev ? kMemTypeDevice : kMemTypeHost; break;
+        case kAttrDevicePointer: *static_cast<uintptr_t *>(data) = p; break;
+        case kAttrHostPointer: *static_cast<uintptr_t *>(data) = dev ? 0 : p; break;
+        case kAttrDeviceOrdinal: *static_cast<int *>(data) = 0; break;
+        default: return kInvalidValue;
     }
     return kSuccess;
 }

@@ -31,7 +31,9 @@ struct FakeCuda {
         setenv("FERRY_LIBCUDA", FERRY_FAKE_CUDA_LIB, 1);
         lib = dlopen(FERRY_FAKE_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
         if (!lib) return;
-        auto sym = [&](auto &fn, const char *name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(lib, name)); };
+        auto sym = [&](auto &fn, const char *name) {
+            fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(lib, name));
+        };
         int (*init)(unsigned);
         int (*retain)(void **, int);
         int (*push)(void *);
@@ -45,7 +47,7 @@ struct FakeCuda {
         sym(fail_copy, "ferry_fake_cuda_fail_copy");
         sym(copy_delay_us, "ferry_fake_cuda_copy_delay_us");
         void *ctx = nullptr;
-        ok = init(0) == 0 && retain(&ctx, 0) == 0 && push(ctx) == 0; // current on the test thread
+        ok = init(0) == 0 && retain(&ctx, 0) == 0 && push(ctx) == 0;  // current on the test thread
     }
     char *alloc(size_t n) {
         uintptr_t p = 0;
@@ -106,13 +108,13 @@ std::string sum_line(const std::vector<uint8_t> &v) {
     return want;
 }
 
-} // namespace
+}  // namespace
 
 TEST_F(GpuStagingTest, PipelinedReadAndWriteBetweenFakeGpuAndAHostPeerMoveEveryByte) {
     constexpr uint64_t kSize = 8 << 20;
     PeerProcess peer({"--size", std::to_string(kSize)});
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto engine = make(256 << 10, 1 << 20); // 32 slices per op, 4 in the bound: a real pipeline
+    auto engine = make(256 << 10, 1 << 20);  // 32 slices per op, 4 in the bound: a real pipeline
     ASSERT_TRUE(engine);
     char *dev = cuda().alloc(kSize);
     ASSERT_NE(dev, nullptr);
@@ -130,7 +132,9 @@ TEST_F(GpuStagingTest, PipelinedReadAndWriteBetweenFakeGpuAndAHostPeerMoveEveryB
     std::vector<uint8_t> src(kSize);
     for (uint64_t i = 0; i < kSize; ++i) src[i] = static_cast<uint8_t>(i * 29 + 5);
     cuda().put(dev, src.data(), kSize);
-    struct Piece { uint64_t off, len; };
+    struct Piece {
+        uint64_t off, len;
+    };
     std::vector<Piece> pieces = {{0, 1}, {1, 4095}, {5000, (1 << 20) + 3}, {3 << 20, 4 << 20}, {kSize - 7, 7}};
     std::vector<Request> writes;
     for (auto p : pieces) {
@@ -163,7 +167,8 @@ TEST_F(GpuStagingTest, ADeepBatchOfLargeOpsStaysWithinThePinnedBound) {
     ASSERT_TRUE(seg) << seg.error().message;
 
     std::vector<Request> reads;
-    for (uint64_t k = 0; k < kOps; ++k) reads.push_back({Opcode::Read, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
+    for (uint64_t k = 0; k < kOps; ++k)
+        reads.push_back({Opcode::Read, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
     auto r = run(*engine, reads);
     ASSERT_TRUE(r) << r.error().message;
     auto got = cuda().get(dev, kOp * kOps);
@@ -172,7 +177,8 @@ TEST_F(GpuStagingTest, ADeepBatchOfLargeOpsStaysWithinThePinnedBound) {
         ASSERT_EQ(0, memcmp(got.data() + k * kOp, want.data() + (k % 2) * kOp, kOp)) << "op " << k;
 
     std::vector<Request> writes;
-    for (uint64_t k = 0; k < kOps; ++k) writes.push_back({Opcode::Write, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
+    for (uint64_t k = 0; k < kOps; ++k)
+        writes.push_back({Opcode::Write, dev + k * kOp, *seg, peer.base + (k % 2) * kOp, kOp, ""});
     r = run(*engine, writes);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(peer.command("sum"), sum_line(want)) << "the same bytes went back";
@@ -183,7 +189,8 @@ TEST_F(GpuStagingTest, ADeepBatchOfLargeOpsStaysWithinThePinnedBound) {
     EXPECT_EQ(st.peak_lent_bytes, kBound) << "and the batch used all of it";
     EXPECT_GT(st.acquire_refused, 0u) << "ops waited for slices instead of exceeding the bound";
     EXPECT_EQ(st.lent_bytes, 0u);
-    std::printf("16 x 4 MiB READ + WRITE: peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " waits, %" PRIu64 " copies\n",
+    std::printf("16 x 4 MiB READ + WRITE: peak pinned %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64 " waits, %" PRIu64
+                " copies\n",
                 st.peak_lent_bytes, st.max_bytes, st.acquire_refused, st.copies);
     cuda().free(dev);
 }
@@ -201,14 +208,15 @@ TEST_F(GpuStagingTest, AFailedGpuCopyFailsItsOpWithTheRuntimesErrorAndReturnsThe
     std::vector<uint8_t> zero(kSize, 0);
     for (Opcode op : {Opcode::Write, Opcode::Read}) {
         cuda().put(dev, zero.data(), kSize);
-        cuda().fail_copy(3); // one slice's copy in the middle of the op
+        cuda().fail_copy(3);  // one slice's copy in the middle of the op
         std::vector<Request> reqs = {{op, dev, *seg, peer.base, kSize, ""}};
         auto b = engine->submit(reqs);
         ASSERT_TRUE(b) << b.error().message;
         auto w = engine->wait(*b, std::chrono::seconds(30));
         ASSERT_FALSE(w) << "the op whose GPU copy failed fails";
         EXPECT_EQ(w.error().code, -EIO);
-        EXPECT_NE(w.error().message.find("an illegal memory access was encountered"), std::string::npos) << w.error().message;
+        EXPECT_NE(w.error().message.find("an illegal memory access was encountered"), std::string::npos)
+            << w.error().message;
         EXPECT_NE(w.error().message.find("staging GPU memory"), std::string::npos) << w.error().message;
         (void)engine->free_batch(*b);
         EXPECT_EQ(engine->staging_stats().lent_bytes, 0u) << "the failed op gave its slices back";
@@ -238,7 +246,7 @@ TEST_F(GpuStagingTest, SubmitReturnsWithoutWaitingForAGpuCopy) {
     auto seg = engine->open_segment(peer.segment);
     ASSERT_TRUE(seg);
     ASSERT_TRUE(run(*engine, {{Opcode::Write, dev, *seg, peer.base, 4096, ""}})) << "connected and slices pinned";
-    cuda().copy_delay_us(1500000); // every GPU copy takes 1.5 s
+    cuda().copy_delay_us(1500000);  // every GPU copy takes 1.5 s
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Request> reqs = {{Opcode::Write, dev, *seg, peer.base, 256 << 10, ""}};
     auto b = engine->submit(reqs);
@@ -290,7 +298,8 @@ TEST_F(GpuStagingTest, TheCApiDetectsMemoryKindAndReportsStagingStats) {
     constexpr uint64_t kSize = 1 << 20;
     char *dev = cuda().alloc(kSize);
     std::vector<uint8_t> host(kSize);
-    EXPECT_EQ(ferry_register(e, dev, kSize, FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0) << ferry_last_error();
+    EXPECT_EQ(ferry_register(e, dev, kSize, FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ | FERRY_REMOTE_WRITE), 0)
+        << ferry_last_error();
     EXPECT_EQ(ferry_register(e, host.data(), kSize, FERRY_MEMORY_AUTO, -1, FERRY_REMOTE_READ), 0) << ferry_last_error();
     ferry_staging_stats_t st{};
     ASSERT_EQ(ferry_staging_stats(e, &st), 0);
@@ -332,7 +341,8 @@ TEST_F(GpuStagingTest, TheHostStagingCallsKeepTheirContract) {
 
     void *bufs[5] = {};
     ferry_error_t err{};
-    for (int i = 0; i < 4; ++i) ASSERT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, 256 << 10, &bufs[i], &err), 0) << err.message;
+    for (int i = 0; i < 4; ++i)
+        ASSERT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, 256 << 10, &bufs[i], &err), 0) << err.message;
     EXPECT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, 4096, &bufs[4], &err), -EAGAIN) << "the bound";
     EXPECT_NE(std::string(err.message).find("gpu_staging_max_bytes"), std::string::npos) << err.message;
     EXPECT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, (256 << 10) + 1, &bufs[4], &err), -EINVAL);
@@ -352,7 +362,10 @@ TEST_F(GpuStagingTest, TheHostStagingCallsKeepTheirContract) {
         std::thread::id caller, done_thread;
     } calls;
     calls.caller = std::this_thread::get_id();
-    struct Arg { Calls *c; int index; } args[4];
+    struct Arg {
+        Calls *c;
+        int index;
+    } args[4];
     auto done = [](void *a, int status, const char *message) {
         auto *arg = static_cast<Arg *>(a);
         std::lock_guard lock(arg->c->m);
@@ -362,11 +375,13 @@ TEST_F(GpuStagingTest, TheHostStagingCallsKeepTheirContract) {
         arg->c->done_thread = std::this_thread::get_id();
         arg->c->cv.notify_all();
     };
-    cuda().fail_copy(3); // the third copy fails
+    cuda().fail_copy(3);  // the third copy fails
     for (int i = 0; i < 4; ++i) {
         args[i] = {&calls, i};
-        ASSERT_EQ(host.stage_copy(host.ctx, FERRY_MEM_CUDA, 0, reinterpret_cast<uintptr_t>(dev) + i * kSlice, bufs[i], kSlice, 0,
-                                  done, &args[i], &err), 0) << err.message;
+        ASSERT_EQ(host.stage_copy(host.ctx, FERRY_MEM_CUDA, 0, reinterpret_cast<uintptr_t>(dev) + i * kSlice, bufs[i],
+                                  kSlice, 0, done, &args[i], &err),
+                  0)
+            << err.message;
     }
     {
         std::unique_lock lock(calls.m);
@@ -376,13 +391,16 @@ TEST_F(GpuStagingTest, TheHostStagingCallsKeepTheirContract) {
     EXPECT_NE(calls.done_thread, calls.caller) << "done runs on a host thread, not inside stage_copy";
     EXPECT_EQ(calls.status[0], 0);
     EXPECT_EQ(calls.status[2], -EIO);
-    EXPECT_NE(calls.messages[2].find("an illegal memory access was encountered"), std::string::npos) << calls.messages[2];
+    EXPECT_NE(calls.messages[2].find("an illegal memory access was encountered"), std::string::npos)
+        << calls.messages[2];
     for (int i : {0, 1, 3}) EXPECT_EQ(0, memcmp(bufs[i], src.data() + i * kSlice, kSlice)) << "slice " << i;
 
     // to_device: pinned -> GPU.
     memset(bufs[0], 0xab, kSlice);
     args[0] = {&calls, 9};
-    ASSERT_EQ(host.stage_copy(host.ctx, FERRY_MEM_CUDA, 0, reinterpret_cast<uintptr_t>(dev), bufs[0], kSlice, 1, done, &args[0], &err), 0);
+    ASSERT_EQ(host.stage_copy(host.ctx, FERRY_MEM_CUDA, 0, reinterpret_cast<uintptr_t>(dev), bufs[0], kSlice, 1, done,
+                              &args[0], &err),
+              0);
     {
         std::unique_lock lock(calls.m);
         ASSERT_TRUE(calls.cv.wait_for(lock, std::chrono::seconds(30), [&] { return calls.order.size() == 5; }));
@@ -391,7 +409,8 @@ TEST_F(GpuStagingTest, TheHostStagingCallsKeepTheirContract) {
     for (void *b : bufs)
         if (b) host.stage_release(host.ctx, b);
     EXPECT_EQ(svc.stats().lent_bytes, 0u);
-    EXPECT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, 4096, &bufs[0], &err), 0) << "a released slice is lent again";
+    EXPECT_EQ(host.stage_acquire(host.ctx, FERRY_MEM_CUDA, 0, 4096, &bufs[0], &err), 0)
+        << "a released slice is lent again";
     host.stage_release(host.ctx, bufs[0]);
     cuda().free(dev);
 

@@ -79,7 +79,7 @@ protected:
     }
 };
 
-} // namespace
+}  // namespace
 
 TEST_F(GpuTargetTest, DescriptorsSayTheRegionIsGpuMemoryAndAnUnservedOneNamesTheFix) {
     PeerProcess peer({"--size", "1048576"}, FERRY_FAKE_GPU_PEER_BIN);
@@ -100,17 +100,21 @@ TEST_F(GpuTargetTest, DescriptorsSayTheRegionIsGpuMemoryAndAnUnservedOneNamesThe
     EXPECT_EQ(b.error().code, -EHOSTUNREACH);
     EXPECT_NE(b.error().message.find("CUDA memory of device 0"), std::string::npos) << b.error().message;
     EXPECT_NE(b.error().message.find("load cuda_ipc for same-host GPU peers, or register the target's GPU memory with "
-                                     "staging enabled"), std::string::npos) << b.error().message;
+                                     "staging enabled"),
+              std::string::npos)
+        << b.error().message;
 }
 
 // Runs once tcp.so serves device regions through the host staging calls (helper gpuserve's
 // work); skips, saying so, before.
 TEST_F(GpuTargetTest, GpuTargetServedOverTcpFromHostAndFromGpuMemory) {
     constexpr uint64_t kSize = 8 << 20;
-    PeerProcess peer({"--size", std::to_string(kSize), "--option", "gpu_staging_slice_bytes=262144",
-                      "--option", "gpu_staging_max_bytes=1048576"}, FERRY_FAKE_GPU_PEER_BIN);
+    PeerProcess peer({"--size", std::to_string(kSize), "--option", "gpu_staging_slice_bytes=262144", "--option",
+                      "gpu_staging_max_bytes=1048576"},
+                     FERRY_FAKE_GPU_PEER_BIN);
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto e = Engine::create({{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "262144"}, {"gpu_staging_max_bytes", "1048576"}});
+    auto e = Engine::create(
+        {{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "262144"}, {"gpu_staging_max_bytes", "1048576"}});
     ASSERT_TRUE(e) << e.error().message;
     if (!tcp_serves_staged(**e))
         GTEST_SKIP() << "SKIPPED: tcp.so does not serve staged device memory yet (no FERRY_CAP_STAGED_DEVICE)";
@@ -142,7 +146,8 @@ TEST_F(GpuTargetTest, GpuTargetServedOverTcpFromHostAndFromGpuMemory) {
 TEST_F(GpuTargetTest, APeerKilledMidPipelineFailsEveryUnfinishedOpAndReturnsThePinnedMemory) {
     PeerProcess peer({"--size", std::to_string(8 << 20)});
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto e = Engine::create({{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "65536"}, {"gpu_staging_max_bytes", "262144"}});
+    auto e =
+        Engine::create({{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "65536"}, {"gpu_staging_max_bytes", "262144"}});
     ASSERT_TRUE(e) << e.error().message;
     constexpr uint64_t kOp = 4 << 20, kOps = 16;
     char *dev = gpu().get(kOp * kOps);

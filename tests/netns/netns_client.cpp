@@ -55,7 +55,7 @@ std::string fmt_s(double s) {
 [[noreturn]] void fail_test(const std::string &why) {
     std::printf("FAIL: %s\n", why.c_str());
     std::fflush(stdout);
-    std::_Exit(1); // the engine may be stuck on what failed: no destructors
+    std::_Exit(1);  // the engine may be stuck on what failed: no destructors
 }
 
 void say(const std::string &line) {
@@ -68,12 +68,13 @@ void pass(const std::string &what) { say("PASS: " + what); }
 void cue(const std::string &expected) {
     say("WAITING " + expected);
     std::string line;
-    if (!std::getline(std::cin, line) || line != expected) fail_test("expected cue '" + expected + "', got '" + line + "'");
+    if (!std::getline(std::cin, line) || line != expected)
+        fail_test("expected cue '" + expected + "', got '" + line + "'");
 }
 
 struct Host {
-    std::string name; // segment name in etcd
-    std::string ip;   // its namespace address: errors about it must name it
+    std::string name;  // segment name in etcd
+    std::string ip;    // its namespace address: errors about it must name it
 };
 
 struct Target {
@@ -102,7 +103,9 @@ Result<void> run(std::vector<Request> reqs, std::chrono::milliseconds limit) {
 
 Result<void> run(std::vector<Request> reqs) { return run(std::move(reqs), std::chrono::seconds(30)); }
 
-uint8_t written_pattern(uint64_t i, size_t transport) { return static_cast<uint8_t>((i * 37 + 11 + transport * 101) ^ (i >> 13)); }
+uint8_t written_pattern(uint64_t i, size_t transport) {
+    return static_cast<uint8_t>((i * 37 + 11 + transport * 101) ^ (i >> 13));
+}
 
 // Reads the target's own pattern, then writes a pattern of ours over `transport` and reads it
 // back: every byte of both directions is checked.
@@ -111,7 +114,8 @@ void verify_transfers(const Target &t, size_t transport) {
     auto r = run({{Opcode::Read, g_local.data(), t.seg, t.base, kPatternBytes, tr}});
     if (!r) fail_test("read " + t.host.name + " over " + tr + ": " + r.error().message);
     for (uint64_t i = 0; i < kPatternBytes; ++i)
-        if (g_local[i] != test::peer_pattern(i)) fail_test("byte " + std::to_string(i) + " read from " + t.host.name + " over " + tr + " is wrong");
+        if (g_local[i] != test::peer_pattern(i))
+            fail_test("byte " + std::to_string(i) + " read from " + t.host.name + " over " + tr + " is wrong");
     uint8_t *out = g_local.data() + 8 * kMiB, *back = g_local.data() + 16 * kMiB;
     for (uint64_t i = 0; i < kWriteBytes; ++i) out[i] = written_pattern(i, transport);
     std::memset(back, 0, kWriteBytes);
@@ -120,7 +124,8 @@ void verify_transfers(const Target &t, size_t transport) {
         fail_test("write to " + t.host.name + " over " + tr + ": " + w.error().message);
     if (auto rb = run({{Opcode::Read, back, t.seg, remote, kWriteBytes, tr}}); !rb)
         fail_test("read back from " + t.host.name + " over " + tr + ": " + rb.error().message);
-    if (std::memcmp(out, back, kWriteBytes) != 0) fail_test("bytes written to " + t.host.name + " over " + tr + " did not read back equal");
+    if (std::memcmp(out, back, kWriteBytes) != 0)
+        fail_test("bytes written to " + t.host.name + " over " + tr + " did not read back equal");
 }
 
 bool eventually(const std::function<bool()> &check, std::chrono::seconds limit) {
@@ -153,7 +158,8 @@ void scenario_transfer(const std::vector<Host> &hosts) {
         Target t = open_target(h);
         for (size_t k = 0; k < g_transports.size(); ++k) {
             verify_transfers(t, k);
-            pass("transfer over " + g_transports[k] + " to " + h.name + " (" + h.ip + ") across namespaces: 1 MiB read and 4 MiB written, every byte checked");
+            pass("transfer over " + g_transports[k] + " to " + h.name + " (" + h.ip +
+                 ") across namespaces: 1 MiB read and 4 MiB written, every byte checked");
         }
     }
     // Connections are open now: the script checks which addresses every socket uses.
@@ -167,7 +173,8 @@ void scenario_kill(const Host &live, const Host &doomed_host) {
     for (size_t k = 0; k < g_transports.size(); ++k) {
         std::vector<Request> big;
         for (uint64_t i = 0; i < 8192; ++i)
-            big.push_back({Opcode::Write, g_local.data() + (i % 32) * kMiB, c.seg, c.base + (i % 32) * kMiB, kMiB, g_transports[k]});
+            big.push_back({Opcode::Write, g_local.data() + (i % 32) * kMiB, c.seg, c.base + (i % 32) * kMiB, kMiB,
+                           g_transports[k]});
         auto b = g_engine->submit(big);
         if (!b) fail_test("submit to " + c.host.name + " over " + g_transports[k] + ": " + b.error().message);
         batches.push_back(*b);
@@ -177,7 +184,9 @@ void scenario_kill(const Host &live, const Host &doomed_host) {
         auto st = g_engine->status(batches[k], 8191);
         if (!st || st->state != OpState::Pending)
             fail_test("the writes over " + g_transports[k] + " ended before the kill (" +
-                      (st ? std::string(st->state == OpState::Done ? "done" : "failed: " + st->message) : st.error().message) + ")");
+                      (st ? std::string(st->state == OpState::Done ? "done" : "failed: " + st->message)
+                          : st.error().message) +
+                      ")");
     }
     cue("killed");
     auto killed_at = Clock::now();
@@ -188,10 +197,11 @@ void scenario_kill(const Host &live, const Host &doomed_host) {
         if (w.error().code == -ETIMEDOUT && w.error().message.starts_with("wait:"))
             fail_test("ops over " + tr + " to the killed host were still in flight 30 s after the kill");
         if (w.error().message.find(doomed_host.ip) == std::string::npos)
-            fail_test("the error over " + tr + " does not name the killed peer " + doomed_host.ip + ": " + w.error().message);
+            fail_test("the error over " + tr + " does not name the killed peer " + doomed_host.ip + ": " +
+                      w.error().message);
         (void)g_engine->free_batch(batches[k]);
-        pass("in-flight ops over " + tr + " to the killed host failed " + fmt_s(seconds_since(killed_at)) + " after the kill (code " +
-             std::to_string(w.error().code) + "): " + w.error().message);
+        pass("in-flight ops over " + tr + " to the killed host failed " + fmt_s(seconds_since(killed_at)) +
+             " after the kill (code " + std::to_string(w.error().code) + "): " + w.error().message);
     }
     for (size_t k = 0; k < g_transports.size(); ++k) {
         verify_transfers(a, k);
@@ -199,13 +209,16 @@ void scenario_kill(const Host &live, const Host &doomed_host) {
     }
     (void)g_engine->close_segment(c.seg);
     const auto limit = std::chrono::seconds(kLeaseTtlS) + kSlack;
-    bool gone = eventually([&] {
-        auto s = g_engine->open_segment(doomed_host.name);
-        if (s) (void)g_engine->close_segment(*s);
-        return !s && s.error().code == -ENOENT;
-    }, std::chrono::duration_cast<std::chrono::seconds>(limit));
-    if (!gone) fail_test("the killed host's segment was still in etcd " + fmt_s(seconds_since(killed_at)) + " after the kill (lease TTL " +
-                         std::to_string(kLeaseTtlS) + " s)");
+    bool gone = eventually(
+        [&] {
+            auto s = g_engine->open_segment(doomed_host.name);
+            if (s) (void)g_engine->close_segment(*s);
+            return !s && s.error().code == -ENOENT;
+        },
+        std::chrono::duration_cast<std::chrono::seconds>(limit));
+    if (!gone)
+        fail_test("the killed host's segment was still in etcd " + fmt_s(seconds_since(killed_at)) +
+                  " after the kill (lease TTL " + std::to_string(kLeaseTtlS) + " s)");
     pass("the killed host's segment left etcd " + fmt_s(seconds_since(killed_at)) + " after the kill (lease TTL " +
          std::to_string(kLeaseTtlS) + " s)");
 }
@@ -218,7 +231,8 @@ void scenario_link(const Host &host) {
     std::vector<BatchId> batches;
     auto start = Clock::now();
     for (size_t k = 0; k < g_transports.size(); ++k) {
-        std::vector<Request> read{{Opcode::Read, g_local.data() + k * 16 * kMiB, a.seg, a.base, 16 * kMiB, g_transports[k]}};
+        std::vector<Request> read{
+            {Opcode::Read, g_local.data() + k * 16 * kMiB, a.seg, a.base, 16 * kMiB, g_transports[k]}};
         auto b = g_engine->submit(read);
         if (!b) fail_test("submit over " + g_transports[k] + " across the cut link: " + b.error().message);
         batches.push_back(*b);
@@ -229,8 +243,8 @@ void scenario_link(const Host &host) {
         double took = seconds_since(start);
         if (w) fail_test("a read over " + tr + " across the cut link succeeded");
         if (w.error().message.starts_with("wait:"))
-            fail_test("a read over " + tr + " across the cut link had not failed " + fmt_s(took) + " later (op_timeout_ms " +
-                      std::to_string(kOpTimeoutMs) + ")");
+            fail_test("a read over " + tr + " across the cut link had not failed " + fmt_s(took) +
+                      " later (op_timeout_ms " + std::to_string(kOpTimeoutMs) + ")");
         if (w.error().code != -ETIMEDOUT)
             fail_test("a read over " + tr + " across the cut link failed with code " + std::to_string(w.error().code) +
                       " instead of a timeout: " + w.error().message);
@@ -292,14 +306,15 @@ void scenario_etcd(const Host &survivor, const Host &late) {
         Target t = open_target(h);
         for (size_t k = 0; k < g_transports.size(); ++k) {
             verify_transfers(t, k);
-            pass("new open of " + h.name + " after the etcd restart, transfer over " + g_transports[k] + ": every byte checked");
+            pass("new open of " + h.name + " after the etcd restart, transfer over " + g_transports[k] +
+                 ": every byte checked");
         }
     }
     // The script checks that this engine's own segment is back in etcd too.
     cue("keys-checked");
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     if (argc < 6) {
@@ -342,7 +357,7 @@ int main(int argc, char **argv) {
     else if (scenario == "link" && hosts.size() == 1) scenario_link(hosts[0]);
     else if (scenario == "etcd" && hosts.size() == 2) scenario_etcd(hosts[0], hosts[1]);
     else fail_test("unknown scenario or wrong number of hosts: " + scenario);
-    g_engine.reset(); // before static destruction: its threads still log while stopping
+    g_engine.reset();  // before static destruction: its threads still log while stopping
     say("DONE " + scenario);
     return 0;
 }

@@ -59,10 +59,9 @@ std::string engine_segment(const LayeredConfig &cfg, std::string *error = nullpt
         values.push_back(v.c_str());
     }
     ferry_engine_t *engine = nullptr;
-    int rc = cfg.config_file.empty()
-                 ? ferry_engine_create(keys.data(), values.data(), keys.size(), &engine)
-                 : ferry_engine_create_from_file(cfg.config_file.c_str(), keys.data(), values.data(), keys.size(),
-                                                 &engine);
+    int rc = cfg.config_file.empty() ? ferry_engine_create(keys.data(), values.data(), keys.size(), &engine)
+                                     : ferry_engine_create_from_file(cfg.config_file.c_str(), keys.data(),
+                                                                     values.data(), keys.size(), &engine);
     if (rc != 0) {
         if (error) *error = ferry_last_error();
         return {};
@@ -75,7 +74,7 @@ std::string engine_segment(const LayeredConfig &cfg, std::string *error = nullpt
 
 bool starts_with(const std::string &s, const std::string &prefix) { return s.rfind(prefix, 0) == 0; }
 
-} // namespace
+}  // namespace
 
 TEST(NixlConfig, EnvironmentNamesFollowTheKeys) {
     EXPECT_EQ(ferry_nixl::env_name("local_ip"), "FERRY_LOCAL_IP");

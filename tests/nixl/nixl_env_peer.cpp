@@ -28,7 +28,7 @@ uint8_t pattern(size_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 11
 void publish(const std::string &path, const std::string &text) {
     std::string tmp = path + ".tmp";
     std::ofstream(tmp, std::ios::binary) << text;
-    std::rename(tmp.c_str(), path.c_str()); // whole file or none
+    std::rename(tmp.c_str(), path.c_str());  // whole file or none
 }
 
 bool await_file(const std::string &path, std::string &text) {
@@ -51,7 +51,7 @@ int fail(const char *role, const std::string &why) {
     return 1;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     if (argc != 3) {
@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
     const bool target = role == "target";
     nixlAgent agent(role, nixlAgentConfig(false));
     nixlBackendH *backend = nullptr;
-    if (agent.createBackend("FERRY", {}, backend) != NIXL_SUCCESS) return fail(argv[1], "createBackend(FERRY, {}) failed");
+    if (agent.createBackend("FERRY", {}, backend) != NIXL_SUCCESS)
+        return fail(argv[1], "createBackend(FERRY, {}) failed");
     nixl_mem_list_t mems;
     nixl_b_params_t used;
     agent.getBackendParams(backend, mems, used);
@@ -80,7 +81,8 @@ int main(int argc, char **argv) {
     if (target) publish(dir + "/target.addr", std::to_string(reinterpret_cast<uintptr_t>(buf.data())));
 
     std::string peer_md, peer_name;
-    if (!await_file(dir + "/" + (target ? "initiator" : "target") + ".md", peer_md)) return fail(argv[1], "no peer metadata");
+    if (!await_file(dir + "/" + (target ? "initiator" : "target") + ".md", peer_md))
+        return fail(argv[1], "no peer metadata");
     if (agent.loadRemoteMD(peer_md, peer_name) != NIXL_SUCCESS) return fail(argv[1], "loadRemoteMD failed");
 
     if (target) {

@@ -29,10 +29,10 @@
 
 namespace {
 
-constexpr size_t kRegionSize = (4u << 20) + 4096 + 123; // several descriptors, an odd tail
+constexpr size_t kRegionSize = (4u << 20) + 4096 + 123;  // several descriptors, an odd tail
 constexpr size_t kChunks = 5;
 constexpr auto kDeadline = std::chrono::seconds(30);
-constexpr int kChildIn = 100, kChildOut = 101; // the target's ends of the pipes
+constexpr int kChildIn = 100, kChildOut = 101;  // the target's ends of the pipes
 
 std::string g_protocols = "tcp";
 std::string g_self_exe;
@@ -103,7 +103,8 @@ std::optional<std::string> recv_frame(int fd) {
 nixl_xfer_dlist_t chunked(uintptr_t addr, size_t size) {
     nixl_xfer_dlist_t list(DRAM_SEG);
     size_t chunk = size / kChunks;
-    for (size_t off = 0; off < size; off += chunk) list.addDesc(nixlBasicDesc(addr + off, std::min(chunk, size - off), 0));
+    for (size_t off = 0; off < size; off += chunk)
+        list.addDesc(nixlBasicDesc(addr + off, std::min(chunk, size - off), 0));
     return list;
 }
 
@@ -152,11 +153,13 @@ int target_main() {
     };
     nixlAgent agent("target", nixlAgentConfig(false));
     nixlBackendH *backend = nullptr;
-    if (agent.createBackend("FERRY", backend_params(), backend) != NIXL_SUCCESS) return fail("createBackend(FERRY) failed");
+    if (agent.createBackend("FERRY", backend_params(), backend) != NIXL_SUCCESS)
+        return fail("createBackend(FERRY) failed");
 
     std::vector<uint8_t> write_target(kRegionSize, 0), read_source(kRegionSize);
     fill(read_source, 2);
-    if (agent.registerMem(region(write_target)) != NIXL_SUCCESS || agent.registerMem(region(read_source)) != NIXL_SUCCESS)
+    if (agent.registerMem(region(write_target)) != NIXL_SUCCESS ||
+        agent.registerMem(region(read_source)) != NIXL_SUCCESS)
         return fail("registerMem failed");
     nixl_blob_t md;
     if (agent.getLocalMD(md) != NIXL_SUCCESS) return fail("getLocalMD failed");
@@ -172,12 +175,15 @@ int target_main() {
         if (*cmd == "check-write") {
             // The notification comes after the data: the bytes must all be there when it does.
             if (!wait_notification(agent, "initiator", "write-done", seen)) reply = "no write-done notification";
-            else if (auto at = first_mismatch(write_target, 1)) reply = "written bytes differ from offset " + std::to_string(*at);
+            else if (auto at = first_mismatch(write_target, 1))
+                reply = "written bytes differ from offset " + std::to_string(*at);
         } else if (cmd->rfind("wait-notif ", 0) == 0) {
-            if (!wait_notification(agent, "initiator", cmd->substr(11), seen)) reply = "notification '" + cmd->substr(11) + "' did not arrive";
+            if (!wait_notification(agent, "initiator", cmd->substr(11), seen))
+                reply = "notification '" + cmd->substr(11) + "' did not arrive";
         } else if (cmd->rfind("load-md ", 0) == 0) {
             std::string name;
-            if (agent.loadRemoteMD(cmd->substr(8), name) != NIXL_SUCCESS || name != "initiator") reply = "loadRemoteMD failed";
+            if (agent.loadRemoteMD(cmd->substr(8), name) != NIXL_SUCCESS || name != "initiator")
+                reply = "loadRemoteMD failed";
         } else if (*cmd == "notify-back") {
             if (agent.genNotif("initiator", "hello-from-target") != NIXL_SUCCESS) reply = "genNotif failed";
         } else if (*cmd == "deregister-read-source") {
@@ -256,7 +262,8 @@ TEST(NixlFerry, PluginIsDiscoveredWithItsParameters) {
     std::vector<nixl_backend_t> plugins;
     ASSERT_EQ(agent.getAvailPlugins(plugins), NIXL_SUCCESS);
     ASSERT_NE(std::find(plugins.begin(), plugins.end(), "FERRY"), plugins.end())
-        << "libplugin_FERRY.so not found in NIXL_PLUGIN_DIR=" << (getenv("NIXL_PLUGIN_DIR") ? getenv("NIXL_PLUGIN_DIR") : "");
+        << "libplugin_FERRY.so not found in NIXL_PLUGIN_DIR="
+        << (getenv("NIXL_PLUGIN_DIR") ? getenv("NIXL_PLUGIN_DIR") : "");
     nixl_mem_list_t mems;
     nixl_b_params_t params;
     ASSERT_EQ(agent.getPluginParams("FERRY", mems, params), NIXL_SUCCESS);
@@ -404,8 +411,9 @@ TEST(NixlFerry, TwoProcessesWriteReadAndNotify) {
     nixl_opt_args_t args;
     args.notif = std::string("write-done");
     nixlXferReqH *write_req = nullptr;
-    ASSERT_EQ(agent.createXferReq(NIXL_WRITE, chunked(src), chunked(remote_write, kRegionSize), "target", write_req, &args),
-              NIXL_SUCCESS);
+    ASSERT_EQ(
+        agent.createXferReq(NIXL_WRITE, chunked(src), chunked(remote_write, kRegionSize), "target", write_req, &args),
+        NIXL_SUCCESS);
     EXPECT_EQ(wait_xfer(agent, write_req, agent.postXferReq(write_req)), NIXL_SUCCESS);
     EXPECT_EQ(target.ask("check-write"), "OK");
     EXPECT_EQ(agent.releaseXferReq(write_req), NIXL_SUCCESS);
@@ -441,7 +449,7 @@ TEST(NixlFerry, TwoProcessesWriteReadAndNotify) {
     EXPECT_EQ(agent.deregisterMem(region(dst)), NIXL_SUCCESS);
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char **argv) {
     char exe[4096];

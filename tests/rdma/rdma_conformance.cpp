@@ -29,17 +29,14 @@ std::string rdma_path() {
 Options env_options() {
     Options o;
     const char *e = std::getenv("FERRY_TEST_RDMA_OPTIONS");
-    if (e == nullptr)
-        return o;
+    if (e == nullptr) return o;
     std::string s = e;
     size_t start = 0;
     while (start < s.size()) {
         size_t end = s.find(';', start);
-        if (end == std::string::npos)
-            end = s.size();
+        if (end == std::string::npos) end = s.size();
         std::string kv = s.substr(start, end - start);
-        if (size_t eq = kv.find('='); eq != std::string::npos)
-            o.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+        if (size_t eq = kv.find('='); eq != std::string::npos) o.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
         start = end + 1;
     }
     return o;
@@ -48,8 +45,7 @@ Options env_options() {
 std::string param_name(const ::testing::TestParamInfo<TransportParam> &info) {
     std::string n = info.param.name + "_" + std::to_string(info.index);
     for (char &c : n)
-        if (!isalnum(static_cast<unsigned char>(c)))
-            c = '_';
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
     return n;
 }
 
@@ -59,8 +55,8 @@ std::vector<TransportParam> rdma_params() {
     base.path = rdma_path();
     base.options = env_options();
     base.bad_option = {{"max_wr", "zero"}};
-    base.peer_in_messages = "127.0.0.1:"; // messages name the peer's control address
-    base.refuse_range_code = -EFAULT;     // refused by the initiator from the descriptor
+    base.peer_in_messages = "127.0.0.1:";  // messages name the peer's control address
+    base.refuse_range_code = -EFAULT;      // refused by the initiator from the descriptor
     base.refuse_access_code = -EACCES;
     // Registrations split at 1 MiB and small work requests: ops cross MRs on both sides.
     TransportParam split = base;
@@ -73,7 +69,7 @@ std::vector<TransportParam> rdma_params() {
     return {split, defaults};
 }
 
-} // namespace
+}  // namespace
 
 // rdma.so's probe on this host: 1 usable, 0 not (reason printed), -1 the plugin did not load.
 int rdma_device_gate() {
@@ -89,8 +85,7 @@ int rdma_device_gate() {
     }
     Options o = env_options();
     std::vector<ferry_kv_t> kv;
-    for (auto &[k, v] : o)
-        kv.push_back({k.c_str(), v.c_str()});
+    for (auto &[k, v] : o) kv.push_back({k.c_str(), v.c_str()});
     ferry_probe_result_t r{};
     if (api->probe(kv.data(), kv.size(), &r) != 0) {
         fprintf(stderr, "rdma.so probe failed: %s\n", r.reason);
@@ -103,18 +98,17 @@ int rdma_device_gate() {
 
 INSTANTIATE_TEST_SUITE_P(Rdma, TransportConformance, ::testing::ValuesIn(rdma_params()), param_name);
 
-} // namespace ferry_test
+}  // namespace ferry_test
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], ferry_test::kPeerFlag) == 0)
-        return ferry_test::peer_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], ferry_test::kPeerFlag) == 0) return ferry_test::peer_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     ::testing::InitGoogleTest(&argc, argv);
     // Without a usable device every test would fail at create(): report the whole binary as
     // skipped (exit 77, meson's SKIP) with the probe's reason printed above.
     switch (ferry_test::rdma_device_gate()) {
-    case 0: return 77;
-    case -1: return 1;
-    default: return RUN_ALL_TESTS();
+        case 0: return 77;
+        case -1: return 1;
+        default: return RUN_ALL_TESTS();
     }
 }

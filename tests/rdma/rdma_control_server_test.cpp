@@ -51,14 +51,14 @@ struct Server {
     explicit Server(ControlLimits limits, std::string key = "") : key_(std::move(key)), log_(&host.api) {
         std::string why;
         EXPECT_EQ(listen_tcp("127.0.0.1", 0, &fd_, &port, &why), 0) << why;
-        server_ = std::make_unique<ControlServer>(fd_, &key_, limits, log_,
-                                                  [](ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &b) {
-                                                      CtrlHeader reply;
-                                                      reply.type = static_cast<uint16_t>(h.type + 1);
-                                                      reply.req_id = h.req_id;
-                                                      std::string why;
-                                                      return send_msg(c.fd, reply, b, 2000, &why) == 0;
-                                                  });
+        server_ = std::make_unique<ControlServer>(
+            fd_, &key_, limits, log_, [](ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &b) {
+                CtrlHeader reply;
+                reply.type = static_cast<uint16_t>(h.type + 1);
+                reply.req_id = h.req_id;
+                std::string why;
+                return send_msg(c.fd, reply, b, 2000, &why) == 0;
+            });
         EXPECT_EQ(server_->start(&why), 0) << why;
     }
     ~Server() {
@@ -68,19 +68,15 @@ struct Server {
     // 0 after a full handshake, else the client's error (why says it).
     int authenticate(int *out, std::string *why, const std::string &key = "") const {
         int fd = -1;
-        if (int rc = connect_tcp(kLoopback, port, 2000, &fd, why); rc != 0)
-            return rc;
+        if (int rc = connect_tcp(kLoopback, port, 2000, &fd, why); rc != 0) return rc;
         int rc = auth_client(fd, key, 3000, why);
-        if (rc != 0 || out == nullptr)
-            close(fd);
-        else
-            *out = fd;
+        if (rc != 0 || out == nullptr) close(fd);
+        else *out = fd;
         return rc;
     }
     bool wait_connections(size_t n, std::chrono::milliseconds limit) const {
         auto end = Clock::now() + limit;
-        while (server_->connections() != n && Clock::now() < end)
-            std::this_thread::sleep_for(5ms);
+        while (server_->connections() != n && Clock::now() < end) std::this_thread::sleep_for(5ms);
         return server_->connections() == n;
     }
 
@@ -106,12 +102,10 @@ std::string read_until_closed(int fd, std::chrono::milliseconds limit) {
     for (;;) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
         pollfd p{fd, POLLIN, 0};
-        if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0)
-            return got + "(open)";
+        if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return got + "(open)";
         char buf[512];
         ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n <= 0)
-            return got;
+        if (n <= 0) return got;
         got.append(buf, static_cast<size_t>(n));
     }
 }
@@ -121,8 +115,7 @@ TEST(RdmaControlServer, SilentConnectionsAreClosedAtTheHandshakeDeadline) {
     limits.handshake_timeout_ms = 300;
     Server s(limits);
     std::vector<int> fds;
-    for (int i = 0; i < 20; ++i)
-        fds.push_back(raw_connect(s.port));
+    for (int i = 0; i < 20; ++i) fds.push_back(raw_connect(s.port));
     for (int fd : fds) {
         std::string got = read_until_closed(fd, 10s);
         EXPECT_EQ(got.find("(open)"), std::string::npos) << "a silent connection outlived the handshake deadline";
@@ -138,8 +131,7 @@ TEST(RdmaControlServer, PerAddressCapRefusesWithAReasonAndFreesUpAtTheDeadline) 
     limits.max_unauthenticated_per_address = 8;
     Server s(limits);
     std::vector<int> idle;
-    for (int i = 0; i < 50; ++i)
-        idle.push_back(raw_connect(s.port));
+    for (int i = 0; i < 50; ++i) idle.push_back(raw_connect(s.port));
     ASSERT_TRUE(s.wait_connections(8, 5s)) << s.server_->connections();
     std::string why;
     int rc = s.authenticate(nullptr, &why);
@@ -160,8 +152,7 @@ TEST(RdmaControlServer, PerAddressCapRefusesWithAReasonAndFreesUpAtTheDeadline) 
     EXPECT_EQ(r.type, static_cast<uint16_t>(CtrlType::QueryReply));
     EXPECT_EQ(r.req_id, 7u);
     close(fd);
-    for (int f : idle)
-        close(f);
+    for (int f : idle) close(f);
 }
 
 TEST(RdmaControlServer, TotalCapRefusesWithAReasonAndAuthenticatedPeersStay) {
@@ -181,8 +172,7 @@ TEST(RdmaControlServer, TotalCapRefusesWithAReasonAndAuthenticatedPeersStay) {
     // Authenticated connections carry queue pairs: no deadline closes them.
     std::this_thread::sleep_for(400ms);
     EXPECT_EQ(s.server_->connections(), 4u);
-    for (int fd : ok)
-        close(fd);
+    for (int fd : ok) close(fd);
     ASSERT_TRUE(s.wait_connections(0, 5s));
     EXPECT_EQ(s.authenticate(nullptr, &why, s.key_), 0) << why;
 }
@@ -204,7 +194,7 @@ TEST(RdmaControlServer, ASlowPeerDoesNotStallOthers) {
     h.type = static_cast<uint16_t>(CtrlType::Hello);
     h.body_len = kNonceSize + 1;
     encode_header(h, head);
-    ASSERT_EQ(send(slow, head, 10, MSG_NOSIGNAL), 10); // part of a header, then nothing
+    ASSERT_EQ(send(slow, head, 10, MSG_NOSIGNAL), 10);  // part of a header, then nothing
     std::this_thread::sleep_for(50ms);
     auto t0 = Clock::now();
     std::string why;
@@ -255,14 +245,13 @@ TEST(RdmaControlServer, OutOfDescriptorsPausesInsteadOfSpinning) {
         close(port_pipe[0]);
         {
             ControlLimits limits;
-            limits.max_unauthenticated_per_address = 1000; // descriptors, not the cap, run out
+            limits.max_unauthenticated_per_address = 1000;  // descriptors, not the cap, run out
             limits.handshake_timeout_ms = 60000;
             Server s(limits);
             // Exactly 8 free descriptor numbers below the limit (new descriptors take the lowest
             // free numbers): the flood below runs the server out of them.
             int limit = 0;
-            for (int free_slots = 0; free_slots < 8; ++limit)
-                free_slots += fcntl(limit, F_GETFD) == -1 ? 1 : 0;
+            for (int free_slots = 0; free_slots < 8; ++limit) free_slots += fcntl(limit, F_GETFD) == -1 ? 1 : 0;
             rlimit lim{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
             setrlimit(RLIMIT_NOFILE, &lim);
             (void)!write(port_pipe[1], &s.port, sizeof s.port);
@@ -284,14 +273,12 @@ TEST(RdmaControlServer, OutOfDescriptorsPausesInsteadOfSpinning) {
     uint16_t port = 0;
     ASSERT_EQ(read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
     std::vector<int> fds;
-    for (int i = 0; i < 60; ++i)
-        fds.push_back(raw_connect(port)); // the kernel completes them: the backlog holds them
+    for (int i = 0; i < 60; ++i) fds.push_back(raw_connect(port));  // the kernel completes them: the backlog holds them
     long got[2] = {-1, -1};
     EXPECT_EQ(read(report[0], got, sizeof got), static_cast<ssize_t>(sizeof got));
     int status = 0;
     waitpid(child, &status, 0);
-    for (int fd : fds)
-        close(fd);
+    for (int fd : fds) close(fd);
     close(report[0]);
     close(port_pipe[0]);
     EXPECT_LT(got[0], 200000) << "the server used " << got[0] << " us of CPU in 3 s out of descriptors";
@@ -299,5 +286,5 @@ TEST(RdmaControlServer, OutOfDescriptorsPausesInsteadOfSpinning) {
     EXPECT_LE(got[1], 3) << "log lines while out of descriptors: " << got[1];
 }
 
-} // namespace
-} // namespace ferry_rdma
+}  // namespace
+}  // namespace ferry_rdma

@@ -103,7 +103,7 @@ TEST(RdmaWire, EndpointFieldsAreChecked) {
     EXPECT_FALSE(decode_endpoint(bad.data(), bad.size(), &out, &why));
     EXPECT_TRUE(contains(why, "magic")) << why;
     bad = good;
-    bad[4] = 9; // version
+    bad[4] = 9;  // version
     EXPECT_FALSE(decode_endpoint(bad.data(), bad.size(), &out, &why));
     EXPECT_TRUE(contains(why, "version 9")) << why;
     // RoCE needs a GID.
@@ -142,8 +142,7 @@ TEST(RdmaWire, MemoryDescriptorRoundTripWithOneKeyPerNic) {
     // The peer's endpoint has 3 NICs but the descriptor carries keys for 2.
     EXPECT_FALSE(decode_mem(b.data(), b.size(), 3, &out, &why));
     EXPECT_TRUE(contains(why, "keys for 2 NICs")) << why;
-    for (size_t n = 0; n < b.size(); ++n)
-        EXPECT_FALSE(decode_mem(b.data(), n, 2, &out, &why)) << n;
+    for (size_t n = 0; n < b.size(); ++n) EXPECT_FALSE(decode_mem(b.data(), n, 2, &out, &why)) << n;
 }
 
 TEST(RdmaWire, MemoryDescriptorRejectsOverlapsUnknownRightsAndForeignNics) {
@@ -243,7 +242,7 @@ TEST(RdmaPlan, MrLimitIsTheSmallerOfDeviceAndOptionInWholePages) {
     EXPECT_EQ(effective_mr_limit(UINT64_MAX, 0), UINT64_MAX & ~4095ull);
     EXPECT_EQ(effective_mr_limit(1ull << 40, 0), 1ull << 40);
     EXPECT_EQ(effective_mr_limit(1ull << 40, 4 * kMiB), 4 * kMiB);
-    EXPECT_EQ(effective_mr_limit(2 * kMiB, 4 * kMiB), 2 * kMiB); // the option never raises the device's
+    EXPECT_EQ(effective_mr_limit(2 * kMiB, 4 * kMiB), 2 * kMiB);  // the option never raises the device's
     EXPECT_EQ(effective_mr_limit((1ull << 32) - 1, 0), (1ull << 32) - 4096);
     EXPECT_EQ(effective_mr_limit(100, 0), 4096u);
 }
@@ -364,7 +363,7 @@ TEST(RdmaPlan, SelectiveSignallingEveryIntervalAndAtTheEndOfEachOp) {
 }
 
 TEST(RdmaPlan, SendWindowNeverFillsWithoutASignal) {
-    SendWindow w(4, 1000); // interval clamped to depth / 2
+    SendWindow w(4, 1000);  // interval clamped to depth / 2
     int posted = 0;
     while (w.can_post()) {
         w.post(w.must_signal(false));
@@ -378,8 +377,7 @@ TEST(RdmaPlan, SendWindowNeverFillsWithoutASignal) {
 
 TEST(RdmaPlan, SendWindowErrorsRollbackAndDrain) {
     SendWindow w(16, 8);
-    for (int i = 0; i < 6; ++i)
-        w.post(false);
+    for (int i = 0; i < 6; ++i) w.post(false);
     uint32_t before = 0;
     EXPECT_TRUE(w.fail(3, &before));
     EXPECT_EQ(before, 2u) << "requests before the failed one succeeded";
@@ -413,7 +411,8 @@ protected:
         nic_dev("mlx5_1", "pci0000:80/0000:80:01.0/0000:81:00.0");
         for (const char *f : {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:81:00.0", "0000:82:00.0"}) {
             fs::create_directories(root + "/bus/pci/devices");
-            std::string path = f[5] == '8' ? "pci0000:80/0000:80:01.0/" : (f[6] == '3' ? "pci0000:00/0000:00:02.0/" : "pci0000:00/0000:00:01.0/");
+            std::string path = f[5] == '8' ? "pci0000:80/0000:80:01.0/"
+                                           : (f[6] == '3' ? "pci0000:00/0000:00:02.0/" : "pci0000:00/0000:00:01.0/");
             fs::create_symlink("../../../devices/" + path + f, root + "/bus/pci/devices/" + f);
         }
     }
@@ -427,7 +426,8 @@ protected:
         fs::create_symlink("../../../devices/" + path, root + "/class/infiniband/" + name + "/device");
     }
     std::vector<NicTopology> nics() {
-        return {read_nic_topology(root, "mlx5_0"), read_nic_topology(root, "mlx5_1"), read_nic_topology(root, "mlx5_2")};
+        return {read_nic_topology(root, "mlx5_0"), read_nic_topology(root, "mlx5_1"),
+                read_nic_topology(root, "mlx5_2")};
     }
     MemLocation gpu(const std::string &bus) {
         MemLocation m;
@@ -479,7 +479,7 @@ TEST_F(FakeSysfs, HostMemoryGoesToTheNicsOfItsNumaNode) {
 TEST_F(FakeSysfs, GpuWithoutSysfsEntryFallsBackToNuma) {
     auto n = nics();
     MemLocation m;
-    m.numa_node = 1; // what the runtime said; sysfs did not know the bus id
+    m.numa_node = 1;  // what the runtime said; sysfs did not know the bus id
     EXPECT_EQ(nearest_nics(n, m), (std::vector<uint16_t>{1}));
 }
 
@@ -567,8 +567,7 @@ TEST(RdmaDmabuf, MappingFailureNamesNicMemoryAndCause) {
 
 Config parse(std::vector<std::pair<std::string, std::string>> kv, int *rc, std::string *msg) {
     std::vector<ferry_kv_t> o;
-    for (auto &[k, v] : kv)
-        o.push_back({k.c_str(), v.c_str()});
+    for (auto &[k, v] : kv) o.push_back({k.c_str(), v.c_str()});
     Config c;
     ferry_error_t e{};
     *rc = parse_config(o.data(), o.size(), &c, &e);
@@ -579,16 +578,21 @@ Config parse(std::vector<std::pair<std::string, std::string>> kv, int *rc, std::
 TEST(RdmaOptions, ValuesAndRefusals) {
     int rc = 0;
     std::string msg;
-    Config c = parse({{"devices", "mlx5_0, mlx5_1"}, {"max_mr_size", "2m"}, {"gid_index", "3"}, {"mtu", "4096"}}, &rc, &msg);
+    Config c =
+        parse({{"devices", "mlx5_0, mlx5_1"}, {"max_mr_size", "2m"}, {"gid_index", "3"}, {"mtu", "4096"}}, &rc, &msg);
     ASSERT_EQ(rc, 0) << msg;
     EXPECT_EQ(c.devices, (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
     EXPECT_EQ(c.max_mr_size, 2 * kMiB);
     EXPECT_EQ(c.gid_index, 3);
     EXPECT_EQ(c.bind_ip, "127.0.0.1") << "never the wildcard by default";
     EXPECT_EQ(c.advertise_ip, "127.0.0.1");
-    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
-             {"max_mr_size", "5000"}, {"mtu", "1500"}, {"devices", "mlx5_0,,x"}, {"bind_ip", "localhost"},
-             {"max_wr", "1"}, {"retry_count", "8"}, {"signal_interval", "0"}}) {
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{{"max_mr_size", "5000"},
+                                                                        {"mtu", "1500"},
+                                                                        {"devices", "mlx5_0,,x"},
+                                                                        {"bind_ip", "localhost"},
+                                                                        {"max_wr", "1"},
+                                                                        {"retry_count", "8"},
+                                                                        {"signal_interval", "0"}}) {
         parse({{k, v}}, &rc, &msg);
         EXPECT_EQ(rc, -EINVAL) << k << "=" << v;
         EXPECT_TRUE(contains(msg, "'" + k + "'")) << msg;
@@ -641,8 +645,7 @@ TEST(RdmaControl, MessagesRoundTripAndFailuresAreNamed) {
     int sfd = -1;
     for (int i = 0; i < 200 && sfd < 0; ++i) {
         sfd = accept(lfd, nullptr, nullptr);
-        if (sfd < 0)
-            usleep(10000);
+        if (sfd < 0) usleep(10000);
     }
     ASSERT_GE(sfd, 0);
     CtrlHeader h;
@@ -678,13 +681,11 @@ int serve_auth(int sfd, const std::string &key, std::string *why) {
     while (!auth.done()) {
         CtrlHeader h, reply;
         std::vector<uint8_t> body, out;
-        if (int rc = recv_msg(sfd, &h, &body, 2000, why); rc != 0)
-            return rc;
+        if (int rc = recv_msg(sfd, &h, &body, 2000, why); rc != 0) return rc;
         int rc = auth.on_message(h, body, &reply, &out, why);
         std::string ignored;
         send_msg(sfd, reply, out, 2000, &ignored);
-        if (rc != 0)
-            return rc;
+        if (rc != 0) return rc;
     }
     return 0;
 }
@@ -705,8 +706,7 @@ AuthResult authenticate(const std::string &client_key, const std::string &server
         std::vector<uint8_t> body(16), reply;
         send_msg(sv[0], h, body, 2000, &r.client_why);
         r.client = recv_msg(sv[0], &got, &reply, 2000, &r.client_why);
-        if (r.client == 0)
-            r.client = got.status;
+        if (r.client == 0) r.client = got.status;
         r.client_why = std::string(reply.begin(), reply.end());
     } else {
         r.client = auth_client(sv[0], client_key, 2000, &r.client_why);
@@ -800,5 +800,5 @@ TEST(RdmaPlugin, ProbeAndCreateSayWhyNotOnAHostWithoutRdma) {
     dlclose(h);
 }
 
-} // namespace
-} // namespace ferry_rdma
+}  // namespace
+}  // namespace ferry_rdma

@@ -21,8 +21,8 @@ protected:
     // An instance with the parameter's options plus `extra`; nullptr (and a failure) if
     // create fails.
     std::unique_ptr<Instance> make(const Options &extra = {});
-    void connect_import(Instance &from, const std::vector<uint8_t> &endpoint, uint64_t addr,
-                        uint64_t len, uint32_t access, uint64_t *peer, uint64_t *remote_mem);
+    void connect_import(Instance &from, const std::vector<uint8_t> &endpoint, uint64_t addr, uint64_t len,
+                        uint32_t access, uint64_t *peer, uint64_t *remote_mem);
 
     std::unique_ptr<Plugin> plugin_;
 };
@@ -30,4 +30,4 @@ protected:
 // Exactly n completions, all successful, each user_data once.
 void expect_all_ok(const std::vector<ferry_completion_t> &c, size_t n);
 
-} // namespace ferry_test
+}  // namespace ferry_test

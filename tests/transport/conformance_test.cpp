@@ -15,7 +15,7 @@ namespace ferry_test {
 namespace {
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr uint64_t kMiB = 1ull << 20;
-} // namespace
+}  // namespace
 
 void TransportConformance::SetUp() {
     const TransportParam &p = GetParam();
@@ -30,14 +30,12 @@ std::unique_ptr<Instance> TransportConformance::make(const Options &extra) {
     o.insert(o.end(), extra.begin(), extra.end());
     auto inst = std::make_unique<Instance>(*plugin_, o);
     EXPECT_EQ(inst->create_rc(), 0) << inst->last_error();
-    if (inst->create_rc() != 0)
-        return nullptr;
+    if (inst->create_rc() != 0) return nullptr;
     return inst;
 }
 
-void TransportConformance::connect_import(Instance &from, const std::vector<uint8_t> &ep,
-                                          uint64_t addr, uint64_t len, uint32_t access,
-                                          uint64_t *peer, uint64_t *rmem) {
+void TransportConformance::connect_import(Instance &from, const std::vector<uint8_t> &ep, uint64_t addr, uint64_t len,
+                                          uint32_t access, uint64_t *peer, uint64_t *rmem) {
     ASSERT_EQ(from.connect(ep, peer), 0) << from.last_error();
     ASSERT_EQ(from.import_mem(*peer, addr, len, access, rmem), 0) << from.last_error();
 }
@@ -66,8 +64,7 @@ TEST_P(TransportConformance, BadOptionValueRejectedNamingTheKey) {
     o.insert(o.end(), GetParam().bad_option.begin(), GetParam().bad_option.end());
     Instance bad(*plugin_, o);
     EXPECT_EQ(bad.create_rc(), -EINVAL);
-    EXPECT_NE(bad.last_error().find(GetParam().bad_option[0].first), std::string::npos)
-        << bad.last_error();
+    EXPECT_NE(bad.last_error().find(GetParam().bad_option[0].first), std::string::npos) << bad.last_error();
     Options unknown = GetParam().options;
     unknown.emplace_back("no_such_option", "1");
     Instance bad2(*plugin_, unknown);
@@ -86,8 +83,7 @@ TEST_P(TransportConformance, ConnectToClosedEndpointFailsClearly) {
     EXPECT_LT(rc, 0);
     EXPECT_EQ(peer, 12345u) << "output parameter written on failure";
     EXPECT_FALSE(a->last_error().empty());
-    EXPECT_NE(a->last_error().find(GetParam().peer_in_messages), std::string::npos)
-        << a->last_error();
+    EXPECT_NE(a->last_error().find(GetParam().peer_in_messages), std::string::npos) << a->last_error();
 }
 
 TEST_P(TransportConformance, WriteThenReadBackManySizes) {
@@ -95,8 +91,7 @@ TEST_P(TransportConformance, WriteThenReadBackManySizes) {
     auto b = make();
     ASSERT_TRUE(a && b);
     const uint64_t S = GetParam().slice ? GetParam().slice : 64 * 1024;
-    std::vector<uint64_t> sizes = {1, 3, 4095, 4096, 65537, S - 1, S, S + 1, 3 * S + 7,
-                                   16 * kMiB + 13};
+    std::vector<uint64_t> sizes = {1, 3, 4095, 4096, 65537, S - 1, S, S + 1, 3 * S + 7, 16 * kMiB + 13};
     const size_t cap = 17 * kMiB + 4 * S;
     Buffer src(cap), back(cap), tgt(cap);
     uint64_t hs, hb, ht, peer, rmem;
@@ -108,18 +103,14 @@ TEST_P(TransportConformance, WriteThenReadBackManySizes) {
         SCOPED_TRACE("size " + std::to_string(size));
         memset(tgt.data(), 0xEE, size + 32);
         fill_pattern(src.data() + 5, size, size);
-        ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, src.addr() + 5, hs, tgt.addr() + 11,
-                                           rmem, size, 1)}),
-                  0)
+        ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, src.addr() + 5, hs, tgt.addr() + 11, rmem, size, 1)}), 0)
             << a->last_error();
         ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(1), 1));
         EXPECT_EQ(find_mismatch(tgt.data() + 11, size, size), SIZE_MAX);
         EXPECT_EQ(tgt.data()[10], 0xEE) << "byte before the target range written";
         EXPECT_EQ(tgt.data()[11 + size], 0xEE) << "byte after the target range written";
         memset(back.data(), 0, size + 16);
-        ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, back.addr() + 7, hb, tgt.addr() + 11,
-                                           rmem, size, 2)}),
-                  0)
+        ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, back.addr() + 7, hb, tgt.addr() + 11, rmem, size, 2)}), 0)
             << a->last_error();
         ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(1), 1));
         EXPECT_EQ(find_mismatch(back.data() + 7, size, size), SIZE_MAX);
@@ -148,10 +139,8 @@ TEST_P(TransportConformance, ManyOpsPerBatch) {
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), cap, kRW, &peer, &rmem));
     std::vector<ferry_xfer_op_t> w, r;
     for (size_t i = 0; i < n; ++i) {
-        w.push_back(make_op(FERRY_OP_WRITE, src.addr() + off[i], hs, tgt.addr() + off[i], rmem,
-                            len[i], i));
-        r.push_back(make_op(FERRY_OP_READ, back.addr() + off[i], hb, tgt.addr() + off[i], rmem,
-                            len[i], i));
+        w.push_back(make_op(FERRY_OP_WRITE, src.addr() + off[i], hs, tgt.addr() + off[i], rmem, len[i], i));
+        r.push_back(make_op(FERRY_OP_READ, back.addr() + off[i], hb, tgt.addr() + off[i], rmem, len[i], i));
     }
     ASSERT_EQ(a->submit(peer, w), 0) << a->last_error();
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(n), n));
@@ -183,20 +172,17 @@ TEST_P(TransportConformance, OpsAcrossMultipleRegions) {
     // Op i moves local region i into remote region (i+1)%3, in one batch.
     std::vector<ferry_xfer_op_t> ops;
     for (int i = 0; i < 3; ++i)
-        ops.push_back(make_op(FERRY_OP_WRITE, loc[i]->addr(), lh[i], rem[(i + 1) % 3]->addr(),
-                              rm[(i + 1) % 3], sz, i));
+        ops.push_back(make_op(FERRY_OP_WRITE, loc[i]->addr(), lh[i], rem[(i + 1) % 3]->addr(), rm[(i + 1) % 3], sz, i));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(3), 3));
-    for (int i = 0; i < 3; ++i)
-        EXPECT_EQ(find_mismatch(rem[(i + 1) % 3]->data(), sz, 100 + i), SIZE_MAX);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(find_mismatch(rem[(i + 1) % 3]->data(), sz, 100 + i), SIZE_MAX);
     // Read them back crosswise: local region i <- remote region (i+2)%3.
     ops.clear();
     for (int i = 0; i < 3; ++i)
-        ops.push_back(make_op(FERRY_OP_READ, loc[i]->addr(), lh[i], rem[(i + 2) % 3]->addr(),
-                              rm[(i + 2) % 3], sz, i));
+        ops.push_back(make_op(FERRY_OP_READ, loc[i]->addr(), lh[i], rem[(i + 2) % 3]->addr(), rm[(i + 2) % 3], sz, i));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(3), 3));
-    for (int i = 0; i < 3; ++i) // remote (i+2)%3 holds the pattern of local (i+1)%3
+    for (int i = 0; i < 3; ++i)  // remote (i+2)%3 holds the pattern of local (i+1)%3
         EXPECT_EQ(find_mismatch(loc[i]->data(), sz, 100 + (i + 1) % 3), SIZE_MAX);
 }
 
@@ -213,16 +199,15 @@ TEST_P(TransportConformance, OutOfRangeRemoteAddressRefusedByServingSide) {
     uint64_t ht, hl, peer, rmem;
     ASSERT_EQ(b->register_mem(tgt.data() + page, page, kRW, &ht), 0);
     ASSERT_EQ(a->register_mem(loc.data(), page, 0, &hl), 0);
-    ASSERT_NO_FATAL_FAILURE(
-        connect_import(*a, b->endpoint(), tgt.addr(), 3 * page, kRW, &peer, &rmem));
+    ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), 3 * page, kRW, &peer, &rmem));
     const uint64_t base = tgt.addr();
     std::vector<ferry_xfer_op_t> ops = {
-        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + 2 * page - 10, rmem, 20, 0), // straddles end
-        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + 2 * page + 100, rmem, 50, 1), // after
+        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + 2 * page - 10, rmem, 20, 0),   // straddles end
+        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + 2 * page + 100, rmem, 50, 1),  // after
         make_op(FERRY_OP_WRITE, loc.addr(), hl, base + 5, rmem, 10, 2),               // before
-        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + page - 1, rmem, 2, 3), // straddles start
+        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + page - 1, rmem, 2, 3),         // straddles start
         make_op(FERRY_OP_READ, loc.addr(), hl, base + 2 * page + 1000, rmem, 100, 4),
-        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + page + 100, rmem, 200, 5), // valid
+        make_op(FERRY_OP_WRITE, loc.addr(), hl, base + page + 100, rmem, 200, 5),  // valid
     };
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     auto c = a->wait(ops.size());
@@ -239,13 +224,10 @@ TEST_P(TransportConformance, OutOfRangeRemoteAddressRefusedByServingSide) {
         }
     }
     // The connection still works after the refusals.
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr() + 1000, hl, base + page + 100,
-                                       rmem, 200, 6)}),
-              0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr() + 1000, hl, base + page + 100, rmem, 200, 6)}), 0);
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(1), 1));
     EXPECT_EQ(find_mismatch(tgt.data(), page, 77, 0), SIZE_MAX) << "memory before the region";
-    EXPECT_EQ(find_mismatch(tgt.data() + 2 * page, page, 77, 2 * page), SIZE_MAX)
-        << "memory after the region";
+    EXPECT_EQ(find_mismatch(tgt.data() + 2 * page, page, 77, 2 * page), SIZE_MAX) << "memory after the region";
     EXPECT_EQ(find_mismatch(tgt.data() + page + 100, 200, 5, 0), SIZE_MAX) << "valid write";
     EXPECT_EQ(find_mismatch(loc.data() + 1000, 200, 5, 0), SIZE_MAX) << "valid read";
 }
@@ -298,8 +280,7 @@ TEST_P(TransportConformance, ReadFromWriteOnlyRegionRefused) {
     ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0);
     // The import claims read access; the serving side knows better.
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), sz, kRW, &peer, &rmem));
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, tgt.addr(), rmem, sz, 0)}), 0)
-        << a->last_error();
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, tgt.addr(), rmem, sz, 0)}), 0) << a->last_error();
     auto c = a->wait(1);
     ASSERT_EQ(c.size(), 1u);
     EXPECT_LT(c[0].status, 0) << "read of a write-only region succeeded";
@@ -323,8 +304,7 @@ TEST_P(TransportConformance, DeregisteredRegionRefused) {
     ASSERT_EQ(b->register_mem(tgt.data(), sz, kRW, &ht), 0);
     ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0);
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), sz, kRW, &peer, &rmem));
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, tgt.addr(), rmem, 64, 0)}),
-              0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, tgt.addr(), rmem, 64, 0)}), 0);
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(1), 1));
     ASSERT_EQ(b->deregister_mem(ht), 0) << b->last_error();
     EXPECT_LT(b->deregister_mem(ht), 0) << "second deregister of the same handle succeeded";
@@ -352,19 +332,17 @@ TEST_P(TransportConformance, SubmitIsAllOrNothing) {
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), 4096, kRW, &peer, &rmem));
     std::vector<ferry_xfer_op_t> ops = {
         make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr(), rmem, 100, 1),
-        make_op(FERRY_OP_WRITE, loc.addr(), hl + 1000, tgt.addr(), rmem, 100, 2), // bad handle
+        make_op(FERRY_OP_WRITE, loc.addr(), hl + 1000, tgt.addr(), rmem, 100, 2),  // bad handle
     };
     EXPECT_LT(a->submit(peer, ops), 0);
     EXPECT_FALSE(a->last_error().empty());
-    ops[1] = make_op(FERRY_OP_WRITE, loc.addr() + 4000, hl, tgt.addr(), rmem, 100, 2); // overrun
+    ops[1] = make_op(FERRY_OP_WRITE, loc.addr() + 4000, hl, tgt.addr(), rmem, 100, 2);  // overrun
     EXPECT_LT(a->submit(peer, ops), 0);
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr(), rmem, 8, 99)}),
-              0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr(), rmem, 8, 99)}), 0);
     auto c = a->wait(1);
     ASSERT_EQ(c.size(), 1u);
     EXPECT_EQ(c[0].user_data, 99u) << "an op of a failed submit completed";
-    EXPECT_TRUE(a->wait(1, std::chrono::milliseconds(200)).empty())
-        << "an op of a failed submit completed";
+    EXPECT_TRUE(a->wait(1, std::chrono::milliseconds(200)).empty()) << "an op of a failed submit completed";
 }
 
 TEST_P(TransportConformance, CompletionFdSignalsWaitingCompletions) {
@@ -374,8 +352,7 @@ TEST_P(TransportConformance, CompletionFdSignalsWaitingCompletions) {
     int fd = -1;
     ferry_error_t e{};
     int rc = (*plugin_)->completion_fd(a->t(), &fd, &e);
-    if (rc == -ENOTSUP)
-        GTEST_SKIP() << "no completion fd";
+    if (rc == -ENOTSUP) GTEST_SKIP() << "no completion fd";
     ASSERT_EQ(rc, 0) << e.message;
     pollfd p{fd, POLLIN, 0};
     EXPECT_EQ(::poll(&p, 1, 0), 0) << "readable with nothing queued";
@@ -383,22 +360,19 @@ TEST_P(TransportConformance, CompletionFdSignalsWaitingCompletions) {
     uint64_t ht, hl, peer, rmem;
     ASSERT_EQ(b->register_mem(tgt.data(), tgt.size(), kRW, &ht), 0);
     ASSERT_EQ(a->register_mem(loc.data(), loc.size(), 0, &hl), 0);
-    ASSERT_NO_FATAL_FAILURE(
-        connect_import(*a, b->endpoint(), tgt.addr(), tgt.size(), kRW, &peer, &rmem));
+    ASSERT_NO_FATAL_FAILURE(connect_import(*a, b->endpoint(), tgt.addr(), tgt.size(), kRW, &peer, &rmem));
     std::vector<ferry_xfer_op_t> ops;
     for (int i = 0; i < 8; ++i)
-        ops.push_back(
-            make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr() + i * 4096, rmem, 4096, i));
+        ops.push_back(make_op(FERRY_OP_WRITE, loc.addr(), hl, tgt.addr() + i * 4096, rmem, 4096, i));
     ASSERT_EQ(a->submit(peer, ops), 0);
     size_t got = 0;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (got < ops.size() && std::chrono::steady_clock::now() < deadline) {
         p.revents = 0;
         ASSERT_GE(::poll(&p, 1, 1000), 0);
-        if (!(p.revents & POLLIN))
-            continue; // all 8 completions must arrive with the fd becoming readable
+        if (!(p.revents & POLLIN)) continue;  // all 8 completions must arrive with the fd becoming readable
         ferry_completion_t c[2];
-        int n = (*plugin_)->poll(a->t(), c, 2, &e); // small batches: leftovers keep it readable
+        int n = (*plugin_)->poll(a->t(), c, 2, &e);  // small batches: leftovers keep it readable
         ASSERT_GE(n, 0) << e.message;
         got += static_cast<size_t>(n);
     }
@@ -419,7 +393,9 @@ TEST_P(TransportConformance, CrossProcessWriteAndRead) {
     ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0);
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, child.endpoint(), child.addr(), sz, kRW, &peer, &rmem));
     const uint64_t S = GetParam().slice ? GetParam().slice : 64 * 1024;
-    struct R { uint64_t off, len; };
+    struct R {
+        uint64_t off, len;
+    };
     // Disjoint for every slice size: ops of one batch are not ordered against each other, so
     // two of them writing the same bytes would race (with 4 MiB slices a fixed fourth range at
     // 5 MiB overlapped the third, [1 MiB + 1, 13 MiB + 6): a real race TSan reported once).
@@ -429,8 +405,8 @@ TEST_P(TransportConformance, CrossProcessWriteAndRead) {
     fill_pattern(loc.data(), sz, 31);
     std::vector<ferry_xfer_op_t> ops;
     for (size_t i = 0; i < ranges.size(); ++i)
-        ops.push_back(make_op(FERRY_OP_WRITE, loc.addr() + ranges[i].off, hl,
-                              child.addr() + ranges[i].off, rmem, ranges[i].len, i));
+        ops.push_back(make_op(FERRY_OP_WRITE, loc.addr() + ranges[i].off, hl, child.addr() + ranges[i].off, rmem,
+                              ranges[i].len, i));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(ops.size()), ops.size()));
     for (const R &r : ranges) {
@@ -440,13 +416,11 @@ TEST_P(TransportConformance, CrossProcessWriteAndRead) {
     }
     ASSERT_TRUE(child.fill(0, sz, 32));
     memset(loc.data(), 0, sz);
-    for (auto &op : ops)
-        op.opcode = FERRY_OP_READ;
+    for (auto &op : ops) op.opcode = FERRY_OP_READ;
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(ops.size()), ops.size()));
     for (const R &r : ranges)
-        EXPECT_EQ(find_mismatch(loc.data() + r.off, r.len, 32, r.off), SIZE_MAX)
-            << "range at " << r.off;
+        EXPECT_EQ(find_mismatch(loc.data() + r.off, r.len, 32, r.off), SIZE_MAX) << "range at " << r.off;
     EXPECT_TRUE(child.exit_cleanly()) << "peer process did not exit cleanly";
 }
 
@@ -460,7 +434,7 @@ TEST_P(TransportConformance, DisconnectCancelsInFlightOps) {
     uint64_t hl, peer, rmem;
     ASSERT_EQ(a->register_mem(loc.data(), sz, 0, &hl), 0);
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, child.endpoint(), child.addr(), sz, kRW, &peer, &rmem));
-    child.stop(); // nothing can complete from here on
+    child.stop();  // nothing can complete from here on
     std::vector<ferry_xfer_op_t> ops;
     for (int i = 0; i < 24; ++i)
         ops.push_back(make_op(i % 4 ? FERRY_OP_WRITE : FERRY_OP_READ, loc.addr() + i * kMiB, hl,
@@ -498,10 +472,10 @@ TEST_P(TransportConformance, PeerKilledMidTransferFailsItsOpsOnly) {
     child.stop();
     std::vector<ferry_xfer_op_t> to_child, to_other;
     for (int i = 0; i < 16; ++i) {
-        to_child.push_back(make_op(i % 2 ? FERRY_OP_WRITE : FERRY_OP_READ, loc.addr() + i * kMiB,
-                                   hl, child.addr() + i * kMiB, rc_mem, kMiB, 100 + i));
-        to_other.push_back(make_op(FERRY_OP_WRITE, loc.addr() + i * kMiB, hl,
-                                   otgt.addr() + i * kMiB, ro_mem, kMiB, 200 + i));
+        to_child.push_back(make_op(i % 2 ? FERRY_OP_WRITE : FERRY_OP_READ, loc.addr() + i * kMiB, hl,
+                                   child.addr() + i * kMiB, rc_mem, kMiB, 100 + i));
+        to_other.push_back(
+            make_op(FERRY_OP_WRITE, loc.addr() + i * kMiB, hl, otgt.addr() + i * kMiB, ro_mem, kMiB, 200 + i));
     }
     ASSERT_EQ(a->submit(pc, to_child), 0) << a->last_error();
     ASSERT_EQ(a->submit(po, to_other), 0) << a->last_error();
@@ -511,8 +485,7 @@ TEST_P(TransportConformance, PeerKilledMidTransferFailsItsOpsOnly) {
     for (const auto &x : c) {
         if (x.user_data < 200) {
             EXPECT_LT(x.status, 0) << "op to the killed peer succeeded";
-            EXPECT_NE(std::string(x.message).find(GetParam().peer_in_messages), std::string::npos)
-                << x.message;
+            EXPECT_NE(std::string(x.message).find(GetParam().peer_in_messages), std::string::npos) << x.message;
         } else {
             EXPECT_EQ(x.status, 0) << "op to the live peer: " << x.message;
         }
@@ -545,8 +518,7 @@ TEST_P(TransportConformance, ReconnectsToRestartedPeer) {
     ASSERT_TRUE(first->ok()) << first->error();
     const std::vector<uint8_t> ep = first->endpoint();
     ASSERT_NO_FATAL_FAILURE(connect_import(*a, ep, first->addr(), sz, kRW, &peer, &rmem));
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, first->addr(), rmem, sz, 1)}),
-              0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, first->addr(), rmem, sz, 1)}), 0);
     ASSERT_NO_FATAL_FAILURE(expect_all_ok(a->wait(1), 1));
     first->kill_now();
     first.reset();
@@ -564,8 +536,7 @@ TEST_P(TransportConformance, ReconnectsToRestartedPeer) {
     bool done = false;
     std::string last;
     for (int attempt = 0; attempt < 50 && !done; ++attempt) {
-        if (a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, second.addr(), rmem2, sz,
-                                     attempt)}) != 0) {
+        if (a->submit(peer, {make_op(FERRY_OP_WRITE, loc.addr(), hl, second.addr(), rmem2, sz, attempt)}) != 0) {
             last = a->last_error();
         } else {
             auto c = a->wait(1);
@@ -573,8 +544,7 @@ TEST_P(TransportConformance, ReconnectsToRestartedPeer) {
             done = c[0].status == 0;
             last = c[0].message;
         }
-        if (!done)
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_TRUE(done) << "no transfer to the restarted peer succeeded; last error: " << last;
     uint64_t h = 0;
@@ -582,4 +552,4 @@ TEST_P(TransportConformance, ReconnectsToRestartedPeer) {
     EXPECT_EQ(h, fnv1a(loc.data(), sz));
 }
 
-} // namespace ferry_test
+}  // namespace ferry_test

@@ -38,21 +38,23 @@ Options with_tcp(Options o) {
 // An initiator connected to a target in a child process, with `sz` bytes imported.
 struct Pair {
     Pair(const Plugin &plugin, size_t sz, unsigned op_timeout_ms)
-        : child(efa_path(), sz, kRW, with_tcp({})), loc(sz), size(sz),
+        : child(efa_path(), sz, kRW, with_tcp({})),
+          loc(sz),
+          size(sz),
           a(plugin, with_tcp({{"op_timeout_ms", std::to_string(op_timeout_ms)}})) {
         if (!child.ok()) {
             why = "child: " + child.error();
             return;
         }
-        if (a.create_rc() != 0 || a.register_mem(loc.data(), sz, 0, &hl) != 0 || a.connect(child.endpoint(), &peer) != 0 ||
-            a.import_mem(peer, child.addr(), sz, kRW, &rmem) != 0) {
+        if (a.create_rc() != 0 || a.register_mem(loc.data(), sz, 0, &hl) != 0 ||
+            a.connect(child.endpoint(), &peer) != 0 || a.import_mem(peer, child.addr(), sz, kRW, &rmem) != 0) {
             why = a.last_error();
             return;
         }
         ok = true;
     }
     ChildPeer child;
-    Buffer loc; // outlives the instance: the provider may touch it until destroy returns
+    Buffer loc;  // outlives the instance: the provider may touch it until destroy returns
     size_t size;
     Instance a;
     uint64_t hl = 0, peer = 0, rmem = 0;
@@ -74,11 +76,9 @@ int teardown_round(const Plugin &plugin, int round) {
     for (int i = 0; i < 16; ++i)
         ops.push_back(make_op(i % 2 ? FERRY_OP_READ : FERRY_OP_WRITE, p.loc.addr() + i * kMiB, p.hl,
                               p.child.addr() + i * kMiB, p.rmem, kMiB, i));
-    if (p.a.submit(p.peer, ops) != 0)
-        return 13;
+    if (p.a.submit(p.peer, ops) != 0) return 13;
     auto c = p.a.wait(ops.size());
-    if (c.size() != ops.size())
-        return 14;
+    if (c.size() != ops.size()) return 14;
     for (const auto &x : c)
         if (x.status != -ETIMEDOUT) {
             fprintf(stderr, "op %lu: %d %s\n", static_cast<unsigned long>(x.user_data), x.status, x.message);
@@ -111,11 +111,9 @@ TEST_F(EfaFaultTest, DestroyRightAfterTimedOutPeerResumesDoesNotCrash) {
         fflush(nullptr);
         pid_t pid = fork();
         ASSERT_GE(pid, 0);
-        if (pid == 0)
-            _exit(teardown_round(*plugin, i));
+        if (pid == 0) _exit(teardown_round(*plugin, i));
         int st = 0;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
         if (WIFSIGNALED(st) || WEXITSTATUS(st) == 1) {
             ++crashed;
             std::cout << "round " << i << ": crashed ("
@@ -138,7 +136,8 @@ long first_change_ms(const uint8_t *p, size_t len, uint8_t expect, std::chrono::
         for (size_t i = 0; i < len; i += 64)
             if (watch_byte(p + i) != expect)
                 return static_cast<long>(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                        .count());
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return -1;
@@ -155,16 +154,15 @@ TEST_F(EfaFaultTest, TimedOutReadsNeverLandInTheCallersBuffer) {
     p.child.stop();
     std::vector<ferry_xfer_op_t> ops;
     for (size_t i = 0; i < n; ++i)
-        ops.push_back(make_op(FERRY_OP_READ, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
+        ops.push_back(
+            make_op(FERRY_OP_READ, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
     ASSERT_EQ(p.a.submit(p.peer, ops), 0) << p.a.last_error();
     auto c = p.a.wait(n);
     ASSERT_EQ(c.size(), n);
-    for (const auto &x : c)
-        ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
+    for (const auto &x : c) ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
     // Reported failed: from here every byte must stay the canary.
     size_t changed_at_report = 0;
-    for (size_t i = 0; i < sz; ++i)
-        changed_at_report += p.loc.data()[i] != kCanary;
+    for (size_t i = 0; i < sz; ++i) changed_at_report += p.loc.data()[i] != kCanary;
     EXPECT_EQ(changed_at_report, 0u) << "bytes changed while the target was stopped";
     p.child.resume();
     long at = first_change_ms(p.loc.data(), sz, kCanary, std::chrono::milliseconds(3000));
@@ -190,20 +188,20 @@ TEST_F(EfaFaultTest, TimedOutReadsNeverLandInTheCallersBuffer) {
 // completed into the caller's buffer when it resumes either.
 TEST_F(EfaFaultTest, ReadsCanceledByDisconnectNeverLandInTheCallersBuffer) {
     const size_t sz = 32 * kMiB, n = sz / kMiB;
-    Pair p(*plugin, sz, 0); // no op timeout: only the disconnect ends them
+    Pair p(*plugin, sz, 0);  // no op timeout: only the disconnect ends them
     ASSERT_TRUE(p.ok) << p.why;
     ASSERT_TRUE(p.child.fill(0, sz, 78));
     memset(p.loc.data(), kCanary, sz);
     p.child.stop();
     std::vector<ferry_xfer_op_t> ops;
     for (size_t i = 0; i < n; ++i)
-        ops.push_back(make_op(FERRY_OP_READ, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
+        ops.push_back(
+            make_op(FERRY_OP_READ, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
     ASSERT_EQ(p.a.submit(p.peer, ops), 0) << p.a.last_error();
     ASSERT_EQ(p.a.disconnect(p.peer), 0) << p.a.last_error();
     auto c = p.a.wait(n, std::chrono::seconds(30));
     ASSERT_EQ(c.size(), n) << "canceled ops must end while the peer is still stopped";
-    for (const auto &x : c)
-        ASSERT_EQ(x.status, -ECANCELED) << x.message;
+    for (const auto &x : c) ASSERT_EQ(x.status, -ECANCELED) << x.message;
     p.child.resume();
     long at = first_change_ms(p.loc.data(), sz, kCanary, std::chrono::milliseconds(3000));
     size_t overwritten = 0;
@@ -228,19 +226,19 @@ TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
     p.child.stop();
     std::vector<ferry_xfer_op_t> ops;
     for (size_t i = 0; i < n; ++i)
-        ops.push_back(make_op(FERRY_OP_WRITE, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
+        ops.push_back(
+            make_op(FERRY_OP_WRITE, p.loc.addr() + i * kMiB, p.hl, p.child.addr() + i * kMiB, p.rmem, kMiB, i));
     ASSERT_EQ(p.a.submit(p.peer, ops), 0) << p.a.last_error();
     auto c = p.a.wait(n);
     ASSERT_EQ(c.size(), n);
-    for (const auto &x : c)
-        ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
-    memset(p.loc.data(), kCanary, sz); // the caller reuses its buffer
+    for (const auto &x : c) ASSERT_EQ(x.status, -ETIMEDOUT) << x.message;
+    memset(p.loc.data(), kCanary, sz);  // the caller reuses its buffer
     p.child.resume();
     // Read the target back over a working connection (rebuilt if needed).
     Buffer back(sz);
     uint64_t hb = 0;
     ASSERT_EQ(p.a.register_mem(back.data(), sz, 0, &hb), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000)); // let whatever was queued arrive
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // let whatever was queued arrive
     ASSERT_EQ(p.a.submit(p.peer, {make_op(FERRY_OP_READ, back.addr(), hb, p.child.addr(), p.rmem, sz, 999)}), 0)
         << p.a.last_error();
     auto d = p.a.wait(1);
@@ -249,8 +247,7 @@ TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
     size_t reused_pages = 0;
     for (size_t off = 0; off < sz; off += 4096) {
         size_t k = 0;
-        while (k < 4096 && back.data()[off + k] == kCanary)
-            ++k;
+        while (k < 4096 && back.data()[off + k] == kCanary) ++k;
         reused_pages += k == 4096;
     }
     std::cout << reused_pages << " target pages hold bytes the caller wrote after its WRITE failed\n";
@@ -267,7 +264,7 @@ TEST_F(EfaFaultTest, OpToTargetStoppedWhileIdleEndsInTime) {
     ASSERT_EQ(c.size(), 1u);
     ASSERT_EQ(c[0].status, 0) << c[0].message;
     p.child.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // idle: nothing in flight
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle: nothing in flight
     const auto start = std::chrono::steady_clock::now();
     ASSERT_EQ(p.a.submit(p.peer, {make_op(FERRY_OP_READ, p.loc.addr(), p.hl, p.child.addr(), p.rmem, kMiB, 2)}), 0);
     c = p.a.wait(1, std::chrono::seconds(30));
@@ -279,7 +276,7 @@ TEST_F(EfaFaultTest, OpToTargetStoppedWhileIdleEndsInTime) {
     p.child.resume();
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
-#endif // FERRY_TEST_EFA_PLUGIN
+#endif  // FERRY_TEST_EFA_PLUGIN

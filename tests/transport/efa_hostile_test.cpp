@@ -14,8 +14,8 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -61,7 +61,8 @@ public:
         av_attr.type = FI_AV_TABLE;
         fi_cq_attr cq_attr{};
         cq_attr.format = FI_CQ_FORMAT_CONTEXT;
-        if ((rc = fi_av_open(domain_, &av_attr, &av_, nullptr)) != 0 || (rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr)) != 0 ||
+        if ((rc = fi_av_open(domain_, &av_attr, &av_, nullptr)) != 0 ||
+            (rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr)) != 0 ||
             (rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0 || (rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0 ||
             (rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0 || (rc = fi_enable(ep_)) != 0) {
             fail("endpoint", rc);
@@ -75,17 +76,14 @@ public:
         fi_getname(&ep_->fid, name_, &len);
         name_len_ = len;
         recv_bufs_.assign(kRecvs, std::vector<uint8_t>(4096));
-        for (auto &b : recv_bufs_)
-            fi_recv(ep_, b.data(), b.size(), nullptr, FI_ADDR_UNSPEC, b.data());
+        for (auto &b : recv_bufs_) fi_recv(ep_, b.data(), b.size(), nullptr, FI_ADDR_UNSPEC, b.data());
         ok_ = true;
     }
     ~RawPeer() {
         for (fid *f : {ep_ ? &ep_->fid : nullptr, av_ ? &av_->fid : nullptr, cq_ ? &cq_->fid : nullptr,
                        domain_ ? &domain_->fid : nullptr, fabric_ ? &fabric_->fid : nullptr})
-            if (f)
-                fi_close(f);
-        if (info_)
-            fi_freeinfo(info_);
+            if (f) fi_close(f);
+        if (info_) fi_freeinfo(info_);
     }
     bool ok() const { return ok_; }
     const std::string &error() const { return error_; }
@@ -95,14 +93,11 @@ public:
     bool send(const std::vector<uint8_t> &msg) {
         for (;;) {
             ssize_t rc = fi_send(ep_, msg.data(), msg.size(), nullptr, dest_, this);
-            if (rc == 0)
-                break;
-            if (rc != -FI_EAGAIN)
-                return false;
+            if (rc == 0) break;
+            if (rc != -FI_EAGAIN) return false;
             drain();
         }
-        while (drain() == 0) {
-        }
+        while (drain() == 0) {}
         return true;
     }
 
@@ -134,8 +129,7 @@ public:
     // Progresses until `n` answers arrived in all (or `limit` passed).
     bool wait_answers(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
         const auto end = std::chrono::steady_clock::now() + limit;
-        while (answers < n && std::chrono::steady_clock::now() < end)
-            drain();
+        while (answers < n && std::chrono::steady_clock::now() < end) drain();
         return answers >= n;
     }
     // A valid Hello from a fresh token, answered once the instance processed everything this
@@ -173,8 +167,7 @@ std::vector<uint8_t> message(RawHeader h, const void *body, size_t len) {
     h.body_len = static_cast<uint32_t>(len);
     std::vector<uint8_t> m(sizeof h + len);
     memcpy(m.data(), &h, sizeof h);
-    if (len)
-        memcpy(m.data() + sizeof h, body, len);
+    if (len) memcpy(m.data() + sizeof h, body, len);
     return m;
 }
 
@@ -208,8 +201,7 @@ protected:
         target_name.assign(endpoint.begin() + 16, endpoint.end());
     }
     void TearDown() override {
-        if (target != nullptr)
-            (*plugin)->destroy(target);
+        if (target != nullptr) (*plugin)->destroy(target);
     }
     // An honest initiator connects, WRITEs 1 MiB into the target and checks it landed.
     void honest_peer_is_served(RawPeer *impostor = nullptr) {
@@ -223,7 +215,7 @@ protected:
         ferry_mem_region_t region{dst.addr(), dst.size(), FERRY_MEM_HOST, -1, kRW, 0};
         ASSERT_EQ((*plugin)->register_mem(target, &region, &hd, &err), 0) << err.message;
         ASSERT_EQ(a.connect(endpoint, &peer), 0) << a.last_error();
-        if (impostor != nullptr) { // claims a's token from its own address
+        if (impostor != nullptr) {  // claims a's token from its own address
             std::vector<uint8_t> ep = a.endpoint();
             RawHeader h;
             memcpy(&h.from_token, ep.data() + 8, 8);
@@ -244,8 +236,7 @@ protected:
     }
     std::vector<std::string> warnings() {
         std::lock_guard lock(sink.mu);
-        for (const auto &w : sink.warnings)
-            std::cout << "WARN: " << w.substr(0, 400) << "\n";
+        for (const auto &w : sink.warnings) std::cout << "WARN: " << w.substr(0, 400) << "\n";
         return sink.warnings;
     }
     static unsigned long counted(const std::vector<std::string> &lines) {
@@ -270,7 +261,7 @@ TEST_F(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGo
         RawPeer raw(target_name);
         ASSERT_TRUE(raw.ok()) << raw.error();
         const std::vector<uint8_t> me = raw.name();
-        std::vector<uint8_t> bad_addr(me.size(), 0xee); // no address the provider takes
+        std::vector<uint8_t> bad_addr(me.size(), 0xee);  // no address the provider takes
         for (uint64_t i = 0; i < 1000; ++i) {
             RawHeader h;
             h.from_token = 0x1000 + i;
@@ -278,7 +269,7 @@ TEST_F(EfaHostileTest, GarbageControlMessagesAreCountedNotLoggedEachAndServingGo
             RawHeader junk;
             junk.magic = static_cast<uint32_t>(i * 2654435761u);
             ASSERT_TRUE(raw.send(message(junk, &i, sizeof i)));
-            RawHeader short_hello; // an address shorter than the provider's
+            RawHeader short_hello;  // an address shorter than the provider's
             short_hello.from_token = 0x900000 + i;
             ASSERT_TRUE(raw.send(message(short_hello, me.data(), 3)));
         }
@@ -306,7 +297,7 @@ TEST_F(EfaHostileTest, HelloFloodAndImpostorLeaveTheTargetBoundedAndServing) {
         h.from_token = 0x5000000 + i;
         ASSERT_TRUE(raw.send(message(h, me.data(), me.size()))) << "Hello " << i;
     }
-    RawPeer impostor(target_name); // another address: its Hellos are not refused for the flood's
+    RawPeer impostor(target_name);  // another address: its Hellos are not refused for the flood's
     ASSERT_TRUE(impostor.ok()) << impostor.error();
     honest_peer_is_served(&impostor);
     std::cout << raw.answers << " HelloAcks reached the flooding peer\n";
@@ -320,7 +311,7 @@ TEST_F(EfaHostileTest, HelloFloodAndImpostorLeaveTheTargetBoundedAndServing) {
     EXPECT_TRUE(refused) << "the impostor's Hello was not refused";
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
-#endif // FERRY_TEST_EFA_PLUGIN
+#endif  // FERRY_TEST_EFA_PLUGIN

@@ -75,7 +75,8 @@ TEST_F(EfaTest, ProbeReportsAMissingProviderWithLibfabricsWords) {
     ASSERT_EQ((*plugin)->probe(o, 1, &r), 0);
     EXPECT_EQ(r.available, 0) << "this machine has no EFA device: " << r.reason;
     EXPECT_NE(std::string(r.reason).find("fi_getinfo"), std::string::npos) << r.reason;
-    EXPECT_NE(std::string(r.reason).find("No data available"), std::string::npos) << r.reason; // fi_strerror(FI_ENODATA)
+    EXPECT_NE(std::string(r.reason).find("No data available"), std::string::npos)
+        << r.reason;  // fi_strerror(FI_ENODATA)
     ferry_kv_t t[] = {{"provider", "tcp"}};
     ASSERT_EQ((*plugin)->probe(t, 1, &r), 0);
     EXPECT_EQ(r.available, 1) << r.reason;
@@ -105,7 +106,7 @@ TEST_F(EfaTest, ProbeWithTheDefaultProviderLooksForAnEfaDeviceBeforeLibfabric) {
     EXPECT_EQ(r.available, 0) << r.reason;
     std::string reason = r.reason;
     EXPECT_NE(reason.find("no EFA device: /sys/class/infiniband"), std::string::npos) << reason;
-    EXPECT_NE(reason.find("efa.provider=tcp"), std::string::npos) << reason; // what to do
+    EXPECT_NE(reason.find("efa.provider=tcp"), std::string::npos) << reason;  // what to do
     EXPECT_EQ(reason.find("fi_getinfo"), std::string::npos) << "libfabric was initialised: " << reason;
 }
 
@@ -114,8 +115,8 @@ TEST_F(EfaTest, ListensOnLoopbackOnly) {
     auto a = make();
     ASSERT_TRUE(a);
     std::vector<uint8_t> ep = a->endpoint();
-    ASSERT_GE(ep.size(), 16u + 16u); // header + sockaddr_in
-    uint16_t port = static_cast<uint16_t>(ep[16 + 2] << 8 | ep[16 + 3]); // sin_port, network order
+    ASSERT_GE(ep.size(), 16u + 16u);                                      // header + sockaddr_in
+    uint16_t port = static_cast<uint16_t>(ep[16 + 2] << 8 | ep[16 + 3]);  // sin_port, network order
     ASSERT_NE(port, 0);
     std::set<std::string> listeners;
     for (const char *file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
@@ -188,7 +189,11 @@ TEST_F(EfaTest, ServingSideRefusesForgedKeysAndRightsThenRecovers) {
     std::vector<uint8_t> forged_rights = export_mem(*b, hro);
     uint32_t rights = kRW;
     memcpy(forged_rights.data() + kMemHead + 32, &rights, 4);
-    struct Case { const char *what; const std::vector<uint8_t> *desc; uint64_t addr; };
+    struct Case {
+        const char *what;
+        const std::vector<uint8_t> *desc;
+        uint64_t addr;
+    };
     for (Case k : {Case{"forged key", &forged_key, rw.addr()}, Case{"forged write right", &forged_rights, ro.addr()}}) {
         SCOPED_TRACE(k.what);
         uint64_t bad, ok;
@@ -203,7 +208,8 @@ TEST_F(EfaTest, ServingSideRefusesForgedKeysAndRightsThenRecovers) {
         // still under way, the op fails on the connection instead. Either way nothing landed
         // (checked below).
         const std::string msg = c[0].message;
-        EXPECT_TRUE(msg.find("refused") != std::string::npos || msg.find("the connection failed") != std::string::npos) << msg;
+        EXPECT_TRUE(msg.find("refused") != std::string::npos || msg.find("the connection failed") != std::string::npos)
+            << msg;
         std::cout << k.what << ": " << c[0].message << "\n";
         // An honest READ afterwards succeeds (the connection is re-established if needed).
         ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, rw.addr(), ok, sz, 2)}), 0);
@@ -298,7 +304,7 @@ TEST_F(EfaTest, DeregisterWaitsForPeersInFlightRma) {
         for (uint64_t off = 0; off < sz; off += 4 * kMiB)
             ops.push_back(make_op(FERRY_OP_WRITE, src.addr() + off, hs, tgt.addr() + off, rmem, 4 * kMiB, ops.size()));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
-    auto c = a->wait(1); // under way (wait may return more than one)
+    auto c = a->wait(1);  // under way (wait may return more than one)
     ASSERT_GE(c.size(), 1u);
     ASSERT_EQ(b->deregister_mem(ht), 0) << b->last_error();
     memset(tgt.data(), 0x5a, sz);
@@ -334,7 +340,7 @@ TEST_F(EfaTest, DeviceMemoryRefusedWithoutProviderHmem) {
         << "device memory support is a run-time property of the provider; caps must not claim it";
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
-#endif // FERRY_TEST_EFA_PLUGIN
+#endif  // FERRY_TEST_EFA_PLUGIN

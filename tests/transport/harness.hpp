@@ -5,10 +5,10 @@
 #include <ferry/plugin.h>
 
 #include <chrono>
-#include <ostream>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,8 +30,8 @@ struct TransportParam {
     // Substring every peer-failure message must contain for a peer at 127.0.0.1, or "".
     std::string peer_in_messages;
     // Completion status of a request the serving side refuses, 0: any negative code.
-    int refuse_range_code = 0;  // outside every registered region
-    int refuse_access_code = 0; // inside a region without the access right
+    int refuse_range_code = 0;   // outside every registered region
+    int refuse_access_code = 0;  // inside a region without the access right
 };
 
 // gtest prints parameters with this (instead of a byte dump).
@@ -77,7 +77,7 @@ void fill_pattern(uint8_t *p, size_t len, uint64_t seed, uint64_t first_index = 
 size_t find_mismatch(const uint8_t *p, size_t len, uint64_t seed, uint64_t first_index = 0);
 uint64_t fnv1a(const uint8_t *p, size_t len);
 
-ferry_host_api_t *test_host(); // logs WARN and above to stderr
+ferry_host_api_t *test_host();  // logs WARN and above to stderr
 
 // Reads a byte that a transport thread may be writing at this moment, to watch a transfer in
 // progress. The test means to race with the writer, so ThreadSanitizer does not instrument it.
@@ -104,18 +104,16 @@ public:
     }
 
     std::vector<uint8_t> endpoint();
-    int register_mem(const void *addr, uint64_t len, uint32_t access, uint64_t *handle,
-                     uint32_t kind = FERRY_MEM_HOST);
+    int register_mem(const void *addr, uint64_t len, uint32_t access, uint64_t *handle, uint32_t kind = FERRY_MEM_HOST);
     int deregister_mem(uint64_t handle);
     int connect(const std::vector<uint8_t> &endpoint, uint64_t *peer);
     int disconnect(uint64_t peer);
-    int import_mem(uint64_t peer, uint64_t addr, uint64_t len, uint32_t access,
-                   uint64_t *remote_mem, uint32_t kind = FERRY_MEM_HOST);
+    int import_mem(uint64_t peer, uint64_t addr, uint64_t len, uint32_t access, uint64_t *remote_mem,
+                   uint32_t kind = FERRY_MEM_HOST);
     int submit(uint64_t peer, const std::vector<ferry_xfer_op_t> &ops);
     // Collects completions until `n` arrived, sleeping on completion_fd (or polling) in
     // between. Gives up after `limit` (a hang guard, not a timing check).
-    std::vector<ferry_completion_t> wait(size_t n,
-                                         std::chrono::milliseconds limit = std::chrono::seconds(60));
+    std::vector<ferry_completion_t> wait(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(60));
     // Destroys the transport now (the destructor then does nothing).
     void destroy();
 
@@ -131,8 +129,7 @@ private:
     std::string err_;
 };
 
-ferry_xfer_op_t make_op(uint32_t opcode, uint64_t local_addr, uint64_t local_mem,
-                        uint64_t remote_addr, uint64_t remote_mem, uint64_t len,
-                        uint64_t user_data);
+ferry_xfer_op_t make_op(uint32_t opcode, uint64_t local_addr, uint64_t local_mem, uint64_t remote_addr,
+                        uint64_t remote_mem, uint64_t len, uint64_t user_data);
 
-} // namespace ferry_test
+}  // namespace ferry_test

@@ -8,9 +8,8 @@
 #include <cstring>
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], ferry_test::kPeerFlag) == 0)
-        return ferry_test::peer_main(argc, argv);
-    signal(SIGPIPE, SIG_IGN); // raw-socket tests write to connections the plugin closes
+    if (argc > 1 && strcmp(argv[1], ferry_test::kPeerFlag) == 0) return ferry_test::peer_main(argc, argv);
+    signal(SIGPIPE, SIG_IGN);  // raw-socket tests write to connections the plugin closes
     ::testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();
 }

@@ -36,17 +36,14 @@ std::vector<uint8_t> from_hex(const std::string &s) {
     return v;
 }
 
-} // namespace
+}  // namespace
 
-ChildPeer::ChildPeer(const std::string &plugin_path, size_t size, uint32_t access,
-                     const Options &options) {
-    std::vector<std::string> args = {"/proc/self/exe", kPeerFlag, plugin_path,
-                                     std::to_string(size), std::to_string(access)};
-    for (const auto &[k, v] : options)
-        args.push_back(k + "=" + v);
+ChildPeer::ChildPeer(const std::string &plugin_path, size_t size, uint32_t access, const Options &options) {
+    std::vector<std::string> args = {"/proc/self/exe", kPeerFlag, plugin_path, std::to_string(size),
+                                     std::to_string(access)};
+    for (const auto &[k, v] : options) args.push_back(k + "=" + v);
     std::vector<char *> argv;
-    for (auto &a : args)
-        argv.push_back(a.data());
+    for (auto &a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
 
     int in[2], out[2];
@@ -88,12 +85,9 @@ ChildPeer::ChildPeer(const std::string &plugin_path, size_t size, uint32_t acces
 }
 
 ChildPeer::~ChildPeer() {
-    if (pid_ > 0)
-        kill_now();
-    if (to_child_ >= 0)
-        close(to_child_);
-    if (from_child_ >= 0)
-        close(from_child_);
+    if (pid_ > 0) kill_now();
+    if (to_child_ >= 0) close(to_child_);
+    if (from_child_ >= 0) close(from_child_);
 }
 
 bool ChildPeer::read_line(std::string *line, int timeout_ms) {
@@ -106,10 +100,8 @@ bool ChildPeer::read_line(std::string *line, int timeout_ms) {
         }
         pollfd p{from_child_, POLLIN, 0};
         int rc = ::poll(&p, 1, timeout_ms);
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc <= 0)
-            return false;
+        if (rc < 0 && errno == EINTR) continue;
+        if (rc <= 0) return false;
         char buf[512];
         ssize_t n = read(from_child_, buf, sizeof buf);
         if (n <= 0) {
@@ -121,26 +113,21 @@ bool ChildPeer::read_line(std::string *line, int timeout_ms) {
 }
 
 bool ChildPeer::command(const std::string &line, std::string *reply) {
-    if (pid_ <= 0)
-        return false;
+    if (pid_ <= 0) return false;
     std::string l = line + "\n";
-    if (write(to_child_, l.data(), l.size()) != static_cast<ssize_t>(l.size()))
-        return false;
+    if (write(to_child_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return false;
     return read_line(reply, 60000);
 }
 
 bool ChildPeer::fill(uint64_t off, uint64_t len, uint64_t seed) {
     std::string reply;
-    return command("FILL " + std::to_string(off) + " " + std::to_string(len) + " " +
-                       std::to_string(seed),
-                   &reply) &&
+    return command("FILL " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed), &reply) &&
            reply == "OK";
 }
 
 bool ChildPeer::hash(uint64_t off, uint64_t len, uint64_t *out) {
     std::string reply;
-    if (!command("HASH " + std::to_string(off) + " " + std::to_string(len), &reply))
-        return false;
+    if (!command("HASH " + std::to_string(off) + " " + std::to_string(len), &reply)) return false;
     return sscanf(reply.c_str(), "HASH %" SCNx64, out) == 1;
 }
 
@@ -148,34 +135,28 @@ void ChildPeer::stop() {
     if (pid_ > 0) {
         ::kill(pid_, SIGSTOP);
         int st;
-        waitpid(pid_, &st, WUNTRACED); // returns once it is really stopped
+        waitpid(pid_, &st, WUNTRACED);  // returns once it is really stopped
     }
 }
 
 void ChildPeer::resume() {
-    if (pid_ > 0)
-        ::kill(pid_, SIGCONT);
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
 }
 
 void ChildPeer::kill_now() {
-    if (pid_ <= 0)
-        return;
+    if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
     int st;
-    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
     pid_ = -1;
 }
 
 bool ChildPeer::exit_cleanly() {
-    if (pid_ <= 0)
-        return false;
+    if (pid_ <= 0) return false;
     std::string l = "EXIT\n";
-    if (write(to_child_, l.data(), l.size()) != static_cast<ssize_t>(l.size()))
-        return false;
+    if (write(to_child_, l.data(), l.size()) != static_cast<ssize_t>(l.size())) return false;
     int st = 0;
-    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
     pid_ = -1;
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
@@ -215,12 +196,11 @@ int peer_main(int argc, char **argv) {
     char line[256];
     while (fgets(line, sizeof line, stdin) != nullptr) {
         uint64_t off = 0, len = 0, seed = 0;
-        if (sscanf(line, "FILL %" SCNu64 " %" SCNu64 " %" SCNu64, &off, &len, &seed) == 3 &&
-            off <= size && len <= size - off) {
+        if (sscanf(line, "FILL %" SCNu64 " %" SCNu64 " %" SCNu64, &off, &len, &seed) == 3 && off <= size &&
+            len <= size - off) {
             fill_pattern(buf.data() + off, len, seed, off);
             printf("OK\n");
-        } else if (sscanf(line, "HASH %" SCNu64 " %" SCNu64, &off, &len) == 2 && off <= size &&
-                   len <= size - off) {
+        } else if (sscanf(line, "HASH %" SCNu64 " %" SCNu64, &off, &len) == 2 && off <= size && len <= size - off) {
             printf("HASH %" PRIx64 "\n", fnv1a(buf.data() + off, len));
         } else if (strncmp(line, "EXIT", 4) == 0) {
             break;
@@ -234,4 +214,4 @@ int peer_main(int argc, char **argv) {
     return 0;
 }
 
-} // namespace ferry_test
+}  // namespace ferry_test

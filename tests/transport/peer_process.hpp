@@ -20,9 +20,8 @@ inline constexpr const char *kPeerFlag = "--ferry-transport-peer";
 
 class ChildPeer {
 public:
-    ChildPeer(const std::string &plugin_path, size_t size, uint32_t access,
-              const Options &options);
-    ~ChildPeer(); // SIGKILL and reap, if still running
+    ChildPeer(const std::string &plugin_path, size_t size, uint32_t access, const Options &options);
+    ~ChildPeer();  // SIGKILL and reap, if still running
     ChildPeer(const ChildPeer &) = delete;
     ChildPeer &operator=(const ChildPeer &) = delete;
 
@@ -35,10 +34,10 @@ public:
 
     bool fill(uint64_t off, uint64_t len, uint64_t seed);
     bool hash(uint64_t off, uint64_t len, uint64_t *out);
-    void stop();     // SIGSTOP
-    void resume();   // SIGCONT
-    void kill_now(); // SIGKILL and reap
-    bool exit_cleanly(); // EXIT, then reap; true when it exited with status 0
+    void stop();          // SIGSTOP
+    void resume();        // SIGCONT
+    void kill_now();      // SIGKILL and reap
+    bool exit_cleanly();  // EXIT, then reap; true when it exited with status 0
 
 private:
     bool command(const std::string &line, std::string *reply);
@@ -58,4 +57,4 @@ private:
 // Entry point of the child: argv = self --ferry-transport-peer <plugin> <size> <access> [k=v]...
 int peer_main(int argc, char **argv);
 
-} // namespace ferry_test
+}  // namespace ferry_test

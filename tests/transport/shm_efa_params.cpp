@@ -19,8 +19,7 @@ namespace {
 [[maybe_unused]] std::string param_name(const ::testing::TestParamInfo<TransportParam> &info) {
     std::string n = info.param.name + "_" + std::to_string(info.index);
     for (char &c : n)
-        if (!isalnum(static_cast<unsigned char>(c)))
-            c = '_';
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
     return n;
 }
 
@@ -30,7 +29,7 @@ std::vector<TransportParam> shm_params() {
     base.name = "shm";
     base.path = plugin_path("FERRY_TEST_SHM_PLUGIN", FERRY_TEST_SHM_PLUGIN);
     base.bad_option = {{"copy_threads", "zero"}};
-    base.peer_in_messages = "pid "; // every peer failure names the peer's pid
+    base.peer_in_messages = "pid ";  // every peer failure names the peer's pid
     base.refuse_range_code = -EFAULT;
     base.refuse_access_code = -EACCES;
     // Small pieces over three copy threads, nothing copied inline: every split path runs.
@@ -56,7 +55,7 @@ std::vector<TransportParam> efa_params() {
     base.path = plugin_path("FERRY_TEST_EFA_PLUGIN", FERRY_TEST_EFA_PLUGIN);
     base.options = {{"provider", "tcp"}};
     base.bad_option = {{"op_timeout_ms", "soon"}};
-    base.peer_in_messages = "127.0.0.1:"; // messages name the peer's address
+    base.peer_in_messages = "127.0.0.1:";  // messages name the peer's address
     base.refuse_range_code = -EFAULT;
     base.refuse_access_code = -EACCES;
     // Registrations split at 1 MiB: ops cross MR boundaries on both sides.
@@ -68,7 +67,7 @@ std::vector<TransportParam> efa_params() {
 }
 #endif
 
-} // namespace
+}  // namespace
 
 #ifdef FERRY_TEST_EFA_PLUGIN
 INSTANTIATE_TEST_SUITE_P(Efa, TransportConformance, ::testing::ValuesIn(efa_params()), param_name);
@@ -80,4 +79,4 @@ INSTANTIATE_TEST_SUITE_P(Shm, TransportConformance, ::testing::ValuesIn(shm_para
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TransportConformance);
 
-} // namespace ferry_test
+}  // namespace ferry_test

@@ -57,7 +57,8 @@ struct ForkedServer {
     std::string error;
 
     // `prepare` runs in the child before the instance exists; returns "" or why it failed.
-    template <class F> ForkedServer(const Plugin &plugin, size_t size, F prepare) {
+    template <class F>
+    ForkedServer(const Plugin &plugin, size_t size, F prepare) {
         int up[2], down[2];
         if (pipe(up) != 0 || pipe(down) != 0) {
             error = "pipe";
@@ -89,7 +90,7 @@ struct ForkedServer {
             (void)!write(up[1], &len, 4);
             (void)!write(up[1], reply.data(), len);
             char c;
-            (void)!read(down[0], &c, 1); // until the parent closes
+            (void)!read(down[0], &c, 1);  // until the parent closes
             _exit(0);
         }
         close(up[1]);
@@ -102,8 +103,7 @@ struct ForkedServer {
             size_t got = 0;
             while (got < len) {
                 ssize_t n = read(up[0], reply.data() + got, len - got);
-                if (n <= 0)
-                    break;
+                if (n <= 0) break;
                 got += static_cast<size_t>(n);
             }
         }
@@ -117,8 +117,7 @@ struct ForkedServer {
         endpoint.assign(reply.begin() + static_cast<ptrdiff_t>(colon) + 1, reply.end());
     }
     ~ForkedServer() {
-        if (to_child >= 0)
-            close(to_child);
+        if (to_child >= 0) close(to_child);
         if (pid > 0) {
             kill(pid, SIGKILL);
             waitpid(pid, nullptr, 0);
@@ -136,13 +135,11 @@ TEST_F(ShmTest, ProbeNamesTheMechanismAndTheKernelPolicy) {
 }
 
 TEST_F(ShmTest, ConnectRefusedWhenThePeerRunsAsAnotherUser) {
-    if (geteuid() != 0)
-        GTEST_SKIP() << "needs root to start a peer as another user";
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to start a peer as another user";
     // The child serves as uid 65534; it cannot read our (root's) memory, so its access probe of
     // us fails and connect() must say why.
     ForkedServer child(*plugin, kMiB, [] {
-        if (setgid(65534) != 0 || setuid(65534) != 0)
-            return std::string("setuid: ") + strerror(errno);
+        if (setgid(65534) != 0 || setuid(65534) != 0) return std::string("setuid: ") + strerror(errno);
         return std::string();
     });
     ASSERT_TRUE(child.error.empty()) << child.error;
@@ -158,12 +155,10 @@ TEST_F(ShmTest, ConnectRefusedWhenThePeerRunsAsAnotherUser) {
 
 TEST_F(ShmTest, ConnectRefusedAcrossNetworkNamespaces) {
     ForkedServer child(*plugin, kMiB, [] {
-        if (unshare(CLONE_NEWNET) != 0)
-            return std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
+        if (unshare(CLONE_NEWNET) != 0) return std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
         return std::string();
     });
-    if (child.error.rfind("unshare", 0) == 0)
-        GTEST_SKIP() << child.error;
+    if (child.error.rfind("unshare", 0) == 0) GTEST_SKIP() << child.error;
     ASSERT_TRUE(child.error.empty()) << child.error;
     auto a = make();
     ASSERT_TRUE(a);
@@ -191,7 +186,7 @@ TEST_F(ShmTest, DeregisterWaitsForRunningCopies) {
         for (uint64_t off = 0; off < sz; off += 4 * kMiB)
             ops.push_back(make_op(FERRY_OP_WRITE, src.addr() + off, hs, tgt.addr() + off, rmem, 4 * kMiB, ops.size()));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
-    auto c = a->wait(1); // copies are under way (wait may return more than one)
+    auto c = a->wait(1);  // copies are under way (wait may return more than one)
     ASSERT_GE(c.size(), 1u);
     ASSERT_EQ(b->deregister_mem(ht), 0) << b->last_error();
     memset(tgt.data(), 0x5a, sz);
@@ -200,7 +195,7 @@ TEST_F(ShmTest, DeregisterWaitsForRunningCopies) {
     ASSERT_EQ(c.size(), ops.size());
     size_t refused = 0;
     for (const auto &x : c)
-        if (x.status != 0) { // refused: submitted before, but reached the serving side after
+        if (x.status != 0) {  // refused: submitted before, but reached the serving side after
             ++refused;
             EXPECT_EQ(x.status, -EFAULT) << x.message;
         }
@@ -220,12 +215,11 @@ TEST_F(ShmTest, ServingSideSurvivesAnInitiatorKilledMidCopy) {
     // The child is forked before this process starts any thread (the serving instance's), so it
     // may start its own: a child of a multithreaded process must not (ThreadSanitizer refuses).
     pid_t pid = fork();
-    if (pid == 0) { // initiator: endless large writes and reads
+    if (pid == 0) {  // initiator: endless large writes and reads
         close(endpoint[1]);
         std::vector<uint8_t> ep(4096);
         ssize_t got = read(endpoint[0], ep.data(), ep.size());
-        if (got <= 0)
-            _exit(3);
+        if (got <= 0) _exit(3);
         ep.resize(static_cast<size_t>(got));
         Instance a(*plugin, {});
         Buffer loc(sz);
@@ -238,18 +232,15 @@ TEST_F(ShmTest, ServingSideSurvivesAnInitiatorKilledMidCopy) {
             ops.push_back(make_op(off % 16 ? FERRY_OP_READ : FERRY_OP_WRITE, loc.addr() + off, hl, tgt.addr() + off,
                                   rmem, 8 * kMiB, off));
         for (int i = 0;; ++i) {
-            if (a.submit(peer, ops) != 0)
-                _exit(2);
-            if (i == 1)
-                (void)!write(ready[1], "r", 1);
+            if (a.submit(peer, ops) != 0) _exit(2);
+            if (i == 1) (void)!write(ready[1], "r", 1);
             a.wait(ops.size());
         }
     }
-    struct Reap { // also when an assertion below returns early
+    struct Reap {  // also when an assertion below returns early
         pid_t pid;
         ~Reap() {
-            if (pid <= 0)
-                return;
+            if (pid <= 0) return;
             kill(pid, SIGKILL);
             waitpid(pid, nullptr, 0);
         }
@@ -294,8 +285,7 @@ TEST_F(ShmTest, ConcurrentSubmittersToOnePeer) {
     const int threads = 4;
     const size_t per = 8 * kMiB;
     Buffer src(threads * per), back(threads * per), tgt(threads * per);
-    for (int t = 0; t < threads; ++t)
-        fill_pattern(src.data() + t * per, per, 50 + t);
+    for (int t = 0; t < threads; ++t) fill_pattern(src.data() + t * per, per, 50 + t);
     uint64_t hs, hb, ht, peer, rmem;
     ASSERT_EQ(a->register_mem(src.data(), src.size(), 0, &hs), 0);
     ASSERT_EQ(a->register_mem(back.data(), back.size(), 0, &hb), 0);
@@ -307,8 +297,7 @@ TEST_F(ShmTest, ConcurrentSubmittersToOnePeer) {
     std::vector<std::thread> workers;
     const size_t op_len = 100 * 1024 + 3;
     size_t total = 0;
-    for (int t = 0; t < threads; ++t)
-        total += (per + op_len - 1) / op_len;
+    for (int t = 0; t < threads; ++t) total += (per + op_len - 1) / op_len;
     for (int t = 0; t < threads; ++t)
         workers.emplace_back([&, t] {
             std::vector<ferry_xfer_op_t> ops;
@@ -318,12 +307,10 @@ TEST_F(ShmTest, ConcurrentSubmittersToOnePeer) {
             }
             for (size_t i = 0; i < ops.size(); i += 7) {
                 std::vector<ferry_xfer_op_t> batch(ops.begin() + i, ops.begin() + std::min(ops.size(), i + 7));
-                if (a->submit(peer, batch) != 0)
-                    ++submit_errors;
+                if (a->submit(peer, batch) != 0) ++submit_errors;
             }
         });
-    for (auto &w : workers)
-        w.join();
+    for (auto &w : workers) w.join();
     ASSERT_EQ(submit_errors.load(), 0);
     auto c = a->wait(total);
     ASSERT_EQ(c.size(), total);
@@ -352,10 +339,9 @@ TEST_F(ShmTest, AdoptedRegionsKeepTheirBytesAndMoveThroughTheMemfd) {
     char start[32];
     snprintf(start, sizeof start, "%lx-", static_cast<unsigned long>(loc.addr()));
     while (std::getline(maps, line))
-        if (line.rfind(start, 0) == 0)
-            mapping = line;
+        if (line.rfind(start, 0) == 0) mapping = line;
     EXPECT_NE(mapping.find("memfd:ferry-shm-region"), std::string::npos) << mapping;
-    ChildPeer child(shm_path(), sz, kRW, {{"adopt_memfd", "true"}}); // both ends opt in
+    ChildPeer child(shm_path(), sz, kRW, {{"adopt_memfd", "true"}});  // both ends opt in
     ASSERT_TRUE(child.ok()) << child.error();
     uint64_t peer, rmem;
     ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
@@ -400,7 +386,7 @@ TEST_F(ShmTest, AnOpToAStoppedPeerFailsByItsTimeoutEvenWhenIdle) {
     ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
     ASSERT_EQ(a->import_mem(peer, child.addr(), kMiB, kRW, &rmem), 0);
     child.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(300)); // idle: nothing in flight
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // idle: nothing in flight
     auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, child.addr(), rmem, 4096, 1)}), 0);
     auto c = a->wait(1, std::chrono::seconds(15));
@@ -437,12 +423,11 @@ TEST_F(ShmTest, NoByteLandsInABufferAfterItsReadFailed) {
         std::vector<ferry_xfer_op_t> ops;
         for (size_t i = 0; i < n; ++i)
             ops.push_back(make_op(FERRY_OP_READ, loc.addr() + i * op, hl, child.addr() + i * op, rmem, op, i));
-        if (round == 0)
-            child.stop();
+        if (round == 0) child.stop();
         ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
         std::vector<ferry_completion_t> c;
         if (round == 1) {
-            c = a->wait(1); // under way
+            c = a->wait(1);  // under way
             child.stop();
         }
         std::vector<uint64_t> at_failure(n, 0);
@@ -467,8 +452,7 @@ TEST_F(ShmTest, NoByteLandsInABufferAfterItsReadFailed) {
         EXPECT_EQ(p[0].status, 0) << p[0].message;
         size_t changed = 0;
         for (size_t i = 0; i < n; ++i)
-            if (at_failure[i] != 0 && (fnv1a(loc.data() + i * op, op) | 1) != at_failure[i])
-                ++changed;
+            if (at_failure[i] != 0 && (fnv1a(loc.data() + i * op, op) | 1) != at_failure[i]) ++changed;
         std::cout << "round " << round << ": " << failed << " of " << n << " READs failed, " << changed
                   << " of those buffers written after the failure\n";
         EXPECT_EQ(changed, 0u);
@@ -487,7 +471,7 @@ TEST_F(ShmTest, BadOptionValuesNameTheKey) {
     }
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
-#endif // FERRY_TEST_SHM_PLUGIN
+#endif  // FERRY_TEST_SHM_PLUGIN

@@ -22,7 +22,7 @@
 namespace ferry_test {
 namespace {
 
-constexpr uint64_t kSlice = 256 * 1024; // the test host's stage_slice_bytes
+constexpr uint64_t kSlice = 256 * 1024;  // the test host's stage_slice_bytes
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr const char *kInitiatorFlag = "--staged-initiator";
@@ -89,12 +89,10 @@ class Child {
 public:
     explicit Child(std::vector<std::string> args) {
         int out[2];
-        if (pipe(out) != 0)
-            return;
+        if (pipe(out) != 0) return;
         args.insert(args.begin(), "/proc/self/exe");
         std::vector<char *> argv;
-        for (auto &a : args)
-            argv.push_back(a.data());
+        for (auto &a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
         pid_ = fork();
         if (pid_ == 0) {
@@ -108,8 +106,7 @@ public:
     }
     ~Child() {
         kill_now();
-        if (fd_ >= 0)
-            close(fd_);
+        if (fd_ >= 0) close(fd_);
     }
     // The next line, or "" after `ms`.
     std::string line(int ms = 30000) {
@@ -121,12 +118,10 @@ public:
                 return l;
             }
             pollfd p{fd_, POLLIN, 0};
-            if (::poll(&p, 1, ms) <= 0)
-                return "";
+            if (::poll(&p, 1, ms) <= 0) return "";
             char c[4096];
             ssize_t n = read(fd_, c, sizeof c);
-            if (n <= 0)
-                return "";
+            if (n <= 0) return "";
             buf_.append(c, static_cast<size_t>(n));
         }
     }
@@ -146,8 +141,7 @@ private:
 
 std::vector<std::string> child_args(const char *flag, const StagedParam &p) {
     std::vector<std::string> a = {flag, p.path};
-    for (const auto &[k, v] : p.options)
-        a.push_back(k + "=" + v);
+    for (const auto &[k, v] : p.options) a.push_back(k + "=" + v);
     return a;
 }
 
@@ -155,8 +149,7 @@ class StagedDevice : public ::testing::TestWithParam<StagedParam> {
 protected:
     void SetUp() override {
         plugin_ = std::make_unique<Plugin>(GetParam().path);
-        if (!plugin_->ok())
-            GTEST_SKIP() << "SKIPPED: " << plugin_->error();
+        if (!plugin_->ok()) GTEST_SKIP() << "SKIPPED: " << plugin_->error();
     }
     void TearDown() override {
         initiator_.reset();
@@ -166,8 +159,7 @@ protected:
             StagingStats s = host_->stats();
             EXPECT_EQ(s.held, 0u);
             EXPECT_EQ(s.acquired, s.released);
-            for (const auto &m : s.misuse)
-                ADD_FAILURE() << "staging misuse: " << m;
+            for (const auto &m : s.misuse) ADD_FAILURE() << "staging misuse: " << m;
         }
     }
 
@@ -179,8 +171,8 @@ protected:
         local_ = std::make_unique<Buffer>(dev_len);
         target_ = std::make_unique<Instance>(*plugin_, GetParam().options, host_->api());
         ASSERT_EQ(target_->create_rc(), 0) << target_->last_error();
-        ASSERT_EQ(target_->register_mem(reinterpret_cast<void *>(dev_->addr()), dev_len, kRW, &dev_mem_, FERRY_MEM_CUDA),
-                  0)
+        ASSERT_EQ(
+            target_->register_mem(reinterpret_cast<void *>(dev_->addr()), dev_len, kRW, &dev_mem_, FERRY_MEM_CUDA), 0)
             << target_->last_error();
         initiator_ = std::make_unique<Instance>(*plugin_, GetParam().options);
         ASSERT_EQ(initiator_->create_rc(), 0) << initiator_->last_error();
@@ -207,9 +199,7 @@ protected:
     uint64_t dev_mem_ = 0, local_mem_ = 0, peer_ = 0, remote_ = 0;
 };
 
-TEST_P(StagedDevice, AdvertisesTheCap) {
-    EXPECT_NE((*plugin_)->caps & FERRY_CAP_STAGED_DEVICE, 0u);
-}
+TEST_P(StagedDevice, AdvertisesTheCap) { EXPECT_NE((*plugin_)->caps & FERRY_CAP_STAGED_DEVICE, 0u); }
 
 // READ out of and WRITE into device memory, sub-ranges at odd offsets, ops of many slices.
 TEST_P(StagedDevice, ReadAndWriteSubRangesByteExact) {
@@ -218,12 +208,11 @@ TEST_P(StagedDevice, ReadAndWriteSubRangesByteExact) {
     struct R {
         uint64_t off, len;
     };
-    const R reads[] = {{0, 3 * kMiB + 4097}, {3 * kMiB + 4097, 1000}, {5 * kMiB + 1, 2 * kMiB + 12345}, {8 * kMiB - 7, 7}};
+    const R reads[] = {
+        {0, 3 * kMiB + 4097}, {3 * kMiB + 4097, 1000}, {5 * kMiB + 1, 2 * kMiB + 12345}, {8 * kMiB - 7, 7}};
     std::vector<ferry_xfer_op_t> ops;
-    for (size_t i = 0; i < std::size(reads); ++i)
-        ops.push_back(op(FERRY_OP_READ, reads[i].off, reads[i].len, i));
-    for (const auto &c : run(ops))
-        EXPECT_EQ(c.status, 0) << c.message;
+    for (size_t i = 0; i < std::size(reads); ++i) ops.push_back(op(FERRY_OP_READ, reads[i].off, reads[i].len, i));
+    for (const auto &c : run(ops)) EXPECT_EQ(c.status, 0) << c.message;
     for (const R &r : reads)
         EXPECT_EQ(find_mismatch(local_->data() + r.off, r.len, 11, r.off), SIZE_MAX) << "READ at " << r.off;
 
@@ -231,10 +220,9 @@ TEST_P(StagedDevice, ReadAndWriteSubRangesByteExact) {
     memset(dev_->alias(), 0, dev_->size());
     const R writes[] = {{1, 2 * kMiB + 3}, {2 * kMiB + 4, 64}, {4 * kMiB, 4 * kMiB - 100}};
     ops.clear();
-    for (size_t i = 0; i < std::size(writes); ++i)
-        ops.push_back(op(FERRY_OP_WRITE, writes[i].off, writes[i].len, i));
+    for (size_t i = 0; i < std::size(writes); ++i) ops.push_back(op(FERRY_OP_WRITE, writes[i].off, writes[i].len, i));
     for (const auto &c : run(ops))
-        EXPECT_EQ(c.status, 0) << c.message; // complete = in "device" memory (checked at once)
+        EXPECT_EQ(c.status, 0) << c.message;  // complete = in "device" memory (checked at once)
     for (const R &w : writes)
         EXPECT_EQ(find_mismatch(dev_->alias() + w.off, w.len, 12, w.off), SIZE_MAX) << "WRITE at " << w.off;
     EXPECT_EQ(dev_->alias()[0], 0);
@@ -251,8 +239,7 @@ TEST_P(StagedDevice, BoundReachedStillCompletes) {
         ops.push_back(op(FERRY_OP_READ, i * kMiB, kMiB, i));
         ops.push_back(op(FERRY_OP_WRITE, 4 * kMiB + i * kMiB, kMiB, 10 + i));
     }
-    for (const auto &c : run(ops))
-        EXPECT_EQ(c.status, 0) << c.message;
+    for (const auto &c : run(ops)) EXPECT_EQ(c.status, 0) << c.message;
     EXPECT_EQ(find_mismatch(local_->data(), 4 * kMiB, 21), SIZE_MAX);
     EXPECT_EQ(find_mismatch(dev_->alias() + 4 * kMiB, 4 * kMiB, 22, 4 * kMiB), SIZE_MAX);
     StagingStats s = host_->stats();
@@ -284,8 +271,7 @@ TEST_P(StagedDevice, CopyFailureFailsThatOpOnly) {
         std::atomic<bool> reported{false};
         std::atomic<int> late{0};
         host_->on_copy([&](bool to_device, uint64_t addr, uint64_t) {
-            if (to_device && reported.load() && addr >= dev_->addr() + kMiB && addr < dev_->addr() + 2 * kMiB)
-                ++late;
+            if (to_device && reported.load() && addr >= dev_->addr() + kMiB && addr < dev_->addr() + 2 * kMiB) ++late;
         });
         host_->fail_copy(1);
         ASSERT_EQ(initiator_->submit(peer_, {op(code, kMiB, kMiB, 2)}), 0) << initiator_->last_error();
@@ -322,7 +308,7 @@ TEST_P(StagedDevice, OldHostRefusesDeviceRegions) {
     Buffer b(kMiB);
     EXPECT_EQ(a.register_mem(b.data(), kMiB, kRW, &h), 0) << "host memory still registers";
 
-    ferry_host_api_t none = *test_host(); // ABI 1.1 size, stage_* NULL
+    ferry_host_api_t none = *test_host();  // ABI 1.1 size, stage_* NULL
     Instance c(*plugin_, GetParam().options, &none);
     ASSERT_EQ(c.create_rc(), 0) << c.last_error();
     EXPECT_EQ(c.register_mem(reinterpret_cast<void *>(dev.addr()), kMiB, kRW, &h, FERRY_MEM_ROCM), -ENOTSUP);
@@ -349,7 +335,8 @@ TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     ASSERT_NO_FATAL_FAILURE(start());
     host_->set_copy_delay(std::chrono::milliseconds(20));
     auto args = child_args(kInitiatorFlag, GetParam());
-    args.insert(args.begin() + 2, {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
+    args.insert(args.begin() + 2,
+                {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
     Child child(args);
     ASSERT_EQ(child.line(), "SUBMITTED");
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -386,7 +373,7 @@ TEST_P(StagedDevice, TargetKilledMidPipelineFailsEveryOp) {
         ops.push_back(make_op(i % 2 ? FERRY_OP_WRITE : FERRY_OP_READ, local.addr() + i * kMiB, lm, addr + i * kMiB,
                               remote, kMiB, i));
     ASSERT_EQ(ini.submit(peer, ops), 0) << ini.last_error();
-    ASSERT_EQ(child.line(), "COPYING"); // the child saw its first copies start
+    ASSERT_EQ(child.line(), "COPYING");  // the child saw its first copies start
     child.kill_now();
     auto got = ini.wait(ops.size(), std::chrono::seconds(120));
     ASSERT_EQ(got.size(), ops.size()) << "ops hang after the target died";
@@ -418,8 +405,7 @@ Options parse_options(int argc, char **argv, int from) {
 // WRITEs of the target's whole device region, says SUBMITTED, and waits to be killed.
 int initiator_main(int argc, char **argv) {
     Plugin p(argv[2]);
-    if (!p.ok())
-        return 2;
+    if (!p.ok()) return 2;
     Instance ini(p, parse_options(argc, argv, 6));
     const uint64_t addr = std::stoull(argv[4]), len = std::stoull(argv[5]);
     Buffer local(len);
@@ -431,8 +417,7 @@ int initiator_main(int argc, char **argv) {
     for (uint64_t off = 0; off + kMiB <= len; off += kMiB)
         for (uint32_t code : {FERRY_OP_READ, FERRY_OP_WRITE})
             ops.push_back(make_op(code, local.addr() + off, lm, addr + off, remote, kMiB, off + code));
-    if (ini.submit(peer, ops) != 0)
-        return 4;
+    if (ini.submit(peer, ops) != 0) return 4;
     printf("SUBMITTED\n");
     fflush(stdout);
     pause();
@@ -443,8 +428,7 @@ int initiator_main(int argc, char **argv) {
 // says READY <endpoint hex> <addr> <len>, then COPYING once copies run, and waits to be killed.
 int target_main(int argc, char **argv) {
     Plugin p(argv[2]);
-    if (!p.ok())
-        return 2;
+    if (!p.ok()) return 2;
     StagingHost host(kSlice, 4 * kSlice);
     DeviceMemory dev(8 * kMiB);
     host.add_device(dev);
@@ -458,7 +442,8 @@ int target_main(int argc, char **argv) {
     });
     Instance t(p, parse_options(argc, argv, 3), host.api());
     uint64_t h = 0;
-    if (t.create_rc() != 0 || t.register_mem(reinterpret_cast<void *>(dev.addr()), dev.size(), kRW, &h, FERRY_MEM_CUDA) != 0)
+    if (t.create_rc() != 0 ||
+        t.register_mem(reinterpret_cast<void *>(dev.addr()), dev.size(), kRW, &h, FERRY_MEM_CUDA) != 0)
         return 3;
     printf("READY %s %llu %llu\n", hex(t.endpoint()).c_str(), static_cast<unsigned long long>(dev.addr()),
            static_cast<unsigned long long>(dev.size()));
@@ -467,14 +452,12 @@ int target_main(int argc, char **argv) {
     return 0;
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
 int main(int argc, char **argv) {
-    if (argc > 2 && strcmp(argv[1], ferry_test::kInitiatorFlag) == 0)
-        return ferry_test::initiator_main(argc, argv);
-    if (argc > 2 && strcmp(argv[1], ferry_test::kTargetFlag) == 0)
-        return ferry_test::target_main(argc, argv);
+    if (argc > 2 && strcmp(argv[1], ferry_test::kInitiatorFlag) == 0) return ferry_test::initiator_main(argc, argv);
+    if (argc > 2 && strcmp(argv[1], ferry_test::kTargetFlag) == 0) return ferry_test::target_main(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     ::testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();

@@ -15,7 +15,7 @@ namespace {
 void log_cb(void *, int level, const char *plugin, const char *message) {
     fprintf(stderr, "[%s %d] %s\n", plugin, level, message);
 }
-} // namespace
+}  // namespace
 
 DeviceMemory::DeviceMemory(size_t len) : len_(len) {
     fd_ = memfd_create("ferry-test-device", MFD_CLOEXEC);
@@ -23,8 +23,7 @@ DeviceMemory::DeviceMemory(size_t len) : len_(len) {
         throw std::runtime_error("memfd_create/ftruncate failed");
     void *d = mmap(nullptr, len, PROT_NONE, MAP_SHARED, fd_, 0);
     void *a = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (d == MAP_FAILED || a == MAP_FAILED)
-        throw std::runtime_error("mmap of the device memfd failed");
+    if (d == MAP_FAILED || a == MAP_FAILED) throw std::runtime_error("mmap of the device memfd failed");
     dev_ = static_cast<uint8_t *>(d);
     alias_ = static_cast<uint8_t *>(a);
 }
@@ -54,8 +53,7 @@ StagingHost::~StagingHost() {
     }
     cv_.notify_all();
     thread_.join();
-    for (void *b : lent_)
-        free(b);
+    for (void *b : lent_) free(b);
 }
 
 void StagingHost::add_device(const DeviceMemory &m) {
@@ -117,9 +115,8 @@ int StagingHost::acquire_cb(void *ctx, uint32_t kind, int32_t, uint64_t bytes, v
         return -EAGAIN;
     }
     void *b = aligned_alloc(4096, h->slice_);
-    if (b == nullptr)
-        return -ENOMEM;
-    memset(b, 0xA5, h->slice_); // a stale buffer shows up as wrong bytes
+    if (b == nullptr) return -ENOMEM;
+    memset(b, 0xA5, h->slice_);  // a stale buffer shows up as wrong bytes
     h->lent_.insert(b);
     ++h->st_.acquired;
     h->st_.peak_held_bytes = std::max<uint64_t>(h->st_.peak_held_bytes, h->lent_.size() * h->slice_);
@@ -131,8 +128,7 @@ void StagingHost::release_cb(void *ctx, void *buf) {
     auto *h = static_cast<StagingHost *>(ctx);
     {
         std::lock_guard lk(h->mu_);
-        if (h->copying_.count(buf) != 0)
-            h->st_.misuse.push_back("release of a buffer whose copy still runs");
+        if (h->copying_.count(buf) != 0) h->st_.misuse.push_back("release of a buffer whose copy still runs");
         if (h->lent_.erase(buf) == 0) {
             h->st_.misuse.push_back("release of a buffer not lent");
             return;
@@ -167,8 +163,7 @@ void StagingHost::loop() {
     std::unique_lock lk(mu_);
     for (;;) {
         cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty())
-            return;
+        if (queue_.empty()) return;
         Copy c = queue_.front();
         queue_.pop_front();
         const bool fail = fail_at_.erase(c.seq) != 0;
@@ -177,19 +172,15 @@ void StagingHost::loop() {
         uint8_t *dev = translate(c.dev, c.len);
         lk.unlock();
         if (delay.count() > 0)
-            std::this_thread::sleep_for(delay); // a slow device: the pipeline is in flight meanwhile
+            std::this_thread::sleep_for(delay);  // a slow device: the pipeline is in flight meanwhile
         if (!fail) {
-            if (hook)
-                hook(c.to_device, c.dev, c.len);
-            if (c.to_device)
-                memcpy(dev, c.buf, c.len);
-            else
-                memcpy(c.buf, dev, c.len);
+            if (hook) hook(c.to_device, c.dev, c.len);
+            if (c.to_device) memcpy(dev, c.buf, c.len);
+            else memcpy(c.buf, dev, c.len);
         }
         lk.lock();
         ++st_.copies;
-        if (fail)
-            ++st_.failed_copies;
+        if (fail) ++st_.failed_copies;
         copying_.erase(c.buf);
         const int status = fail ? fail_status_ : 0;
         lk.unlock();
@@ -199,4 +190,4 @@ void StagingHost::loop() {
     }
 }
 
-} // namespace ferry_test
+}  // namespace ferry_test

@@ -24,12 +24,12 @@ namespace ferry_test {
 
 class DeviceMemory {
 public:
-    explicit DeviceMemory(size_t len); // throws std::runtime_error
+    explicit DeviceMemory(size_t len);  // throws std::runtime_error
     ~DeviceMemory();
     DeviceMemory(const DeviceMemory &) = delete;
     DeviceMemory &operator=(const DeviceMemory &) = delete;
-    uint64_t addr() const { return reinterpret_cast<uint64_t>(dev_); } // PROT_NONE
-    uint8_t *alias() const { return alias_; }                          // the test's view
+    uint64_t addr() const { return reinterpret_cast<uint64_t>(dev_); }  // PROT_NONE
+    uint8_t *alias() const { return alias_; }                           // the test's view
     size_t size() const { return len_; }
 
 private:
@@ -48,7 +48,7 @@ struct StagingStats {
 class StagingHost {
 public:
     StagingHost(uint64_t slice_bytes, uint64_t max_bytes);
-    ~StagingHost(); // joins the copy thread (after the queued copies)
+    ~StagingHost();  // joins the copy thread (after the queued copies)
     StagingHost(const StagingHost &) = delete;
     StagingHost &operator=(const StagingHost &) = delete;
 
@@ -56,7 +56,7 @@ public:
     void add_device(const DeviceMemory &m);
     // The copy numbered n (0 = the next one started) completes with `status` and a message.
     void fail_copy(uint64_t n, int status = -EIO);
-    void set_copy_delay(std::chrono::milliseconds d); // each copy takes at least this long
+    void set_copy_delay(std::chrono::milliseconds d);  // each copy takes at least this long
     // Runs in the copy thread just before each copy's bytes move (to_device, device addr, len).
     void on_copy(std::function<void(bool, uint64_t, uint64_t)> fn);
     StagingStats stats() const;
@@ -79,7 +79,7 @@ private:
     static int copy_cb(void *ctx, uint32_t kind, int32_t dev, uint64_t addr, void *buf, uint64_t bytes, int to_device,
                        void (*done)(void *, int, const char *), void *arg, ferry_error_t *err);
     void loop();
-    uint8_t *translate(uint64_t dev, uint64_t len); // nullptr: not inside a device region
+    uint8_t *translate(uint64_t dev, uint64_t len);  // nullptr: not inside a device region
 
     ferry_host_api_t api_{};
     const uint64_t slice_, max_;
@@ -99,4 +99,4 @@ private:
     std::thread thread_;
 };
 
-} // namespace ferry_test
+}  // namespace ferry_test

@@ -33,24 +33,32 @@ std::string tcp_path() {
 }
 
 // The documented wire header (plugins/tcp/wire.hpp), encoded independently here.
-enum : uint8_t { kHello = 1, kHelloAck = 2, kWriteReq = 3, kWriteAck = 4, kReadReq = 5,
-                 kReadResp = 6, kError = 7, kReadDone = 8 , kAuth = 9, kAuthAck = 10 };
+enum : uint8_t {
+    kHello = 1,
+    kHelloAck = 2,
+    kWriteReq = 3,
+    kWriteAck = 4,
+    kReadReq = 5,
+    kReadResp = 6,
+    kError = 7,
+    kReadDone = 8,
+    kAuth = 9,
+    kAuthAck = 10
+};
 constexpr uint8_t kFlagNeedsDone = 1;
 using Hdr = std::array<uint8_t, 40>;
 
 void put(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i)
-        p[i] = static_cast<uint8_t>(v >> (8 * i));
+    for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 uint64_t get(const uint8_t *p, int n) {
     uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i)
-        v = (v << 8) | p[i];
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
     return v;
 }
 
-Hdr header(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t len = 0,
-           uint16_t version = 2, uint32_t magic = 0x59525246u) {
+Hdr header(uint8_t type, uint64_t id = 0, uint64_t addr = 0, uint64_t len = 0, uint16_t version = 2,
+           uint32_t magic = 0x59525246u) {
     Hdr h{};
     put(&h[0], magic, 4);
     put(&h[4], version, 2);
@@ -70,9 +78,7 @@ struct Reply {
     std::string message;
 };
 
-uint16_t endpoint_port(const std::vector<uint8_t> &ep) {
-    return static_cast<uint16_t>(ep[8] | (ep[9] << 8));
-}
+uint16_t endpoint_port(const std::vector<uint8_t> &ep) { return static_cast<uint16_t>(ep[8] | (ep[9] << 8)); }
 
 // A hand-driven client connection with a 30 s hang guard on every read.
 class Raw {
@@ -93,8 +99,7 @@ public:
         auto *b = static_cast<const uint8_t *>(p);
         while (n > 0) {
             ssize_t k = send(fd_, b, n, MSG_NOSIGNAL);
-            if (k <= 0)
-                return false;
+            if (k <= 0) return false;
             b += k;
             n -= static_cast<size_t>(k);
         }
@@ -106,11 +111,9 @@ public:
         auto *b = static_cast<uint8_t *>(p);
         while (n > 0) {
             pollfd pf{fd_, POLLIN, 0};
-            if (::poll(&pf, 1, 30000) <= 0)
-                return false;
+            if (::poll(&pf, 1, 30000) <= 0) return false;
             ssize_t k = recv(fd_, b, n, 0);
-            if (k <= 0)
-                return false;
+            if (k <= 0) return false;
             b += k;
             n -= static_cast<size_t>(k);
         }
@@ -118,8 +121,7 @@ public:
     }
     bool reply(Reply *r) {
         Hdr h;
-        if (!recv_all(h.data(), h.size()))
-            return false;
+        if (!recv_all(h.data(), h.size())) return false;
         r->type = h[6];
         r->flags = h[7];
         r->status = static_cast<int32_t>(get(&h[8], 4));
@@ -134,7 +136,7 @@ public:
     bool hello() {
         Reply r;
         Hdr h = header(kHello);
-        put(&h[12], 32, 4); // msg_len: the client nonce follows
+        put(&h[12], 32, 4);  // msg_len: the client nonce follows
         std::array<uint8_t, 32> nonce{};
         nonce[0] = 1;
         if (!send_hdr(h) || !send_all(nonce.data(), nonce.size()) || !reply(&r) || r.type != kHelloAck ||
@@ -149,12 +151,10 @@ public:
     bool closed_by_server() {
         for (;;) {
             pollfd pf{fd_, POLLIN, 0};
-            if (::poll(&pf, 1, 30000) <= 0)
-                return false;
+            if (::poll(&pf, 1, 30000) <= 0) return false;
             char buf[4096];
             ssize_t k = recv(fd_, buf, sizeof buf, 0);
-            if (k <= 0)
-                return true;
+            if (k <= 0) return true;
         }
     }
 
@@ -167,8 +167,7 @@ private:
 class TcpTest : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (access(tcp_path().c_str(), R_OK) != 0)
-            GTEST_SKIP() << "tcp.so not built";
+        if (access(tcp_path().c_str(), R_OK) != 0) GTEST_SKIP() << "tcp.so not built";
         plugin_ = std::make_unique<Plugin>(tcp_path());
         ASSERT_TRUE(plugin_->ok()) << plugin_->error();
     }
@@ -199,10 +198,9 @@ TEST_F(TcpTest, ListensOnLoopbackOnlyByDefault) {
 
 TEST_F(TcpTest, OptionErrorsNameTheKeyAndTheAcceptedValues) {
     const Options bad[] = {
-        {{"lanes", "0"}},         {{"lanes", "two"}},          {{"port", "70000"}},
-        {{"bind_ip", "localhost"}}, {{"slice_size", "1"}},     {{"slice_size", "1x"}},
-        {{"op_timeout_ms", "-1"}}, {{"connect_timeout_ms", ""}}, {{"io_threads", "65"}},
-        {{"sndbuf", "12"}},       {{"advertise_ip", "a.b"}},
+        {{"lanes", "0"}},       {{"lanes", "two"}},     {{"port", "70000"}},       {{"bind_ip", "localhost"}},
+        {{"slice_size", "1"}},  {{"slice_size", "1x"}}, {{"op_timeout_ms", "-1"}}, {{"connect_timeout_ms", ""}},
+        {{"io_threads", "65"}}, {{"sndbuf", "12"}},     {{"advertise_ip", "a.b"}},
     };
     for (const Options &o : bad) {
         Instance i(*plugin_, o);
@@ -216,8 +214,8 @@ TEST_F(TcpTest, OptionErrorsNameTheKeyAndTheAcceptedValues) {
     Instance wildcard(*plugin_, {{"bind_ip", "0.0.0.0"}});
     EXPECT_EQ(wildcard.create_rc(), -EINVAL);
     EXPECT_NE(wildcard.last_error().find("advertise_ip"), std::string::npos);
-    auto good = make({{"lanes", "4"}, {"slice_size", "256k"}, {"sndbuf", "1m"},
-                      {"op_timeout_ms", "0"}, {"bind_ip", "127.0.0.1"}});
+    auto good = make(
+        {{"lanes", "4"}, {"slice_size", "256k"}, {"sndbuf", "1m"}, {"op_timeout_ms", "0"}, {"bind_ip", "127.0.0.1"}});
     EXPECT_TRUE(good);
 }
 
@@ -232,9 +230,8 @@ TEST_F(TcpTest, GpuMemoryIsRefusedWithNotSupported) {
     EXPECT_NE(s->last_error().find("offers no staging"), std::string::npos) << s->last_error();
     EXPECT_EQ(s->register_mem(mem.data(), mem.size(), kRW, &h, FERRY_MEM_ROCM), -ENOTSUP);
     EXPECT_EQ(h, 777u) << "output written on failure";
-    EXPECT_EQ((*plugin_)->caps,
-              FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
-                  FERRY_CAP_STAGED_DEVICE);
+    EXPECT_EQ((*plugin_)->caps, FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
+                                    FERRY_CAP_STAGED_DEVICE);
 }
 
 TEST_F(TcpTest, BadMagicClosesTheConnectionAndServingGoesOn) {
@@ -254,7 +251,7 @@ TEST_F(TcpTest, WireVersionMismatchIsRefusedWithAMessage) {
     auto s = make();
     ASSERT_TRUE(s);
     Raw raw(endpoint_port(s->endpoint()));
-    ASSERT_TRUE(raw.send_hdr(header(kHello, 0, 0, 0, /*version=*/1))); // before authentication
+    ASSERT_TRUE(raw.send_hdr(header(kHello, 0, 0, 0, /*version=*/1)));  // before authentication
     Reply r;
     ASSERT_TRUE(raw.reply(&r));
     EXPECT_EQ(r.type, kError);
@@ -270,8 +267,8 @@ TEST_F(TcpTest, WrongProofFollowedByARequestIsRefusedWithAMessage) {
     ASSERT_TRUE(s);
     Raw raw(endpoint_port(s->endpoint()));
     Hdr h = header(kHello);
-    h[7] = 2;           // kFlagAuth: this client claims a key
-    put(&h[12], 32, 4); // the client nonce follows
+    h[7] = 2;            // kFlagAuth: this client claims a key
+    put(&h[12], 32, 4);  // the client nonce follows
     std::array<uint8_t, 32> nonce{};
     ASSERT_TRUE(raw.send_hdr(h) && raw.send_all(nonce.data(), nonce.size()));
     Reply r;
@@ -329,8 +326,7 @@ TEST_F(TcpTest, RefusedWriteIsDrainedAndTheStreamStaysInSync) {
     EXPECT_EQ(r.type, kError);
     EXPECT_EQ(r.id, 4u);
     EXPECT_EQ(find_mismatch(unreg.data(), 8192, 1), SIZE_MAX) << "unregistered memory written";
-    for (size_t i = 0; i < 8192; ++i)
-        ASSERT_EQ(reg.data()[i], (i >= 10 && i < 110) ? 0xAB : 0) << "byte " << i;
+    for (size_t i = 0; i < 8192; ++i) ASSERT_EQ(reg.data()[i], (i >= 10 && i < 110) ? 0xAB : 0) << "byte " << i;
 }
 
 TEST_F(TcpTest, AbsurdHeaderClosesTheConnection) {
@@ -350,17 +346,16 @@ TEST_F(TcpTest, AbsurdHeaderClosesTheConnection) {
     {
         Raw raw(port);
         ASSERT_TRUE(raw.hello());
-        ASSERT_TRUE(raw.send_hdr(header(kWriteAck, 1, reg.addr(), 8))); // a response type
+        ASSERT_TRUE(raw.send_hdr(header(kWriteAck, 1, reg.addr(), 8)));  // a response type
         EXPECT_TRUE(raw.closed_by_server());
     }
     {
         Raw raw(port);
         ASSERT_TRUE(raw.hello());
-        ASSERT_TRUE(raw.send_hdr(header(kReadReq, 1, reg.addr(), 0))); // zero length
+        ASSERT_TRUE(raw.send_hdr(header(kReadReq, 1, reg.addr(), 0)));  // zero length
         EXPECT_TRUE(raw.closed_by_server());
     }
-    for (int i = 0; i < 4096; ++i)
-        ASSERT_EQ(reg.data()[i], 0);
+    for (int i = 0; i < 4096; ++i) ASSERT_EQ(reg.data()[i], 0);
 }
 
 TEST_F(TcpTest, DeregisterWaitsForAWriteInProgress) {
@@ -378,8 +373,7 @@ TEST_F(TcpTest, DeregisterWaitsForAWriteInProgress) {
     ASSERT_TRUE(raw.send_all(payload.data(), sz / 2));
     // Once payload bytes show up in the region, the server is inside the write.
     auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (watch_byte(reg.data()) != 0x5A &&
-           std::chrono::steady_clock::now() < guard)
+    while (watch_byte(reg.data()) != 0x5A && std::chrono::steady_clock::now() < guard)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ASSERT_EQ(watch_byte(reg.data()), 0x5A);
     auto dereg = std::async(std::launch::async, [&] { return s->deregister_mem(h); });
@@ -465,7 +459,7 @@ TEST_F(TcpTest, RefusedLargeWritesDoNotStallTheConnection) {
 // READ_DONE reports must keep flowing while the server throttles reading.
 TEST_F(TcpTest, ManyLargeReadsInFlightOnOneLane) {
     auto a = make({{"lanes", "1"}});
-    auto b = make({{"zerocopy", "1"}}); // the serving side splices its READ responses
+    auto b = make({{"zerocopy", "1"}});  // the serving side splices its READ responses
     ASSERT_TRUE(a && b);
     const size_t sz = 512 * 1024;
     Buffer src(sz), dst(sz);
@@ -477,15 +471,13 @@ TEST_F(TcpTest, ManyLargeReadsInFlightOnOneLane) {
     ASSERT_EQ(a->import_mem(peer, src.addr(), sz, kRW, &rmem), 0);
     const size_t n = 1500;
     std::vector<ferry_xfer_op_t> ops;
-    for (size_t i = 0; i < n; ++i)
-        ops.push_back(make_op(FERRY_OP_READ, dst.addr(), hd, src.addr(), rmem, sz, i));
+    for (size_t i = 0; i < n; ++i) ops.push_back(make_op(FERRY_OP_READ, dst.addr(), hd, src.addr(), rmem, sz, i));
     ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
     auto c = a->wait(n);
     ASSERT_EQ(c.size(), n);
-    for (const auto &x : c)
-        ASSERT_EQ(x.status, 0) << x.message;
+    for (const auto &x : c) ASSERT_EQ(x.status, 0) << x.message;
     EXPECT_EQ(find_mismatch(dst.data(), sz, 11), SIZE_MAX);
-    EXPECT_EQ(b->deregister_mem(hs), 0); // every READ_DONE arrived: returns at once
+    EXPECT_EQ(b->deregister_mem(hs), 0);  // every READ_DONE arrived: returns at once
 }
 
 TEST_F(TcpTest, StalledPeerTimesOut) {
@@ -499,8 +491,7 @@ TEST_F(TcpTest, StalledPeerTimesOut) {
     ASSERT_EQ(a->connect(child.endpoint(), &peer), 0) << a->last_error();
     ASSERT_EQ(a->import_mem(peer, child.addr(), 1 << 20, kRW, &rmem), 0);
     child.stop();
-    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, child.addr(), rmem, 4096, 1)}),
-              0);
+    ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_READ, loc.addr(), hl, child.addr(), rmem, 4096, 1)}), 0);
     auto c = a->wait(1);
     ASSERT_EQ(c.size(), 1u);
     EXPECT_EQ(c[0].status, -ETIMEDOUT) << c[0].message;
@@ -537,8 +528,7 @@ TEST_F(TcpTest, ConnectToSilentListenerTimesOut) {
 size_t open_fds() {
     size_t n = 0;
     if (DIR *d = opendir("/proc/self/fd")) {
-        while (readdir(d) != nullptr)
-            ++n;
+        while (readdir(d) != nullptr) ++n;
         closedir(d);
     }
     return n;
@@ -561,8 +551,7 @@ TEST_F(TcpTest, DestroyClosesEveryDescriptor) {
         // different halves: ops of one batch are not ordered against each other.
         const size_t half = sz / 2;
         ASSERT_EQ(a->submit(peer, {make_op(FERRY_OP_WRITE, src.addr(), hs, tgt.addr(), rmem, half, 1),
-                                   make_op(FERRY_OP_READ, src.addr() + half, hs, tgt.addr() + half, rmem,
-                                           half, 2)}),
+                                   make_op(FERRY_OP_READ, src.addr() + half, hs, tgt.addr() + half, rmem, half, 2)}),
                   0);
         auto c = a->wait(2);
         ASSERT_EQ(c.size(), 2u);
@@ -584,7 +573,7 @@ TEST_F(TcpTest, MalformedEndpointRejected) {
     EXPECT_FALSE(s->last_error().empty());
 }
 
-} // namespace
-} // namespace ferry_test
+}  // namespace
+}  // namespace ferry_test
 
-#endif // FERRY_TEST_TCP_PLUGIN
+#endif  // FERRY_TEST_TCP_PLUGIN

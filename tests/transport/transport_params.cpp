@@ -18,16 +18,14 @@ std::string plugin_path(const char *env, const char *built) {
 std::string param_name(const ::testing::TestParamInfo<TransportParam> &info) {
     std::string n = info.param.name + "_" + std::to_string(info.index);
     for (char &c : n)
-        if (!isalnum(static_cast<unsigned char>(c)))
-            c = '_';
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
     return n;
 }
 
 #ifdef FERRY_TEST_TCP_PLUGIN
 // tcp endpoint bytes: "FRTE", version, family, reserved, port (LE, bytes 8-9), address.
 Options tcp_same_endpoint(const std::vector<uint8_t> &ep) {
-    if (ep.size() < 10)
-        return {};
+    if (ep.size() < 10) return {};
     unsigned port = ep[8] | (ep[9] << 8);
     return {{"port", std::to_string(port)}};
 }
@@ -57,13 +55,12 @@ std::vector<TransportParam> tcp_params() {
 }
 #endif
 
-} // namespace
+}  // namespace
 
 #ifdef FERRY_TEST_TCP_PLUGIN
-INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformance, ::testing::ValuesIn(tcp_params()),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformance, ::testing::ValuesIn(tcp_params()), param_name);
 #endif
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TransportConformance);
 
-} // namespace ferry_test
+}  // namespace ferry_test
