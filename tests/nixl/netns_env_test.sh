@@ -12,7 +12,7 @@ set -Eeuo pipefail
 build=$(cd "$1" && pwd)
 nixl_libs=$2
 peer="$build/tests/nixl/nixl_env_peer"
-dropin="$build/plugins/nixl_backend"
+dropin="$build/bindings/nixl"
 etcd_bin=$(command -v etcd || true)
 [ -n "$etcd_bin" ] || { echo "SKIPPED: etcd not installed"; exit 77; }
 [ -x "$peer" ] || { echo "SKIPPED: $peer not built (NIXL not found at configure time)"; exit 77; }
