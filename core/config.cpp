@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include <arpa/inet.h>
+
 #include <cerrno>
 #include <charconv>
 #include <sstream>
@@ -15,7 +17,8 @@ namespace {
 const std::map<std::string, std::string> kEngineKeys = {
     {"metadata", "metadata server: P2PHANDSHAKE"},
     {"metadata_server", "alias of metadata"},
-    {"local_ip", "address the handshake server binds (default 127.0.0.1)"},
+    {"local_ip",
+     "address the handshake server binds, and tcp.so's and rdma.so's servers unless <t>.bind_ip (default 127.0.0.1)"},
     {"rpc_port", "handshake port, 0 for any free port"},
     {"local_server_name", "segment name to publish, where the metadata backend names segments"},
     {"host_id", "host identity override (default: machine id + boot id)"},
@@ -87,6 +90,33 @@ Result<void> parse_control_limit(const std::string &key, const std::string &valu
     }
     if (!v) return std::unexpected(v.error());
     return {};
+}
+
+// Transports whose servers take bind_ip, with 127.0.0.1 as their own default.
+constexpr const char *kBindIpTransports[] = {"tcp", "rdma"};
+
+bool is_wildcard_ip(const std::string &ip) {
+    unsigned char a[16] = {};
+    if (inet_pton(AF_INET, ip.c_str(), a) == 1) return a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == 0;
+    if (inet_pton(AF_INET6, ip.c_str(), a) != 1) return false;
+    for (unsigned char b : a)
+        if (b) return false;
+    return true;
+}
+
+// local_ip names the node's address for the data path too: a host that sets only local_ip
+// (FERRY_LOCAL_IP through the NIXL backend, the Python package's local_ip) would otherwise get a
+// handshake server peers can reach and data listeners on 127.0.0.1 that they cannot. An explicit
+// <t>.bind_ip wins; a wildcard local_ip is not handed on (those transports then need
+// advertise_ip, which only the user knows).
+void inherit_bind_ip(EngineSettings &s) {
+    if (is_wildcard_ip(s.metadata.local_ip)) return;
+    for (const char *t : kBindIpTransports) {
+        auto &opts = s.plugin_options[t];
+        bool given = false;
+        for (auto &[k, v] : opts) given |= k == "bind_ip";
+        if (!given) opts.emplace_back("bind_ip", s.metadata.local_ip);
+    }
 }
 
 }  // namespace
@@ -220,6 +250,7 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             }
         }
     }
+    if (s.metadata.local_ip != MetadataSettings{}.local_ip) inherit_bind_ip(s);
     return s;
 }
 

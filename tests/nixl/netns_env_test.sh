@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two hosts in two network namespaces joined by one veth pair (no route out of either): etcd runs
 # in host a; one NIXL agent per host creates the FERRY backend with NO parameters, configured
-# only through the environment (FERRY_LOCAL_IP, FERRY_METADATA=etcd://..., FERRY_PROTOCOLS=tcp,
-# FERRY_TCP__BIND_IP: the tcp transport binds its own address, 127.0.0.1 unless told; and
+# only through the environment (FERRY_LOCAL_IP, which tcp.so's data listener follows too,
+# FERRY_METADATA=etcd://..., FERRY_PROTOCOLS=tcp; and
 # FERRY_HOST_ID/FERRY_PLUGINS, which Ferry reads itself: both namespaces share one machine id),
 # and the initiator in b WRITEs 4 MiB with a notification into the target in a, which checks
 # every byte. The backend's drop-in directory provides Ferry (NIXL_PLUGIN_DIR, no FERRY_PLUGIN_PATH).
@@ -56,7 +56,7 @@ ip netns exec "$p-b" curl -s -m 2 "$etcd_url/health" | grep -q true || { echo "F
 run_peer() { # host role
   ip netns exec "$p-$1" env -i PATH=/usr/bin:/bin HOME="$work" NIXL_PLUGIN_DIR="$dropin" LD_LIBRARY_PATH="$nixl_libs" \
     FERRY_LOCAL_IP="$net.$3" FERRY_METADATA="etcd://$net.1:2379/ferry-nixl-$$" FERRY_PROTOCOLS=tcp \
-    FERRY_TCP__BIND_IP="$net.$3" FERRY_HOST_ID="host-$1" FERRY_PLUGINS=tcp \
+    FERRY_HOST_ID="host-$1" FERRY_PLUGINS=tcp \
     timeout 120 "$peer" "$2" "$work"
 }
 run_peer a target 1 > "$work/target.out" 2>&1 &

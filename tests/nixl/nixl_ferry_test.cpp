@@ -25,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../listeners.hpp"
 #include "nixl.h"
 
 namespace {
@@ -294,6 +295,12 @@ TEST(NixlFerry, EnvironmentConfiguresABackendCreatedWithoutParameters) {
     EXPECT_EQ(used["local_ip"], "127.0.0.7");
     EXPECT_EQ(used["note.segment"].rfind("127.0.0.7:", 0), 0u) << used["note.segment"];
     EXPECT_NE(used["note.sources"].find("FERRY_LOCAL_IP"), std::string::npos) << used["note.sources"];
+    // FERRY_LOCAL_IP alone puts tcp.so's data listener on that address too (it used to stay on
+    // 127.0.0.1, out of reach of other nodes): the handshake server and tcp.so, nothing else.
+    if (g_protocols == "tcp") {
+        auto listening = ferry::test::own_listeners();
+        EXPECT_EQ(ferry::test::count_on(listening, "127.0.0.7"), 2u) << ferry::test::joined(listening);
+    }
     // A host parameter still wins over the environment.
     setenv("FERRY_LOCAL_IP", "127.0.0.7", 1);
     nixlAgent agent2("from-param", nixlAgentConfig(false));
