@@ -3,7 +3,8 @@
 // parameters, then creates a FERRY backend with the given key=value parameters.
 // It says where things were found: NIXL's plugin directory, the libplugin_FERRY.so it loaded
 // (Ferry's core is linked into it), the ferry/plugins directory of transports beside it, and
-// which configuration came from parameters, the environment (FERRY_<KEY>) and FERRY_CONFIG.
+// which configuration came from parameters, the environment (FERRY_<KEY>) and FERRY_CONFIG, and
+// the drop-in directory itself (the one holding libplugin_FERRY.so and ferry/plugins/).
 // Exit status 0 when the backend was created, 1 when it was not found or failed to start.
 #include <dlfcn.h>
 #include <link.h>
@@ -77,7 +78,9 @@ int main(int argc, char **argv) {
     printf("\n");
     if (std::find(plugins.begin(), plugins.end(), "FERRY") == plugins.end()) {
         printf(
-            "FERRY: not found; put libplugin_FERRY.so in NIXL_PLUGIN_DIR (NIXL_LOG_LEVEL=DEBUG shows why a file was skipped)\n");
+            "FERRY: not found; point NIXL_PLUGIN_DIR at Ferry's NIXL drop-in directory (<libdir>/ferry/nixl of an "
+            "install; `python3 -m ferry_te.nixl` prints the wheel's) or copy its files into NIXL's "
+            "(NIXL_LOG_LEVEL=DEBUG shows why a file was skipped)\n");
         return 1;
     }
     nixl_mem_list_t mems;
@@ -102,5 +105,8 @@ int main(int argc, char **argv) {
         "found:\n  plugin      %s/libplugin_FERRY.so (Ferry's core linked in)\n  transports  plugin_path, "
         "FERRY_PLUGIN_PATH, then %s\n  config      %s\n",
         used["note.plugin_dir"].c_str(), used["note.transport_dir"].c_str(), used["note.sources"].c_str());
+    // The directory to hand to other NIXL hosts: it works by itself, copied or pointed at.
+    printf("drop-in directory: %s\n  use it: NIXL_PLUGIN_DIR=%s, or cp -r %s/. <NIXL's plugin directory>/\n",
+           used["note.plugin_dir"].c_str(), used["note.plugin_dir"].c_str(), used["note.plugin_dir"].c_str());
     return 0;
 }

@@ -18,9 +18,10 @@ import sys as _sys
 
 # cffi is a dependency, but `pip install --no-deps` and images without it (NVIDIA's PyTorch
 # image) exist: say so here, not as a bare ModuleNotFoundError inside Engine(). The console
-# commands (ferry-info, transfer_engine_bench) only exec bundled binaries and work without it.
+# commands (ferry-info, transfer_engine_bench, ferry-nixl-dir and `python3 -m ferry_te.nixl`)
+# only exec bundled binaries or print paths, and work without it.
 if _util.find_spec("cffi") is None and _os.path.basename(_sys.argv[0] if _sys.argv else "") not in (
-        "ferry-info", "transfer_engine_bench"):
+        "ferry-info", "transfer_engine_bench", "ferry-nixl-dir", "-m"):
     raise ImportError(
         "ferry_te needs cffi, which %s cannot import: install it with `%s -m pip install "
         "'cffi>=1.15'` (or Debian/Ubuntu's python3-cffi for the system Python)"

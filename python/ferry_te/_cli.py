@@ -25,5 +25,10 @@ def transfer_engine_bench():
     return _exec("transfer_engine_bench")
 
 
+def ferry_nixl_dir():
+    from .nixl import main
+    return main()
+
+
 if __name__ == "__main__":
     sys.exit(_exec(sys.argv.pop(1)))

@@ -48,14 +48,21 @@ stale=""
 [ -e "$src/.mesonpy-native-file.ini" ] || { stale="$src/.mesonpy-native-file.ini"; printf "\n[binaries]\npython = '%s'\n" "$PY" >"$stale"; }
 before_stale=$(tree_state)
 
+# Where the main build found NIXL, the core wheel carries the NIXL drop-in directory built
+# against it (ferry_te/lib/nixl/); test_wheels.py loads it copied out of the wheel.
+setup=()
+if [ -n "${FERRY_TEST_NIXL_PREFIX:-}" ]; then
+  setup=("--setup-arg=-Dpath_nixl=$FERRY_TEST_NIXL_PREFIX" "--setup-arg=-Dnixl=enabled")
+fi
+
 step "core wheel, twice at once: $wheelbuild and ${wheelbuild}-2 (logs: $work/core-wheel*.log)"
 # The second build has the same depth (so ccache serves it too) and must not disturb the first.
 rm -rf "${wheelbuild}-2"
 $PY "$src/python/tools/wheels.py" core --out "$work/dist-2" --builddir "${wheelbuild}-2" \
-  --jobs 1 >"$work/core-wheel-2.log" 2>&1 &
+  --jobs 1 ${setup[@]+"${setup[@]}"} >"$work/core-wheel-2.log" 2>&1 &
 second=$!
 $PY "$src/python/tools/wheels.py" core --out "$dist" --builddir "$wheelbuild" \
-  --jobs "${FERRY_WHEEL_JOBS:-2}" >"$work/core-wheel.log" 2>&1 &
+  --jobs "${FERRY_WHEEL_JOBS:-2}" ${setup[@]+"${setup[@]}"} >"$work/core-wheel.log" 2>&1 &
 first=$!
 # A cold build (no ccache) takes minutes: say where each build is every 30 s.
 while kill -0 $first 2>/dev/null; do
@@ -86,7 +93,7 @@ if [ "$before_stale" != "$after_stale" ] || [ "$before" != "$after" ]; then
   exit 1
 fi
 echo "checkout unchanged by two concurrent wheel builds (git status --ignored, build*/ aside)"
-grep -E "^wheels: (dropping|vendored|  ferry_te/|newest|core wheel)" "$work/core-wheel.log" || true
+grep -E "^wheels: (dropping|vendored|  ferry_te/|newest|core wheel|NIXL drop-in|no NIXL)" "$work/core-wheel.log" || true
 
 step "plugin wheels"
 specs=()

@@ -357,3 +357,67 @@ def test_missing_cffi_is_a_clear_import_error(tmp_path):
     info = subprocess.run([str(venv / "bin" / "ferry-info")], capture_output=True, text=True, timeout=60,
                           env=clean_env())
     assert info.returncode == 0 and "tcp" in info.stdout, info.stdout + info.stderr
+
+
+NIXL_DIR = "ferry_te/lib/nixl/"
+
+
+def test_ferry_nixl_dir_names_the_directory_or_why_there_is_none():
+    """`ferry-nixl-dir` (and `python3 -m ferry_te.nixl`) prints the installed NIXL drop-in
+    directory where the wheel has one, else says it was built without NIXL, exit 1."""
+    core = core_wheel()
+    if not core:
+        pytest.skip("SKIPPED: FERRY_TEST_WHEEL_DIR has no core wheel (run through run_wheel_tests.sh)")
+    with zipfile.ZipFile(core) as z:
+        has = NIXL_DIR + "libplugin_FERRY.so" in z.namelist()
+    import ferry_te as ferry
+    want = os.path.join(ferry.package_root(), "lib", "nixl")
+    for cmd in ([bin_of(sys.executable, "ferry-nixl-dir")], [sys.executable, "-m", "ferry_te.nixl"]):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=clean_env())
+        if has:
+            assert p.returncode == 0 and p.stdout.strip() == want, (cmd, p.stdout, p.stderr)
+        else:
+            assert p.returncode == 1 and "built without NIXL" in p.stderr, (cmd, p.stdout, p.stderr)
+
+
+def test_nixl_dropin_directory_copied_out_of_the_wheel_loads_in_a_real_nixl(tmp_path):
+    """The wheel's ferry_te/lib/nixl/, its files copied into an empty directory, is a NIXL plugin
+    directory by itself: NIXL_PLUGIN_DIR there, nothing of Ferry on LD_LIBRARY_PATH (only NIXL's
+    own library and Abseil directories), no other Ferry around (env -i); the FERRY backend loads,
+    finds its transports beside it and moves verified data between two processes over tcp."""
+    core = core_wheel()
+    if not core:
+        pytest.skip("SKIPPED: FERRY_TEST_WHEEL_DIR has no core wheel (run through run_wheel_tests.sh)")
+    info, host, libs = (os.environ.get("FERRY_TEST_NIXL_" + k, "") for k in ("INFO", "HOST", "LIBS"))
+    with zipfile.ZipFile(core) as z:
+        members = [i for i in z.infolist() if i.filename.startswith(NIXL_DIR) and not i.is_dir()]
+        if not info or not host:
+            assert not members, "a wheel built without NIXL carries %s" % members[0].filename
+            pytest.skip("SKIPPED: NIXL was not found by this build (configure it with -Dpath_nixl=<NIXL "
+                        "prefix>, docs/NIXL.md); the core wheel has no NIXL drop-in directory")
+        assert NIXL_DIR + "libplugin_FERRY.so" in [m.filename for m in members], [m.filename for m in members]
+        assert NIXL_DIR + "ferry/plugins/tcp.so" in [m.filename for m in members]
+        dst = tmp_path / "nixl-plugins"
+        dst.mkdir()
+        for m in members:  # copied file by file, modes kept, into the empty directory
+            out = dst / m.filename[len(NIXL_DIR):]
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(z.read(m))
+            out.chmod((m.external_attr >> 16) & 0o777 or 0o644)
+    # Every library an ELF of the directory needs is in it, or the C runtime, or NIXL's Abseil.
+    sys.path.insert(0, os.path.join(os.environ["FERRY_SOURCE_ROOT"], "python", "tools"))
+    import wheels
+    from wheelfile import elves, needed, rpath
+    present = {os.path.basename(p) for p in elves(str(dst))}
+    for elf in elves(str(dst)):
+        outside = [n for n in needed(elf) if n not in present and not wheels._NIXL_HOST_RE.match(n)]
+        assert not outside, (elf, outside)
+        assert all(r.startswith("$ORIGIN") for r in rpath(elf)), (elf, rpath(elf))
+    assert not [n for n in needed(str(dst / "libplugin_FERRY.so")) if n.startswith("libferry")]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NIXL_PLUGIN_DIR": str(dst), "LD_LIBRARY_PATH": libs}
+    p = subprocess.run([info, "protocols=tcp"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"note\.transport_dir\s+%s/ferry/plugins" % re.escape(str(dst)), p.stdout), p.stdout
+    p = subprocess.run([host, "--protocols=tcp", "--gtest_filter=NixlFerry.TwoProcesses*:NixlFerry.LocalTransfer*"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and "[  PASSED  ]" in p.stdout, p.stdout[-4000:] + p.stderr[-2000:]

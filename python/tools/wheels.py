@@ -14,6 +14,9 @@ ferry-transfer-engine-<variant> (-cuda13, -rocm7 ...), the import package ferry_
       vendor the libraries a host cannot be assumed to have (Boost, yaml-cpp) under unique
       sonames (libboost_log-<hash>.so.1.74.0, as auditwheel repair names them), check every
       ELF needs nothing else but HOST_LIBS and no symbol version past the baseline, and retag.
+      The NIXL drop-in directory (ferry_te/lib/nixl/, where NIXL was found at build time) is
+      vendored and checked as a tree of its own, so its files work copied anywhere; it may need
+      NIXL's Abseil (NIXL_HOST_LIBS), which the NIXL host has loaded.
   wheels.py plugin --out DIR --name ferry-transfer-engine-cuda13 --variant cuda13
                    [--requires SPEC] PLUGIN.so...
       A plugin wheel: only ferry_te/lib/ferry/plugins/<variant>/<name>.so files, found by the
@@ -77,8 +80,18 @@ AUDIT_EXCLUDE = [
     "libibverbs.so.*", "librdmacm.so.*", "libefa.so.*", "libmlx4.so.*", "libmlx5.so.*",
     "libfabric.so.*", "libnuma.so.*", "libcuda.so.*", "libnvidia-ml.so.*", "libamdhip64.so.*",
     "libhsa-runtime64.so.*", "librocm-core.so.*", "libamd_comgr.so.*",
+    "libabsl_*.so.*",  # NIXL's Abseil, for lib/nixl/libplugin_FERRY.so (NIXL_HOST_LIBS)
 ]
 _HOST_RE = re.compile("^(%s)$" % "|".join(HOST_LIBS))
+
+# The NIXL drop-in directory (python/nixl/meson.build), where NIXL was found at build time. It
+# must work copied anywhere, so it is vendored and checked as a tree of its own: its libraries
+# come from inside it or from the host, never from the rest of the package.
+NIXL_DIR = os.path.join("lib", "nixl")  # under the package
+# What the NIXL host process has loaded before it loads libplugin_FERRY.so: NIXL's own Abseil
+# (the backend must use the very build NIXL uses, so the wheel never carries one).
+NIXL_HOST_LIBS = HOST_LIBS + [r"libabsl_\w+\.so\.\d+(\.\d+)*"]
+_NIXL_HOST_RE = re.compile("^(%s)$" % "|".join(NIXL_HOST_LIBS))
 
 
 from wheelfile import (  # next to this script
@@ -90,15 +103,21 @@ def default_platform():
     return "manylinux_2_%d_%s" % (BASELINE["GLIBC"][1], platform.machine())
 
 
-def vendor(root, libdir):
-    """Copies into libdir every library an ELF under root needs that is neither in the package
-    nor a HOST_LIBS one (and what those need). Returns {soname: source}."""
+def tree_elves(root, skip=()):
+    """The ELFs under root, those under the directories in skip left out."""
+    skip = [os.path.join(d, "") for d in skip]
+    return [p for p in elves(root) if not any(p.startswith(d) for d in skip)]
+
+
+def vendor(root, libdir, skip=(), host_re=_HOST_RE):
+    """Copies into libdir every library an ELF under root (outside skip) needs that is neither
+    in that tree nor a host library (host_re), and what those need. Returns {soname: source}."""
     vendored = {}
-    present = {os.path.basename(p) for p in elves(root)}
-    queue = list(elves(root))
+    present = {os.path.basename(p) for p in tree_elves(root, skip)}
+    queue = list(tree_elves(root, skip))
     while queue:
         elf = queue.pop()
-        missing = [n for n in needed(elf) if n not in present and not _HOST_RE.match(n)]
+        missing = [n for n in needed(elf) if n not in present and not host_re.match(n)]
         if not missing:
             continue
         resolved = ldd_paths(elf)
@@ -113,11 +132,11 @@ def vendor(root, libdir):
             vendored[name] = os.path.realpath(src)
             present.add(name)
             queue.append(dst)
-    rename_vendored(root, libdir, vendored)
+    rename_vendored(root, libdir, vendored, skip)
     return vendored
 
 
-def rename_vendored(root, libdir, vendored):
+def rename_vendored(root, libdir, vendored, skip=()):
     """libboost_log.so.1.74.0 -> libboost_log-<8 hex of its sha256>.so.1.74.0, soname and every
     DT_NEEDED naming it: a process that already has the host's (or another wheel's) Boost 1.74
     would otherwise be handed that copy instead of ours (the loader matches by soname)."""
@@ -131,7 +150,7 @@ def rename_vendored(root, libdir, vendored):
         os.rename(path, os.path.join(libdir, new))
         patchelf("--set-soname", new, os.path.join(libdir, new))
         renamed[name] = new
-    for elf in elves(root):
+    for elf in tree_elves(root, skip):
         for old in needed(elf):
             if old in renamed:
                 patchelf("--replace-needed", old, renamed[old], elf)
@@ -139,11 +158,12 @@ def rename_vendored(root, libdir, vendored):
         vendored[new] = vendored.pop(old)
 
 
-def fix_rpaths(root):
+def fix_rpaths(root, skip=()):
     """Each ELF's RPATH becomes exactly the $ORIGIN-relative directories of the libraries it
-    needs from inside the wheel (none: no RPATH). Drops build-tree and meson-python entries."""
-    where = {os.path.basename(p): os.path.dirname(p) for p in elves(root)}
-    for elf in elves(root):
+    needs from inside its tree (root less skip; none: no RPATH). Drops build-tree and
+    meson-python entries."""
+    where = {os.path.basename(p): os.path.dirname(p) for p in tree_elves(root, skip)}
+    for elf in tree_elves(root, skip):
         entries = []
         for name in needed(elf):
             if name in where:
@@ -161,14 +181,18 @@ def report(root, plat=None):
     manylinux tag, is a problem: such a wheel installs where it cannot load."""
     problems = []
     newest = {}
-    present = {os.path.basename(p) for p in elves(root)}
+    # The NIXL drop-in directory is a tree of its own: what it needs comes from inside it.
+    nixl = [d for d in glob.glob(os.path.join(root, "*", NIXL_DIR)) if os.path.isdir(d)]
+    present_nixl = {os.path.basename(p) for d in nixl for p in elves(d)}
+    present = {os.path.basename(p) for p in tree_elves(root, nixl)}
     limit = dict(BASELINE)
     if plat and tag_glibc(plat):
         limit["GLIBC"] = min(limit["GLIBC"], tag_glibc(plat))
     for elf in elves(root):
         rel = os.path.relpath(elf, root)
-        host = [n for n in needed(elf) if n not in present]
-        bad = [n for n in host if not _HOST_RE.match(n)]
+        in_nixl = any(elf.startswith(os.path.join(d, "")) for d in nixl)
+        host = [n for n in needed(elf) if n not in (present_nixl if in_nixl else present)]
+        bad = [n for n in host if not (_NIXL_HOST_RE if in_nixl else _HOST_RE).match(n)]
         maxima = version_maxima(elf)
         log("  %-48s host: %s (%s)" % (rel, ", ".join(host) or "-", ", ".join(
             "%s_%s" % (k, vstr(maxima[k])) for k in ("GLIBC", "GLIBCXX", "CXXABI") if k in maxima) or "no versions"))
@@ -179,7 +203,8 @@ def report(root, plat=None):
                                 "GCC 11's libstdc++): `objdump -T` names the symbol; bind it to an older "
                                 "version (plugins/common/glibcxx_baseline.h) or avoid it" % (rel, kind, vstr(v), kind, vstr(limit[kind])))
         if bad:
-            problems.append("%s needs %s (not in the wheel, not a host library)" % (rel, ", ".join(bad)))
+            problems.append("%s needs %s (not in %s, not a host library)" % (
+                rel, ", ".join(bad), "its NIXL drop-in directory" if in_nixl else "the wheel"))
         for r in rpath(elf):
             if not r.startswith("$ORIGIN"):
                 problems.append("%s has an absolute RPATH entry %s" % (rel, r))
@@ -202,10 +227,21 @@ def finalize(wheel, out_dir, plat):
                 log("dropping %s/ (the system-install copy; the package has its own)" % name)
                 shutil.rmtree(os.path.join(root, name))
         pkg = os.path.join(root, PKG)
-        vendored = vendor(pkg, os.path.join(pkg, "lib"))
-        fix_rpaths(root)
+        nixl = os.path.join(pkg, NIXL_DIR)
+        skip = [nixl] if os.path.isdir(nixl) else []
+        vendored = vendor(pkg, os.path.join(pkg, "lib"), skip)
+        fix_rpaths(root, skip)
         for name, src in sorted(vendored.items()):
             log("vendored %s (from %s)" % (name, src))
+        if skip:
+            # Its own copies (same files, same hashed sonames as lib/'s): copied out of the
+            # wheel, the directory still has everything but NIXL's Abseil.
+            for name, src in sorted(vendor(nixl, nixl, host_re=_NIXL_HOST_RE).items()):
+                log("vendored %s into %s/ (from %s)" % (name, NIXL_DIR, src))
+            fix_rpaths(nixl)
+            log("NIXL drop-in directory: %s/%s/ (libplugin_FERRY.so; NIXL's Abseil from the host)" % (PKG, NIXL_DIR))
+        else:
+            log("no NIXL drop-in directory: NIXL was not found when this wheel was built")
         problems, newest = report(root, plat)
         log_maxima(newest)
         if problems:

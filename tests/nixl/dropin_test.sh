@@ -22,5 +22,6 @@ run() { env -i PATH=/usr/bin:/bin HOME="$tmp" NIXL_PLUGIN_DIR="$tmp" LD_LIBRARY_
 out=$(run "$info" protocols=tcp 2>&1) || { echo "$out"; echo "FAIL: ferry-nixl-info did not create the backend"; exit 1; }
 echo "$out"
 echo "$out" | grep -q "note.transport_dir *$tmp/ferry/plugins" || { echo "FAIL: transports not reported from $tmp/ferry/plugins"; exit 1; }
+echo "$out" | grep -q "^drop-in directory: $tmp\$" || { echo "FAIL: ferry-nixl-info does not name the drop-in directory $tmp"; exit 1; }
 run "$host" --protocols=tcp --gtest_filter='NixlFerry.TwoProcesses*:NixlFerry.LocalTransfer*'
 echo "drop-in directory $tmp works by itself"
