@@ -24,7 +24,7 @@ constexpr size_t kRecvBufs = 32;
 constexpr size_t kSendBufs = 32;
 }  // namespace
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host), stager_(host, "efa") {}
 
 int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
     Config cfg;
@@ -125,6 +125,8 @@ Transport::~Transport() {
         progress_.join();
     }
     quiesce();
+    stage_teardown();  // buffers back to the host (those still copying: when the copy ends)
+    stager_.wait_idle();
     {
         std::lock_guard lock(mu_);
         log_ignored(true);
@@ -202,11 +204,7 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
 int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
     if (r->kind != FERRY_MEM_HOST && r->kind != FERRY_MEM_CUDA && r->kind != FERRY_MEM_ROCM)
         return set_error(err, -EINVAL, "efa: unknown memory kind %u", r->kind);
-    if (r->kind != FERRY_MEM_HOST && !fab_.hmem)
-        return set_error(err, -ENOTSUP,
-                         "efa: provider %s does not report FI_HMEM, so it cannot register %s device memory "
-                         "(the engine stages such memory through host buffers)",
-                         fab_.info->fabric_attr->prov_name, r->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm");
+    const bool staged = r->kind != FERRY_MEM_HOST && !fab_.hmem;  // served through the host's staging calls
     if (r->length == 0 || r->addr == 0 || r->addr + r->length < r->addr)
         return set_error(err, -EINVAL, "efa: region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
                          r->length);
@@ -219,8 +217,9 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     region->kind = r->kind;
     region->device = r->device_id;
     std::string why;
-    if (int rc = register_region(fab_, cfg_.max_mr_size, *keys_, *r, *region, &why))
-        return set_error(err, rc, "efa: %s", why.c_str());
+    if (int rc = staged ? stage_register(*r, *region, &why)
+                        : register_region(fab_, cfg_.max_mr_size, *keys_, *r, *region, &why))
+        return set_error(err, rc, "%s%s", staged ? "" : "efa: ", why.c_str());
     std::lock_guard lock(mu_);
     region->handle = next_region_++;
     regions_[region->handle] = region;
@@ -240,9 +239,11 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
             return set_error(err, -ENOENT, "efa: no registered region has handle %" PRIu64, handle);
         r = it->second;
         regions_.erase(it);
+        if (r->staged) stage_region_gone(*r);
     }
-    r->retire_and_wait(log_);  // our own ops using it as the local side
-    {
+    if (r->staged) wake();
+    r->retire_and_wait(log_);  // our own ops using it as the local side, and staged requests
+    if (!r->staged) {
         std::unique_lock lock(mu_);
         revoke(*r, lock);  // peers' RMA into it
     }
@@ -331,6 +332,7 @@ void Transport::progress_loop() {
             std::lock_guard lock(mu_);
             busy |= run_remotes();
             busy |= post_ctrl_sends();
+            busy |= stage_progress();
             busy |= post_ops();
             ssize_t n;
             {
@@ -368,7 +370,7 @@ void Transport::idle_wait() {
     bool active;
     {
         std::lock_guard lock(mu_);
-        active = !ops_.empty() || !ctrl_out_.empty();
+        active = !ops_.empty() || !ctrl_out_.empty() || stage_active() || stage_kick_.load();
         for (auto &[t, r] : remotes_)
             if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting) active = true;
     }
