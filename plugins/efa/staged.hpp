@@ -19,6 +19,7 @@
 #include "staged_device.hpp"
 #include "util.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -35,6 +36,9 @@ inline constexpr unsigned kMaxStagedServedPerRemote = 2 * kMaxStagedPerRemote;
 inline constexpr size_t kMaxStagedServed = 1024;
 // Grants one staged op may have unfinished at once (a target lends at most its window depth).
 inline constexpr size_t kMaxGrantsInFlight = 16;
+// A target that sent nothing this long while our staged requests wait on it is asked whether
+// it is still there (a Hello).
+inline constexpr auto kStageSilence = std::chrono::seconds(1);
 
 // The initiator's side of one staged op.
 struct StagedInit {

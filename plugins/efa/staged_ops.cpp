@@ -51,7 +51,7 @@ bool Transport::stage_pump() {
             send_ctrl(r, op.opcode == FERRY_OP_READ ? CtrlType::StageRead : CtrlType::StageWrite, op.st.id, 0, &b,
                       sizeof b);
             op.st.sent = true;
-            ++r.stage_inflight;
+            if (r.stage_inflight++ == 0) r.stage_heard = Clock::now();
         }
     }
     return did;
@@ -68,6 +68,7 @@ void Transport::stage_on_grant(Remote &r, const CtrlHeader &h, const StageGrantB
     }
     Op &op = *it->second;
     StagedInit &st = op.st;
+    r.stage_heard = Clock::now();
     if (g.slice != st.grants || g.offset != st.granted || g.len > st.length - st.granted ||
         st.open.size() >= kMaxGrantsInFlight) {
         fail_op(op, -EPROTO,
@@ -115,6 +116,7 @@ void Transport::stage_on_ack(Remote &r, const CtrlHeader &h, const uint8_t *text
     }
     Op &op = *it->second;
     op.st.over = true;
+    r.stage_heard = Clock::now();
     if (h.status == 0 && op.opcode == FERRY_OP_WRITE && op.st.landed == op.st.length) {
         op.st.acked = true;
     } else if (h.status == 0) {

@@ -339,10 +339,19 @@ void Transport::stage_region_gone(const LocalRegion &region) {
                 stage_fail_req(*sv, q, -EFAULT, "efa: the target deregistered the region during the transfer");
 }
 
+// Grants not taken in time (target side), and targets silent while our staged ops wait for them
+// (initiator side): a Hello tells a live target that is only busy (its bound taken by others)
+// from one that is gone, whose ops then fail at once instead of at op_timeout_ms.
 void Transport::stage_check_grants() {
     const auto now = Clock::now();
-    if (serving_.empty() || now < next_grant_scan_) return;
+    if ((serving_.empty() && stage_ops_.empty()) || now < next_grant_scan_) return;
     next_grant_scan_ = now + std::chrono::milliseconds(50);
+    for (auto &[token, r] : remotes_)
+        if (r->stage_inflight > 0 && r->state == Remote::State::Up && now - r->stage_heard > kStageSilence) {
+            r->stage_heard = now;
+            ping(*r);
+        }
+    if (serving_.empty()) return;
     stage_kick_.store(true);  // buffers that came back to a dropped window kick nobody
     const auto limit = std::chrono::milliseconds(grant_timeout_ms(cfg_));
     std::vector<Remote *> late;

@@ -104,17 +104,18 @@ struct Remote {
     Clock::time_point next_try, ping_sent;
     uint64_t ping_req = 0;
     std::deque<SubOp *> held;
-    uint64_t outstanding = 0;     // subops the provider holds
-    unsigned users = 0;           // live peer ids
-    bool initiates = false;       // it said Hello to us: it may hold our keys
-    std::string why;              // last failure, for messages
-    unsigned answers = 0;         // our answers to it waiting in ctrl_out_ (bounded: it may never read)
-    unsigned sending = 0;         // our messages to it the provider holds
-    bool verified = false;        // a message to it was delivered, or we connected to it
-    unsigned connecting = 0;      // connect() calls waiting on it (they hold a reference)
-    unsigned revokes = 0;         // its Revokes in revokes_ (bounded)
-    unsigned stage_inflight = 0;  // our staged requests it serves now (<= kMaxStagedPerRemote)
-    std::deque<Op *> stage_wait;  // our staged ops not sent yet
+    uint64_t outstanding = 0;         // subops the provider holds
+    unsigned users = 0;               // live peer ids
+    bool initiates = false;           // it said Hello to us: it may hold our keys
+    std::string why;                  // last failure, for messages
+    unsigned answers = 0;             // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned sending = 0;             // our messages to it the provider holds
+    bool verified = false;            // a message to it was delivered, or we connected to it
+    unsigned connecting = 0;          // connect() calls waiting on it (they hold a reference)
+    unsigned revokes = 0;             // its Revokes in revokes_ (bounded)
+    unsigned stage_inflight = 0;      // our staged requests it serves now (<= kMaxStagedPerRemote)
+    std::deque<Op *> stage_wait;      // our staged ops not sent yet
+    Clock::time_point stage_heard{};  // its last grant or answer (or our first request since)
 };
 
 // What unauthenticated peers may make an instance hold, and the ignored control messages,
