@@ -37,7 +37,7 @@ inline constexpr size_t kMaxStagedServed = 1024;
 // Grants one staged op may have unfinished at once (a target lends at most its window depth).
 inline constexpr size_t kMaxGrantsInFlight = 16;
 // A target that sent nothing this long while our staged requests wait on it is asked whether
-// it is still there (a Hello).
+// it is still there (a Hello); so is an initiator that leaves a grant untaken this long.
 inline constexpr auto kStageSilence = std::chrono::seconds(1);
 
 // The initiator's side of one staged op.
@@ -88,6 +88,7 @@ struct ServeReq {
 struct Serving {
     std::unique_ptr<ferry_staged::StageWindow> window;
     std::deque<ServeReq> reqs;
+    Clock::time_point heard{};  // its last request or StageDone (or our last Hello to it)
 };
 
 }  // namespace ferry_efa

@@ -88,6 +88,7 @@ void Transport::stage_on_request(Remote &r, const CtrlHeader &h, bool write, con
             wake();
         });
     }
+    sv->heard = Clock::now();
     ServeReq q;
     q.id = h.req_id;
     q.write = write;
@@ -122,6 +123,7 @@ void Transport::stage_on_done(Remote &r, const CtrlHeader &h, const StageDoneBod
     Serving &sv = *it->second;
     auto q = std::find_if(sv.reqs.begin(), sv.reqs.end(), [&](const ServeReq &x) { return x.id == h.req_id; });
     if (q == sv.reqs.end()) return unknown();
+    sv.heard = Clock::now();
     if (b.status != 0) {  // the initiator gave the request up: none of its RMA is in flight
         for (ServeSlot &s : q->slots)
             if (s.st == ServeSlot::St::Granted) stage_drop_slot(sv, s);
@@ -294,7 +296,11 @@ bool Transport::stage_serve() {
         auto it = serving_.find(r);
         if (it == serving_.end()) continue;
         stage_serve_one(*r, *it->second);
-        if (it->second->reqs.empty()) serving_.erase(it);  // its window goes: nothing is lent to it
+        if (it->second->reqs.empty()) {
+            serving_.erase(it);  // its window goes: nothing is lent to it
+            // Our Hello (stage_check_grants) made an initiator-only peer Up: it is forgettable again.
+            if (r->state == Remote::State::Up && r->users == 0 && r->connecting == 0) r->state = Remote::State::Idle;
+        }
     }
     return true;
 }
@@ -354,13 +360,25 @@ void Transport::stage_check_grants() {
     if (serving_.empty()) return;
     stage_kick_.store(true);  // buffers that came back to a dropped window kick nobody
     const auto limit = std::chrono::milliseconds(grant_timeout_ms(cfg_));
-    std::vector<Remote *> late;
-    for (auto &[r, sv] : serving_)
+    std::vector<Remote *> late, quiet;
+    for (auto &[r, sv] : serving_) {
+        bool waiting = false;  // a grant open for a while and nothing heard from the peer since
         for (ServeReq &q : sv->reqs)
             for (ServeSlot &s : q.slots)
-                if (s.st == ServeSlot::St::Granted && now - s.granted_at > limit &&
-                    std::find(late.begin(), late.end(), r) == late.end())
-                    late.push_back(r);
+                if (s.st == ServeSlot::St::Granted) {
+                    if (now - s.granted_at > limit && std::find(late.begin(), late.end(), r) == late.end())
+                        late.push_back(r);
+                    waiting |= now - s.granted_at > kStageSilence;
+                }
+        if (waiting && now - sv->heard > kStageSilence &&
+            (r->state == Remote::State::Idle || r->state == Remote::State::Up)) {
+            sv->heard = now;
+            quiet.push_back(r);
+        }
+    }
+    // A Hello that fails finds the peer unreachable (kill_remote), which takes its buffers back.
+    for (Remote *r : quiet)
+        if (std::find(late.begin(), late.end(), r) == late.end()) ping(*r);
     for (Remote *r : late)
         stage_drop_peer(*r, strprintf("a granted slice was not taken within %u ms", grant_timeout_ms(cfg_)), true);
 }
