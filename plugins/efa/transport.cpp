@@ -154,7 +154,14 @@ void Transport::quiesce() {
     std::lock_guard lock(mu_);
     for (auto &[p, op] : ops_) fail_op(*op, -ECANCELED, "efa: op canceled: the transport is being destroyed");
     for (auto &[t, r] : remotes_) reclaim(*r);
-    auto held = [&] { return !ops_.empty() || free_sends_.size() < send_bufs_.size(); };
+    // StageDones still queued go out too: without them the targets hold our last grants until
+    // they find us gone.
+    auto stage_dones = [&] {
+        for (const OutMsg &m : ctrl_out_)
+            if (m.type == CtrlType::StageDone && m.to->addr != FI_ADDR_NOTAVAIL) return true;
+        return false;
+    };
+    auto held = [&] { return !ops_.empty() || free_sends_.size() < send_bufs_.size() || stage_dones(); };
     const auto deadline = Clock::now() + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 5000u));
     fi_cq_msg_entry entries[64];
     while (held() && Clock::now() < deadline) {
@@ -165,6 +172,7 @@ void Transport::quiesce() {
         for (auto &[p, op] : ops_)
             if (op->outstanding == 0) idle.push_back(op.get());
         for (Op *op : idle) maybe_finish(*op);
+        if (stage_dones()) post_ctrl_sends();
         ssize_t n;
         {
             auto lk = fab_.lock();
