@@ -16,7 +16,9 @@
 namespace ferry_efa {
 
 namespace {
-bool is_answer(CtrlType t) { return t == CtrlType::HelloAck || t == CtrlType::QueryReply || t == CtrlType::RevokeAck; }
+bool is_answer(CtrlType t) {
+    return t == CtrlType::HelloAck || t == CtrlType::QueryReply || t == CtrlType::RevokeAck || t == CtrlType::StageAck;
+}
 }  // namespace
 
 void Transport::send_ctrl(Remote &r, CtrlType type, uint64_t req_id, int status, const void *body, size_t len) {
@@ -109,6 +111,7 @@ void Transport::on_ctrl_send_done(CtrlBuf &b, int fi_err) {
 }
 
 void Transport::ctrl_send_failed(Remote &r, CtrlType type, uint64_t req_id, int fi_err) {
+    if (stage_send_failed(r, type, req_id)) return;
     if (type == CtrlType::Hello) {
         if (r.state == Remote::State::Checking && req_id == r.ping_req)
             remote_failed(r, strprintf("cannot reach it: %s", fi_error_string(fi_err).c_str()),
@@ -166,7 +169,8 @@ Remote *Transport::remote_for_hello(uint64_t token, const uint8_t *name, size_t 
 // its address and a new token would make deregister_mem skip it.
 bool Transport::forgettable(const Remote &r) const {
     if (revoking_ > 0 || r.users != 0 || r.connecting != 0 || r.outstanding != 0 || !r.held.empty() || r.revokes != 0 ||
-        r.sending != 0 || r.state != Remote::State::Idle || (r.initiates && r.verified))
+        r.sending != 0 || r.state != Remote::State::Idle || (r.initiates && r.verified) ||
+        serving_.count(const_cast<Remote *>(&r)) != 0)
         return false;
     for (auto &m : ctrl_out_)
         if (m.to == &r && !is_answer(m.type)) return false;  // our own request: someone waits for its answer
@@ -305,6 +309,34 @@ void Transport::on_ctrl(const uint8_t *data, size_t len) {
             std::vector<uint64_t> keys(h.body_len / sizeof(uint64_t));
             memcpy(keys.data(), body, keys.size() * sizeof(uint64_t));
             on_revoke(*it->second, h.req_id, std::move(keys));
+            break;
+        }
+        case CtrlType::StageRead:
+        case CtrlType::StageWrite:
+        case CtrlType::StageDone:
+        case CtrlType::StageGrant:
+        case CtrlType::StageAck: {
+            // Requests re-insert an address a dropped peer lost (stage_drop_peer cuts it), as Revoke does.
+            auto it = remotes_.find(h.from_token);
+            const bool request = m.type == CtrlType::StageRead || m.type == CtrlType::StageWrite;
+            if (it == remotes_.end() || (request ? !insert_addr(*it->second) : it->second->addr == FI_ADDR_NOTAVAIL))
+                return unknown();
+            Remote &r = *it->second;
+            if (m.type == CtrlType::StageGrant) {
+                StageGrantBody g;
+                memcpy(&g, body, sizeof g);
+                stage_on_grant(r, h, g);
+            } else if (m.type == CtrlType::StageAck) {
+                stage_on_ack(r, h, body, h.body_len);
+            } else if (m.type == CtrlType::StageDone) {
+                StageDoneBody d;
+                memcpy(&d, body, sizeof d);
+                stage_on_done(r, h, d);
+            } else {
+                StageReqBody b;
+                memcpy(&b, body, sizeof b);
+                stage_on_request(r, h, m.type == CtrlType::StageWrite, b);
+            }
             break;
         }
         case CtrlType::RevokeAck:

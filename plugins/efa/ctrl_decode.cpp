@@ -29,8 +29,27 @@ CtrlBad decode_ctrl(const uint8_t *data, size_t len, size_t addr_len, CtrlMsg *o
             if (q.count > kChunksPerReply || n < sizeof q + q.count * sizeof(RemoteChunk)) return CtrlBad::Body;
             break;
         }
+        case CtrlType::StageRead:
+        case CtrlType::StageWrite: {
+            StageReqBody b;
+            if (n != sizeof b) return CtrlBad::Body;
+            memcpy(&b, data + sizeof h, sizeof b);
+            if (b.len == 0 || b.addr + b.len < b.addr) return CtrlBad::Body;
+            break;
+        }
+        case CtrlType::StageGrant: {
+            StageGrantBody b;
+            if (n != sizeof b) return CtrlBad::Body;
+            memcpy(&b, data + sizeof h, sizeof b);
+            if (b.len == 0 || b.offset + b.len < b.offset) return CtrlBad::Body;
+            break;
+        }
+        case CtrlType::StageDone:
+            if (n != sizeof(StageDoneBody)) return CtrlBad::Body;
+            break;
         case CtrlType::HelloAck:
-        case CtrlType::RevokeAck: break;
+        case CtrlType::RevokeAck:
+        case CtrlType::StageAck: break;  // StageAck: any text
         default: return CtrlBad::Type;
     }
     out->h = h;

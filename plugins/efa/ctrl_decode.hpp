@@ -25,7 +25,11 @@ struct CtrlMsg {
 // Checks the header (magic, version, a body inside the message, a known type) and the body each
 // type needs: Hello exactly `addr_len` bytes (an address of this provider's format: the address
 // vector reads that many), Query one QueryBody, Revoke whole keys (at most kMaxRevokeKeys),
-// QueryReply a QueryReplyHead and the chunks it counts. On success fills *out.
+// QueryReply a QueryReplyHead and the chunks it counts, StageRead/StageWrite one StageReqBody of
+// a non-empty range that does not wrap, StageGrant one StageGrantBody (non-empty, no wrap),
+// StageDone one StageDoneBody, StageAck any text. On success fills *out. Whether the ids, ranges
+// and slices name anything of the receiver's is checked where it acts (staged_serve.cpp,
+// staged_ops.cpp).
 CtrlBad decode_ctrl(const uint8_t *data, size_t len, size_t addr_len, CtrlMsg *out);
 
 const char *ctrl_bad_name(CtrlBad why);

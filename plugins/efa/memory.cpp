@@ -143,7 +143,8 @@ RemoteChunk to_remote(const LocalRegion &region, const MrChunk &c) {
 }
 
 std::vector<uint8_t> export_chunks(const LocalRegion &region) {
-    MemHead h{kMemMagic, kWireVersion, 0, static_cast<uint32_t>(region.chunks.size()), 0};
+    MemHead h{kMemMagic, kWireVersion, region.staged ? kMemStaged : uint16_t{0},
+              static_cast<uint32_t>(region.chunks.size()), 0};
     std::vector<uint8_t> out(sizeof h + region.chunks.size() * sizeof(RemoteChunk));
     memcpy(out.data(), &h, sizeof h);
     for (size_t i = 0; i < region.chunks.size(); ++i) {
@@ -153,7 +154,7 @@ std::vector<uint8_t> export_chunks(const LocalRegion &region) {
     return out;
 }
 
-bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, std::string *why) {
+bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, std::string *why, bool *staged) {
     MemHead h;
     if (len < sizeof h) {
         *why = strprintf("export_mem bytes are %zu bytes, too short for efa.so's header", len);
@@ -164,6 +165,7 @@ bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, 
         *why = "export_mem bytes are not from efa.so (wrong magic or version)";
         return false;
     }
+    if (staged != nullptr) *staged = (h.flags & kMemStaged) != 0;
     if ((len - sizeof h) / sizeof(RemoteChunk) != h.count || (len - sizeof h) % sizeof(RemoteChunk) != 0) {
         *why = strprintf("export_mem bytes announce %u registrations but hold %zu bytes", h.count, len);
         return false;

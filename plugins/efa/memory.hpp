@@ -33,7 +33,8 @@ public:
     uint64_t handle = 0, addr = 0, length = 0;
     uint32_t access = 0, kind = FERRY_MEM_HOST;
     int32_t device = -1;
-    std::vector<MrChunk> chunks;  // ascending, back to back
+    bool staged = false;          // device memory served through the host's staging calls: no MR
+    std::vector<MrChunk> chunks;  // ascending, back to back (empty when staged)
 
     bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
     const MrChunk &chunk_at(uint64_t a) const;  // a must be inside the region
@@ -66,7 +67,9 @@ void close_region(Fabric &fab, LocalRegion &region);
 
 // export_mem bytes of a region, and their parser (false and *why when malformed).
 std::vector<uint8_t> export_chunks(const LocalRegion &region);
-bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, std::string *why);
+// *staged (when not NULL): the region is served through the owner's staging calls (kMemStaged).
+bool parse_chunks(const void *bytes, size_t len, std::vector<RemoteChunk> *out, std::string *why,
+                  bool *staged = nullptr);
 RemoteChunk to_remote(const LocalRegion &region, const MrChunk &c);
 
 }  // namespace ferry_efa

@@ -67,6 +67,12 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
                              "efa: op %zu: local [0x%" PRIx64 ", +%" PRIu64
                              ") is not inside registered region %" PRIu64,
                              i, op.local_addr, op.length, op.local_mem);
+        if (reg->second->staged)
+            return set_error(err, -ENOTSUP,
+                             "efa: op %zu: local region %" PRIu64
+                             " is %s device memory, which efa.so serves to peers but does not move as an "
+                             "initiator without FI_HMEM (the core stages initiator-side GPU buffers)",
+                             i, op.local_mem, ferry_staged::kind_name(reg->second->kind));
         locals[i] = reg->second;
         imports[i] = &m;
     }
@@ -91,6 +97,21 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
             op->start = now;
             const uint32_t need = x.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
             uint64_t at = x.remote_addr, local = x.local_addr, left = x.length;
+            if (imports[i]->staged) {  // request/response with the target (staged_ops.cpp)
+                op->staged = true;
+                op->st.local_addr = x.local_addr;
+                op->st.remote_addr = x.remote_addr;
+                op->st.length = x.length;
+                if ((imports[i]->access & need) != need) {
+                    op->status = -EACCES;
+                    op->message = strprintf("efa: peer %s refused %s [0x%" PRIx64 ", +%" PRIu64
+                                            "): its region is not registered for remote %s",
+                                            r.name_str.c_str(), op_name(x.opcode), x.remote_addr, x.length,
+                                            need == FERRY_ACCESS_REMOTE_WRITE ? "write" : "read");
+                    op->staged = false;
+                }
+                left = 0;
+            }
             while (left > 0) {
                 // The serving side published its registrations (export_mem bytes or a query):
                 // ranges outside them, or without the right, are refused here rather than sent,
@@ -130,6 +151,10 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     }
     // From here nothing fails: every op completes exactly once.
     for (auto &op : built) {
+        if (op->staged) {
+            stage_submit(std::move(op));
+            continue;
+        }
         if (op->subs.empty()) {
             refused.push_back(make_completion(op->user_data, op->status, op->message));
             op->pin->unpin();
@@ -197,10 +222,13 @@ bool Transport::post_ops() {
         --op.unposted;
         did = true;
         if (rc != 0) {
-            if (op.status == 0) {
+            std::string msg = strprintf("efa: posting a %s to peer %s failed: %s", op_name(op.opcode),
+                                        r.name_str.c_str(), fi_error_string(rc).c_str());
+            if (op.staged) {
+                fail_op(op, -EIO, msg);
+            } else if (op.status == 0) {
                 op.status = -EIO;
-                op.message = strprintf("efa: posting a %s to peer %s failed: %s", op_name(op.opcode),
-                                       r.name_str.c_str(), fi_error_string(rc).c_str());
+                op.message = msg;
             }
             maybe_finish(op);
         } else {
@@ -257,6 +285,7 @@ std::string Transport::describe_error(const fi_cq_err_entry &e, const Remote &r,
 }
 
 void Transport::sub_done(SubOp &s, const fi_cq_err_entry *e) {
+    if (s.op->staged) return stage_sub_done(s, e);
     Op &op = *s.op;
     Remote &r = *op.remote;
     s.done = true;
@@ -289,6 +318,7 @@ void Transport::fail_op(Op &op, int status, const std::string &message) {
 
 void Transport::maybe_finish(Op &op) {
     if (op.unposted != 0 || op.outstanding != 0) return;
+    if (op.staged && !stage_end(op)) return;
     cq_.push(op.user_data, op.status, op.message);
     op.pin->unpin();
     ops_.erase(&op);

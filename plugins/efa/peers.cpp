@@ -110,6 +110,7 @@ void Transport::kill_remote(Remote &r, const std::string &why) {
     r.state = Remote::State::Dead;
     r.why = why;
     drop_held(r, -ECONNRESET, strprintf("efa: peer %s is unreachable: %s", r.name_str.c_str(), why.c_str()));
+    stage_remote_gone(r, why);
     cv_.notify_all();
 }
 
@@ -253,9 +254,9 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const
     if (region->length == 0 || region->addr + region->length < region->addr)
         return set_error(err, -EINVAL, "efa: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps",
                          region->addr, region->length);
-    Import imp{peer, region->addr, region->length, region->access, {}};
+    Import imp{peer, region->addr, region->length, region->access, {}, false};
     std::string why;
-    if (desc != nullptr && len > 0 && !parse_chunks(desc, len, &imp.chunks, &why))
+    if (desc != nullptr && len > 0 && !parse_chunks(desc, len, &imp.chunks, &why, &imp.staged))
         return set_error(err, -EINVAL, "efa: %s", why.c_str());
     std::unique_lock lock(mu_);
     auto it = peers_.find(peer);
@@ -266,6 +267,9 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *region, const
             return set_error(err, rc, "efa: asking peer %s for its registrations of [0x%" PRIx64 ", +%" PRIu64 "): %s",
                              r.name_str.c_str(), region->addr, region->length, why.c_str());
     }
+    // Device memory that its owner registered without RMA keys is served through its staging
+    // calls (staged_ops.cpp).
+    if (region->kind != FERRY_MEM_HOST && imp.chunks.empty()) imp.staged = true;
     uint64_t id = next_import_++;
     imports_[id] = std::move(imp);
     *remote_mem = id;

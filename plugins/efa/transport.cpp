@@ -24,7 +24,7 @@ constexpr size_t kRecvBufs = 32;
 constexpr size_t kSendBufs = 32;
 }  // namespace
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host), stager_(host, "efa") {}
 
 int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
     Config cfg;
@@ -125,6 +125,8 @@ Transport::~Transport() {
         progress_.join();
     }
     quiesce();
+    stage_teardown();  // buffers back to the host (those still copying: when the copy ends)
+    stager_.wait_idle();
     {
         std::lock_guard lock(mu_);
         log_ignored(true);
@@ -152,7 +154,14 @@ void Transport::quiesce() {
     std::lock_guard lock(mu_);
     for (auto &[p, op] : ops_) fail_op(*op, -ECANCELED, "efa: op canceled: the transport is being destroyed");
     for (auto &[t, r] : remotes_) reclaim(*r);
-    auto held = [&] { return !ops_.empty() || free_sends_.size() < send_bufs_.size(); };
+    // StageDones still queued go out too: without them the targets hold our last grants until
+    // they find us gone.
+    auto stage_dones = [&] {
+        for (const OutMsg &m : ctrl_out_)
+            if (m.type == CtrlType::StageDone && m.to->addr != FI_ADDR_NOTAVAIL) return true;
+        return false;
+    };
+    auto held = [&] { return !ops_.empty() || free_sends_.size() < send_bufs_.size() || stage_dones(); };
     const auto deadline = Clock::now() + std::chrono::milliseconds(std::min(cfg_.connect_timeout_ms, 5000u));
     fi_cq_msg_entry entries[64];
     while (held() && Clock::now() < deadline) {
@@ -163,6 +172,7 @@ void Transport::quiesce() {
         for (auto &[p, op] : ops_)
             if (op->outstanding == 0) idle.push_back(op.get());
         for (Op *op : idle) maybe_finish(*op);
+        if (stage_dones()) post_ctrl_sends();
         ssize_t n;
         {
             auto lk = fab_.lock();
@@ -202,11 +212,7 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
 int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
     if (r->kind != FERRY_MEM_HOST && r->kind != FERRY_MEM_CUDA && r->kind != FERRY_MEM_ROCM)
         return set_error(err, -EINVAL, "efa: unknown memory kind %u", r->kind);
-    if (r->kind != FERRY_MEM_HOST && !fab_.hmem)
-        return set_error(err, -ENOTSUP,
-                         "efa: provider %s does not report FI_HMEM, so it cannot register %s device memory "
-                         "(the engine stages such memory through host buffers)",
-                         fab_.info->fabric_attr->prov_name, r->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm");
+    const bool staged = r->kind != FERRY_MEM_HOST && !fab_.hmem;  // served through the host's staging calls
     if (r->length == 0 || r->addr == 0 || r->addr + r->length < r->addr)
         return set_error(err, -EINVAL, "efa: region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
                          r->length);
@@ -219,8 +225,9 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     region->kind = r->kind;
     region->device = r->device_id;
     std::string why;
-    if (int rc = register_region(fab_, cfg_.max_mr_size, *keys_, *r, *region, &why))
-        return set_error(err, rc, "efa: %s", why.c_str());
+    if (int rc = staged ? stage_register(*r, *region, &why)
+                        : register_region(fab_, cfg_.max_mr_size, *keys_, *r, *region, &why))
+        return set_error(err, rc, "%s%s", staged ? "" : "efa: ", why.c_str());
     std::lock_guard lock(mu_);
     region->handle = next_region_++;
     regions_[region->handle] = region;
@@ -240,9 +247,11 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
             return set_error(err, -ENOENT, "efa: no registered region has handle %" PRIu64, handle);
         r = it->second;
         regions_.erase(it);
+        if (r->staged) stage_region_gone(*r);
     }
-    r->retire_and_wait(log_);  // our own ops using it as the local side
-    {
+    if (r->staged) wake();
+    r->retire_and_wait(log_);  // our own ops using it as the local side, and staged requests
+    if (!r->staged) {
         std::unique_lock lock(mu_);
         revoke(*r, lock);  // peers' RMA into it
     }
@@ -331,6 +340,7 @@ void Transport::progress_loop() {
             std::lock_guard lock(mu_);
             busy |= run_remotes();
             busy |= post_ctrl_sends();
+            busy |= stage_progress();
             busy |= post_ops();
             ssize_t n;
             {
@@ -368,7 +378,7 @@ void Transport::idle_wait() {
     bool active;
     {
         std::lock_guard lock(mu_);
-        active = !ops_.empty() || !ctrl_out_.empty();
+        active = !ops_.empty() || !ctrl_out_.empty() || stage_active() || stage_kick_.load();
         for (auto &[t, r] : remotes_)
             if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting) active = true;
     }

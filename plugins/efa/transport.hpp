@@ -14,6 +14,8 @@
 #include "fabric.hpp"
 #include "memory.hpp"
 #include "options.hpp"
+#include "staged.hpp"
+#include "staged_device.hpp"
 #include "util.hpp"
 #include "wire.hpp"
 
@@ -22,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,6 +55,7 @@ struct SubOp : Ctx {
     void *desc = nullptr;
     uint64_t raddr = 0, key = 0;
     bool posted = false, done = false;
+    uint32_t slice = 0;  // staged ops: the grant it belongs to
 };
 
 struct Op {
@@ -72,6 +76,11 @@ struct Op {
     bool doomed = false;
     Clock::time_point doomed_at;
     bool warned = false;  // logged that the provider still holds it long after it failed
+    // A remote region the target serves through its staging calls (staged_ops.cpp): pieces are
+    // made from the target's grants instead of from its keys.
+    bool staged = false;
+    StagedInit st;
+    std::list<SubOp> stage_subs;  // posted or to post; a piece goes once it completed
 };
 
 struct CtrlBuf : Ctx {
@@ -95,15 +104,18 @@ struct Remote {
     Clock::time_point next_try, ping_sent;
     uint64_t ping_req = 0;
     std::deque<SubOp *> held;
-    uint64_t outstanding = 0;  // subops the provider holds
-    unsigned users = 0;        // live peer ids
-    bool initiates = false;    // it said Hello to us: it may hold our keys
-    std::string why;           // last failure, for messages
-    unsigned answers = 0;      // our answers to it waiting in ctrl_out_ (bounded: it may never read)
-    unsigned sending = 0;      // our messages to it the provider holds
-    bool verified = false;     // a message to it was delivered, or we connected to it
-    unsigned connecting = 0;   // connect() calls waiting on it (they hold a reference)
-    unsigned revokes = 0;      // its Revokes in revokes_ (bounded)
+    uint64_t outstanding = 0;         // subops the provider holds
+    unsigned users = 0;               // live peer ids
+    bool initiates = false;           // it said Hello to us: it may hold our keys
+    std::string why;                  // last failure, for messages
+    unsigned answers = 0;             // our answers to it waiting in ctrl_out_ (bounded: it may never read)
+    unsigned sending = 0;             // our messages to it the provider holds
+    bool verified = false;            // a message to it was delivered, or we connected to it
+    unsigned connecting = 0;          // connect() calls waiting on it (they hold a reference)
+    unsigned revokes = 0;             // its Revokes in revokes_ (bounded)
+    unsigned stage_inflight = 0;      // our staged requests it serves now (<= kMaxStagedPerRemote)
+    std::deque<Op *> stage_wait;      // our staged ops not sent yet
+    Clock::time_point stage_heard{};  // its last grant or answer (or our first request since)
 };
 
 // What unauthenticated peers may make an instance hold, and the ignored control messages,
@@ -143,6 +155,7 @@ struct Import {
     uint64_t peer = 0, addr = 0, length = 0;
     uint32_t access = 0;
     std::vector<RemoteChunk> chunks;  // ascending
+    bool staged = false;              // served through the target's staging calls (no keys)
 };
 
 struct Waiter {
@@ -224,6 +237,31 @@ private:
     void quiesce();
     std::string describe_error(const fi_cq_err_entry &e, const Remote &r, int *status) const;
 
+    // staged_ops.cpp: the initiator's side of staged regions (all with mu_ held)
+    void stage_submit(std::unique_ptr<Op> op);
+    bool stage_pump();
+    void stage_on_grant(Remote &r, const CtrlHeader &h, const StageGrantBody &g);
+    void stage_on_ack(Remote &r, const CtrlHeader &h, const uint8_t *text, size_t len);
+    void stage_sub_done(SubOp &s, const fi_cq_err_entry *e);
+    bool stage_end(Op &op);  // maybe_finish: false while a staged op is not over
+    bool stage_send_failed(Remote &r, CtrlType type, uint64_t req_id);
+    void stage_remote_gone(Remote &r, const std::string &why);
+
+    // staged_serve.cpp: the target's side (all with mu_ held)
+    int stage_register(const ferry_mem_region_t &r, LocalRegion &region, std::string *why);
+    void stage_on_request(Remote &r, const CtrlHeader &h, bool write, const StageReqBody &b);
+    void stage_on_done(Remote &r, const CtrlHeader &h, const StageDoneBody &b);
+    bool stage_serve();
+    void stage_serve_one(Remote &r, Serving &sv);
+    void stage_fail_req(Serving &sv, ServeReq &q, int code, const std::string &why);
+    void stage_drop_slot(Serving &sv, ServeSlot &slot);
+    void stage_drop_peer(Remote &r, const std::string &why, bool cut);
+    void stage_region_gone(const LocalRegion &region);
+    void stage_check_grants();
+    bool stage_progress();
+    bool stage_active() const { return !serving_.empty() || stage_waiting_ > 0; }
+    void stage_teardown();
+
     const Config cfg_;
     const Logger log_;
     Fabric fab_;
@@ -267,6 +305,18 @@ private:
     unsigned revoking_ = 0;  // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
     Clock::time_point last_work_;  // progress thread only: when it last found something to do
+
+    // Staged device memory (staged.hpp). The Stager counts the host's buffers we hold; destroy
+    // waits for all to come back.
+    ferry_staged::Stager stager_;
+    std::map<Remote *, std::unique_ptr<Serving>> serving_;  // peers whose staged requests we serve
+    size_t served_ = 0;                                     // their requests, all peers together
+    Remote *serve_next_ = nullptr;                          // round robin: who acquires first
+    std::atomic<bool> stage_kick_{false};                   // a staging copy ended (host thread)
+    std::unordered_map<uint64_t, Op *> stage_ops_;          // our staged ops by request id
+    uint64_t next_stage_id_ = 1;
+    size_t stage_waiting_ = 0;  // our staged ops in Remote::stage_wait, all remotes
+    Clock::time_point next_grant_scan_{};
 };
 
 }  // namespace ferry_efa

@@ -46,15 +46,30 @@ struct RemoteChunk {
 };
 static_assert(sizeof(RemoteChunk) == 40);
 
+// MemHead.flags: the region is served through the host's staging calls (no RMA keys).
+inline constexpr uint16_t kMemStaged = 1;
+
 struct MemHead {
     uint32_t magic;
     uint16_t version;
-    uint16_t reserved;
+    uint16_t flags;  // kMemStaged
     uint32_t count;  // RemoteChunk entries that follow
     uint32_t reserved2;
 };
 
-enum class CtrlType : uint16_t { Hello = 1, HelloAck = 2, Query = 3, QueryReply = 4, Revoke = 5, RevokeAck = 6 };
+enum class CtrlType : uint16_t {
+    Hello = 1,
+    HelloAck = 2,
+    Query = 3,
+    QueryReply = 4,
+    Revoke = 5,
+    RevokeAck = 6,
+    StageRead = 7,
+    StageWrite = 8,
+    StageGrant = 9,
+    StageDone = 10,
+    StageAck = 11
+};
 
 struct CtrlHeader {
     uint32_t magic;
@@ -76,6 +91,23 @@ struct QueryReplyHead {
     uint64_t next;  // where to ask again, 0 when complete
     uint32_t count;
     uint32_t reserved;
+};
+
+struct StageReqBody {
+    uint64_t addr, len;  // inside one staged region of the target
+};
+
+struct StageGrantBody {
+    uint32_t slice;  // 0, 1, 2, ... in order
+    uint32_t reserved;
+    uint64_t offset, len;  // of the slice in the request: back to back, inside [0, request len)
+    uint64_t rma_addr, key;
+};
+static_assert(sizeof(StageGrantBody) == 40);
+
+struct StageDoneBody {
+    uint32_t slice;
+    int32_t status;  // 0, or < 0: the request is given up
 };
 
 inline constexpr size_t kChunksPerReply =

@@ -2,7 +2,9 @@
 // message a peer fi_sends to an instance goes through before on_ctrl acts on it. The first byte
 // picks the address length the instance's provider uses (16: sockaddr_in, 28: sockaddr_in6),
 // the rest is the message. Invariants: an accepted message has the magic and version, a known
-// type, a body inside the message of exactly the size its type needs.
+// type, a body inside the message of exactly the size its type needs; staged requests and grants
+// name a non-empty range that does not wrap (staged_serve.cpp and staged_ops.cpp add their
+// bounds against the receiver's regions and ops to these).
 #include <cstring>
 
 #include "ctrl_decode.hpp"
@@ -37,8 +39,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(m.body_len >= sizeof q + q.count * sizeof(RemoteChunk), "QueryReply counts chunks it lacks");
             break;
         }
+        case CtrlType::StageRead:
+        case CtrlType::StageWrite: {
+            StageReqBody b;
+            FUZZ_CHECK(m.body_len == sizeof b, "staged request of the wrong size");
+            memcpy(&b, m.body, sizeof b);
+            FUZZ_CHECK(b.len > 0 && b.addr + b.len >= b.addr, "staged request of an empty or wrapping range");
+            break;
+        }
+        case CtrlType::StageGrant: {
+            StageGrantBody g;
+            FUZZ_CHECK(m.body_len == sizeof g, "StageGrant of the wrong size");
+            memcpy(&g, m.body, sizeof g);
+            FUZZ_CHECK(g.len > 0 && g.offset + g.len >= g.offset, "StageGrant of an empty or wrapping slice");
+            break;
+        }
+        case CtrlType::StageDone: FUZZ_CHECK(m.body_len == sizeof(StageDoneBody), "StageDone of the wrong size"); break;
         case CtrlType::HelloAck:
-        case CtrlType::RevokeAck: break;
+        case CtrlType::RevokeAck:
+        case CtrlType::StageAck: break;
         default: FUZZ_CHECK(false, "accepted an unknown type");
     }
     // Touch every body byte: ASan sees any read past the message.

@@ -105,42 +105,76 @@ TEST_F(GpuTargetTest, DescriptorsSayTheRegionIsGpuMemoryAndAnUnservedOneNamesThe
         << b.error().message;
 }
 
-// Runs once tcp.so serves device regions through the host staging calls (helper gpuserve's
-// work); skips, saying so, before.
-TEST_F(GpuTargetTest, GpuTargetServedOverTcpFromHostAndFromGpuMemory) {
+// A (fake) GPU target engine served over the engine's transport, read and written from host
+// and from (fake) GPU memory, byte-exact, and every pinned slice back with the target's host.
+static void serve_gpu_target(Engine &e, const std::vector<std::string> &peer_options) {
     constexpr uint64_t kSize = 8 << 20;
-    PeerProcess peer({"--size", std::to_string(kSize), "--option", "gpu_staging_slice_bytes=262144", "--option",
-                      "gpu_staging_max_bytes=1048576"},
-                     FERRY_FAKE_GPU_PEER_BIN);
+    std::vector<std::string> args = {"--size",   std::to_string(kSize),
+                                     "--option", "gpu_staging_slice_bytes=262144",
+                                     "--option", "gpu_staging_max_bytes=1048576"};
+    for (const auto &o : peer_options) args.insert(args.end(), {"--option", o});
+    PeerProcess peer(args, FERRY_FAKE_GPU_PEER_BIN);
     ASSERT_TRUE(peer.ok) << peer.error;
-    auto e = Engine::create(
-        {{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "262144"}, {"gpu_staging_max_bytes", "1048576"}});
-    ASSERT_TRUE(e) << e.error().message;
-    if (!tcp_serves_staged(**e))
-        GTEST_SKIP() << "SKIPPED: tcp.so does not serve staged device memory yet (no FERRY_CAP_STAGED_DEVICE)";
-    auto seg = (*e)->open_segment(peer.segment);
+    auto seg = e.open_segment(peer.segment);
     ASSERT_TRUE(seg) << seg.error().message;
     std::vector<uint8_t> host(kSize);
     char *dev = gpu().get(kSize);
-    ASSERT_TRUE((*e)->register_memory(host.data(), kSize));
-    ASSERT_TRUE((*e)->register_memory(dev, kSize, {MemoryKind::Cuda, 0}));
+    ASSERT_TRUE(e.register_memory(host.data(), kSize));
+    ASSERT_TRUE(e.register_memory(dev, kSize, {MemoryKind::Cuda, 0}));
     auto want = pattern(kSize);
+    auto run = [](Engine &e, const std::vector<Request> &reqs) -> Result<void> {
+        auto b = e.submit(reqs);
+        if (!b) return std::unexpected(b.error());
+        auto w = e.wait(*b, std::chrono::seconds(60));
+        (void)e.free_batch(*b);
+        return w;
+    };
     // host <- GPU target, GPU <- GPU target
-    ASSERT_TRUE(run(**e, {{Opcode::Read, host.data(), *seg, peer.base, kSize, ""}}));
+    auto r = run(e, {{Opcode::Read, host.data(), *seg, peer.base, kSize, ""}});
+    ASSERT_TRUE(r) << r.error().message;
     EXPECT_TRUE(host == want);
-    ASSERT_TRUE(run(**e, {{Opcode::Read, dev, *seg, peer.base, kSize, ""}}));
+    ASSERT_TRUE(run(e, {{Opcode::Read, dev, *seg, peer.base, kSize, ""}}));
     std::vector<uint8_t> got(kSize);
     gpu().dtoh(got.data(), reinterpret_cast<uintptr_t>(dev), kSize);
     EXPECT_TRUE(got == want);
     // host -> GPU target at awkward offsets, then GPU -> GPU target
     for (uint64_t i = 0; i < kSize; ++i) host[i] = static_cast<uint8_t>(i * 13 + 3);
-    ASSERT_TRUE(run(**e, {{Opcode::Write, host.data() + 5, *seg, peer.base + 5, (3 << 20) + 1, ""}}));
+    ASSERT_TRUE(run(e, {{Opcode::Write, host.data() + 5, *seg, peer.base + 5, (3 << 20) + 1, ""}}));
     memcpy(want.data() + 5, host.data() + 5, (3 << 20) + 1);
-    EXPECT_EQ(peer.command("sum"), sum_line(want));
+    EXPECT_EQ(peer.command("sum"), sum_line(want));  // a WRITE completes with its bytes in GPU memory
     gpu().htod(reinterpret_cast<uintptr_t>(dev), host.data(), kSize);
-    ASSERT_TRUE(run(**e, {{Opcode::Write, dev, *seg, peer.base, kSize, ""}}));
+    ASSERT_TRUE(run(e, {{Opcode::Write, dev, *seg, peer.base, kSize, ""}}));
     EXPECT_EQ(peer.command("sum"), sum_line(host));
     EXPECT_EQ(peer.command("stats").rfind("STATS 0 ", 0), 0u) << "the target gave every pinned slice back";
+    // A sub-range READ into host memory at an odd offset.
+    std::vector<uint8_t> part(70000, 0);
+    ASSERT_TRUE(e.register_memory(part.data(), part.size()));
+    ASSERT_TRUE(run(e, {{Opcode::Read, part.data() + 3, *seg, peer.base + 1000001, 65537, ""}}));
+    EXPECT_TRUE(std::equal(part.begin() + 3, part.begin() + 3 + 65537, host.begin() + 1000001));
+    EXPECT_EQ(part[2], 0);
+    EXPECT_EQ(part[3 + 65537], 0);
+}
+
+// Runs once tcp.so serves device regions through the host staging calls (helper gpuserve's
+// work); skips, saying so, before.
+TEST_F(GpuTargetTest, GpuTargetServedOverTcpFromHostAndFromGpuMemory) {
+    auto e = Engine::create(
+        {{"plugins", "tcp"}, {"gpu_staging_slice_bytes", "262144"}, {"gpu_staging_max_bytes", "1048576"}});
+    ASSERT_TRUE(e) << e.error().message;
+    if (!tcp_serves_staged(**e))
+        GTEST_SKIP() << "SKIPPED: tcp.so does not serve staged device memory yet (no FERRY_CAP_STAGED_DEVICE)";
+    serve_gpu_target(**e, {});
+}
+
+// The same over efa.so on libfabric's tcp provider (no FI_HMEM): the target serves its GPU
+// memory through StageRead/StageWrite grants (plugins/efa/staged_serve.cpp).
+TEST_F(GpuTargetTest, GpuTargetServedOverEfaWithoutHmem) {
+    auto e = Engine::create({{"plugins", "efa"},
+                             {"efa.provider", "tcp"},
+                             {"gpu_staging_slice_bytes", "262144"},
+                             {"gpu_staging_max_bytes", "1048576"}});
+    if (!e) GTEST_SKIP() << "SKIPPED: efa.so over libfabric's tcp provider is not available: " << e.error().message;
+    serve_gpu_target(**e, {"plugins=efa", "efa.provider=tcp"});
 }
 
 TEST_F(GpuTargetTest, APeerKilledMidPipelineFailsEveryUnfinishedOpAndReturnsThePinnedMemory) {

@@ -5,6 +5,7 @@
 #ifdef FERRY_TEST_EFA_PLUGIN
 
 #include "harness.hpp"
+#include "staging_host.hpp"
 
 #include <gtest/gtest.h>
 #include <rdma/fabric.h>
@@ -17,7 +18,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +122,9 @@ private:
                 continue;
             }
             ++answers;
+            RawHeader h;
+            memcpy(&h, e[i].op_context, sizeof h);
+            got.push_back(h);
             fi_recv(ep_, e[i].op_context, 4096, nullptr, FI_ADDR_UNSPEC, e[i].op_context);
         }
         return sends;
@@ -126,11 +132,18 @@ private:
 
 public:
     size_t answers = 0;
+    std::vector<RawHeader> got;  // headers of everything received, in order
     // Progresses until `n` answers arrived in all (or `limit` passed).
     bool wait_answers(size_t n, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
         const auto end = std::chrono::steady_clock::now() + limit;
         while (answers < n && std::chrono::steady_clock::now() < end) drain();
         return answers >= n;
+    }
+    // Progresses until pred() holds (or `limit` passed).
+    bool wait_until(const std::function<bool()> &pred, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+        const auto end = std::chrono::steady_clock::now() + limit;
+        while (!pred() && std::chrono::steady_clock::now() < end) drain();
+        return pred();
     }
     // A valid Hello from a fresh token, answered once the instance processed everything this
     // peer sent before it (one connection: in order). A barrier, not a sleep.
@@ -309,6 +322,96 @@ TEST_F(EfaHostileTest, HelloFloodAndImpostorLeaveTheTargetBoundedAndServing) {
     for (const auto &w : lines)
         refused |= w.find("1 Hello naming a known instance from another address") != std::string::npos;
     EXPECT_TRUE(refused) << "the impostor's Hello was not refused";
+}
+
+// Staged device memory (plugins/efa/staged_serve.cpp) against a peer that speaks the protocol
+// badly: requests outside the staged region or without its right are refused with the right
+// code, a flood gets kMaxStagedServedPerRemote (64) requests and -EBUSY for the rest, the grants
+// it never finishes hold at most one window (4 buffers) and come back within op_timeout_ms plus
+// a Hello's time, forged StageDones free nothing, and an honest peer is served afterwards.
+TEST_F(EfaHostileTest, ForgedStagedRequestsAreBoundedAndTheirBuffersComeBack) {
+    constexpr uint64_t kSlice = 256 * 1024, kLen = 4 << 20, kMiB = 1 << 20;
+    StagingHost sh(kSlice, 8 * kSlice);
+    DeviceMemory dev(kLen);
+    sh.add_device(dev);
+    fill_pattern(dev.alias(), kLen, 5);
+    const Options opts = {{"provider", "tcp"}, {"op_timeout_ms", "2000"}};
+    Instance t(*plugin, opts, sh.api());
+    ASSERT_EQ(t.create_rc(), 0) << t.last_error();
+    uint64_t h = 0;
+    ASSERT_EQ(t.register_mem(reinterpret_cast<void *>(dev.addr()), kLen, FERRY_ACCESS_REMOTE_READ, &h, FERRY_MEM_CUDA),
+              0)
+        << t.last_error();
+    const std::vector<uint8_t> ep = t.endpoint();
+    uint64_t token = 0;
+    memcpy(&token, ep.data() + 8, 8);
+    {
+        RawPeer raw(std::vector<uint8_t>(ep.begin() + 16, ep.end()));
+        ASSERT_TRUE(raw.ok()) << raw.error();
+        constexpr uint64_t kMe = 0x51a6ed;
+        ASSERT_TRUE(raw.barrier(kMe));
+        auto request = [&](uint16_t type, uint64_t id, uint64_t addr, uint64_t len) {
+            RawHeader hd;
+            hd.type = type;
+            hd.req_id = id;
+            hd.from_token = kMe;
+            hd.to_token = token;
+            const uint64_t body[2] = {addr, len};
+            return raw.send(message(hd, body, sizeof body));
+        };
+        auto status_of = [&](uint64_t id) -> std::optional<int32_t> {
+            for (const auto &g : raw.got)
+                if (g.type == 11 && g.req_id == id) return g.status;  // StageAck
+            return std::nullopt;
+        };
+        ASSERT_TRUE(request(7, 1, dev.addr() - 4096, 8192));  // StageRead across the region's start
+        ASSERT_TRUE(request(8, 2, dev.addr(), 4096));         // StageWrite into a read-only region
+        ASSERT_TRUE(raw.wait_until([&] { return status_of(1) && status_of(2); }));
+        EXPECT_EQ(status_of(1), -EFAULT);
+        EXPECT_EQ(status_of(2), -EACCES);
+        for (uint64_t id = 100; id < 200; ++id) ASSERT_TRUE(request(7, id, dev.addr(), kMiB));
+        RawHeader forged;  // StageDone for requests it never made, and for a slice never granted
+        forged.type = 10;
+        forged.from_token = kMe;
+        forged.to_token = token;
+        const int32_t done[2] = {0, 0};
+        for (uint64_t id : {7ull, 150ull}) {
+            forged.req_id = id;
+            const int32_t d[2] = {id == 150 ? 99 : 0, 0};
+            ASSERT_TRUE(raw.send(message(forged, id == 150 ? d : done, sizeof done)));
+        }
+        auto count = [&](uint16_t type, int32_t status) {
+            size_t n = 0;
+            for (const auto &g : raw.got) n += g.type == type && (type != 11 || g.status == status);
+            return n;
+        };
+        ASSERT_TRUE(raw.wait_until([&] { return count(11, -EBUSY) >= 36; }))
+            << count(11, -EBUSY) << " of the 36 requests past kMaxStagedServedPerRemote refused";
+        ASSERT_TRUE(raw.barrier(kMe));
+        ASSERT_TRUE(raw.wait_until([&] { return count(2, 0) >= 2; })) << "no HelloAck for the second barrier";
+        const size_t busy = count(11, -EBUSY), grants = count(9, 0);
+        EXPECT_EQ(busy, 100u - 64u) << "requests past kMaxStagedServedPerRemote are refused";
+        EXPECT_LE(sh.stats().peak_held_bytes, 4 * kSlice) << "one peer held more than its window";
+        std::cout << grants << " grants reached the peer that never takes them\n";
+        // It never finishes them: within op_timeout_ms (and a Hello it does not answer) they come back.
+        EXPECT_TRUE(sh.wait_idle(std::chrono::seconds(30))) << "buffers still lent to a peer that never took them";
+    }
+    Instance a(*plugin, {{"provider", "tcp"}});
+    ASSERT_EQ(a.create_rc(), 0) << a.last_error();
+    Buffer local(kMiB);
+    uint64_t lm = 0, peer = 0, remote = 0;
+    ASSERT_EQ(a.register_mem(local.data(), kMiB, 0, &lm), 0);
+    ASSERT_EQ(a.connect(ep, &peer), 0) << a.last_error();
+    ASSERT_EQ(a.import_mem(peer, dev.addr(), kLen, FERRY_ACCESS_REMOTE_READ, &remote, FERRY_MEM_CUDA), 0);
+    ASSERT_EQ(a.submit(peer, {make_op(FERRY_OP_READ, local.addr(), lm, dev.addr() + kMiB, remote, kMiB, 1)}), 0);
+    auto c = a.wait(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, 0) << c[0].message;
+    EXPECT_EQ(find_mismatch(local.data(), kMiB, 5, kMiB), SIZE_MAX);
+    a.destroy();
+    t.destroy();
+    EXPECT_TRUE(sh.wait_idle(std::chrono::seconds(30)));
+    EXPECT_TRUE(sh.stats().misuse.empty());
 }
 
 }  // namespace

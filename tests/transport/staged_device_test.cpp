@@ -1,4 +1,4 @@
-// tcp.so and shm.so serving a peer's READ of, and WRITE into, DEVICE memory registered on the
+// tcp.so, shm.so and efa.so serving a peer's READ of, and WRITE into, DEVICE memory registered on the
 // target (FERRY_CAP_STAGED_DEVICE): driven through the C ABI with a test host
 // (staging_host.hpp) whose "device" memory is PROT_NONE, so a plugin that touches it crashes.
 // Real sockets, real child processes for the kill tests (the binary re-executed).
@@ -63,6 +63,14 @@ std::vector<StagedParam> params() {
     Options memfd = shm;
     memfd.push_back({"adopt_memfd", "true"});
     v.push_back({"shm_memfd", so, memfd});
+#endif
+#ifdef FERRY_TEST_EFA_PLUGIN
+    // libfabric's tcp provider (no FI_HMEM): request/grant/done over control messages, RMA on
+    // each granted buffer. Grants not taken within op_timeout_ms are taken back (the kill test).
+    const std::string efa = plugin_path("FERRY_TEST_EFA_PLUGIN", FERRY_TEST_EFA_PLUGIN);
+    v.push_back({"efa", efa, {{"provider", "tcp"}, {"op_timeout_ms", "10000"}}});
+    // Local registrations split at 1 MiB: grants cross the initiator's MR boundaries.
+    v.push_back({"efa_split", efa, {{"provider", "tcp"}, {"op_timeout_ms", "10000"}, {"max_mr_size", "1m"}}});
 #endif
     return v;
 }
