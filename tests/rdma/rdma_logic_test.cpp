@@ -742,15 +742,15 @@ TEST(RdmaControl, ConnectionsAuthenticateWithTheClusterKey) {
     EXPECT_TRUE(contains(early.client_why, "must authenticate first")) << early.client_why;
     EXPECT_EQ(early.server, -EACCES);
     // The proofs depend on key, role and both nonces.
-    uint8_t cn[kNonceSize] = {1}, sn[kNonceSize] = {2}, a[kProofSize], b[kProofSize];
-    make_proof(key, "server", cn, sn, a);
-    make_proof(key, "client", cn, sn, b);
-    EXPECT_NE(memcmp(a, b, kProofSize), 0);
-    make_proof(other, "server", cn, sn, b);
-    EXPECT_NE(memcmp(a, b, kProofSize), 0);
+    uint8_t cn[kNonceSize] = {1}, sn[kNonceSize] = {2};
+    auto a = ferry_auth::make_proof(key, kProtocol, Role::kServer, cn, sn);
+    auto b = ferry_auth::make_proof(key, kProtocol, Role::kClient, cn, sn);
+    EXPECT_NE(memcmp(a.data(), b.data(), kProofSize), 0);
+    b = ferry_auth::make_proof(other, kProtocol, Role::kServer, cn, sn);
+    EXPECT_NE(memcmp(a.data(), b.data(), kProofSize), 0);
     sn[0] = 3;
-    make_proof(key, "server", cn, sn, b);
-    EXPECT_NE(memcmp(a, b, kProofSize), 0);
+    b = ferry_auth::make_proof(key, kProtocol, Role::kServer, cn, sn);
+    EXPECT_NE(memcmp(a.data(), b.data(), kProofSize), 0);
 }
 
 TEST(RdmaOptions, AuthKeyIsHexAndNeverEchoed) {
