@@ -1,6 +1,5 @@
 #include "auth.hpp"
 
-#include <sys/random.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -69,21 +68,10 @@ Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const
 
 Result<control::Nonce> random_nonce() {
     control::Nonce nonce;
-    size_t got = 0;
-    while (got < nonce.size()) {
-        ssize_t n = ::getrandom(nonce.data() + got, nonce.size() - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return fail(-errno, cat("getrandom failed: ", std::strerror(errno)));
-        }
-        got += static_cast<size_t>(n);
-    }
+    if (!ferry_auth::fill_random(nonce)) return fail(-errno, cat("getrandom failed: ", std::strerror(errno)));
     return nonce;
 }
 
-std::string transport_auth_key(const std::string &secret) {
-    auto key = ferry_crypto::hmac_sha256(secret, "ferry transport key v1");
-    return ferry_crypto::to_hex(key.data(), key.size());
-}
+std::string transport_auth_key(const std::string &secret) { return ferry_auth::transport_key_hex(secret); }
 
 }  // namespace ferry

@@ -65,17 +65,17 @@ Result<ControlClient> ControlClient::handshake(Fd fd, const std::string &address
     // even when its proof is wrong, so the server logs the failed attempt too, then refuse.
     std::string server_problem;
     if (!secret.empty()) {
-        Proof expected = make_proof(secret, "server", *nonce, server_nonce, name);
         if (!(flags & kFlagSecret))
             server_problem = cat("authentication failed: ", label,
                                  " has no cluster secret but this engine requires one (auth_secret); set the same "
                                  "auth_secret, auth_secret_file or FERRY_AUTH_SECRET on every engine of the cluster");
-        else if (!ferry_crypto::equal_digests(expected.data(), server_proof.data(), expected.size()))
+        else if (!ferry_auth::proof_matches(secret, kProtocol, Role::kServer, *nonce, server_nonce,
+                                            ferry_auth::proof_at(server_proof.data()), name))
             server_problem = cat("authentication failed: ", label,
                                  " does not know this cluster's secret (wrong auth_secret on one side); set the same "
                                  "auth_secret on every engine of the cluster");
     }
-    Proof proof = make_proof(secret, "client", *nonce, server_nonce, name);
+    Proof proof = ferry_auth::make_proof(secret, kProtocol, Role::kClient, *nonce, server_nonce, name);
     if (auto w = write_all(client.fd_.get(), frame(kAuth, proof), deadline); !w) return std::unexpected(w.error());
     auto accepted = client.read_reply(deadline, "authentication");
     if (!server_problem.empty()) {

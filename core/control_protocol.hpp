@@ -12,10 +12,11 @@
 //   3. client AUTH    payload = client proof[32]
 //      server reply   status 0, or EACCES and close
 // flags: kFlagSecret when that side has a cluster secret. Without one both proofs are zeros.
-// proof = HMAC-SHA-256(secret, "ferry control v2" | role | client nonce | server nonce |
-//                      client name), role "server" or "client": each side proves knowledge of
-// the secret over the other side's fresh nonce, so neither a captured exchange nor a proof
-// reflected back to its sender is accepted, and the secret never crosses the wire.
+// proof = ferry_auth::make_proof(secret, Protocol::kControl, role, client nonce, server nonce,
+//                                client name) (base/auth_proof.hpp: HMAC-SHA-256 keyed with the
+// cluster secret over "ferry control v2" | role | nonces | client name): each side proves
+// knowledge of the secret over the other side's fresh nonce, so neither a captured exchange nor
+// a proof reflected back to its sender is accepted, and the secret never crosses the wire.
 #pragma once
 
 #include <array>
@@ -25,16 +26,16 @@
 #include <string_view>
 #include <vector>
 
+#include "auth_proof.hpp"
 #include "byte_codec.hpp"
 #include "ferry/engine.hpp"
-#include "hmac_sha256.hpp"
 
 namespace ferry::control {
 
 inline constexpr uint32_t kMagic = 0x46524853;  // "FRHS"
 inline constexpr uint16_t kVersion = 2;         // 1: descriptor requests only, no HELLO
 inline constexpr size_t kHeaderBytes = 12;
-inline constexpr size_t kNonceBytes = 32;
+inline constexpr size_t kNonceBytes = ferry_auth::kNonceBytes;
 inline constexpr uint32_t kFlagSecret = 1;
 
 enum Type : uint16_t {
@@ -49,8 +50,10 @@ enum Type : uint16_t {
 inline constexpr size_t kMaxRequestBytes = kMaxNotificationBytes + 4096;
 inline constexpr size_t kMaxNameBytes = 1024;
 
-using Nonce = std::array<uint8_t, kNonceBytes>;
-using Proof = ferry_crypto::Digest;
+using Nonce = ferry_auth::Nonce;
+using Proof = ferry_auth::Proof;
+using ferry_auth::Role;
+inline constexpr auto kProtocol = ferry_auth::Protocol::kControl;  // the proofs' label
 
 struct Header {
     uint32_t magic = 0;
@@ -82,16 +85,6 @@ inline Header parse_header(std::span<const uint8_t> bytes) {
     r.u16(h.code);
     r.u32(h.length);
     return h;
-}
-
-inline Proof make_proof(std::string_view secret, std::string_view role, const Nonce &client_nonce,
-                        const Nonce &server_nonce, std::string_view client_name) {
-    if (secret.empty()) return Proof{};
-    ferry_crypto::HmacSha256 mac(secret.data(), secret.size());
-    mac.update("ferry control v2").update(role);
-    mac.update(client_nonce.data(), client_nonce.size()).update(server_nonce.data(), server_nonce.size());
-    mac.update(client_name);
-    return mac.finish();
 }
 
 }  // namespace ferry::control

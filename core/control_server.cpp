@@ -454,7 +454,8 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
                 return true;
             }
             c.server_nonce = *server_nonce;
-            Proof proof = make_proof(options_.secret, "server", c.client_nonce, c.server_nonce, c.client_name);
+            Proof proof = ferry_auth::make_proof(options_.secret, kProtocol, Role::kServer, c.client_nonce,
+                                                 c.server_nonce, c.client_name);
             ByteWriter w;
             w.bytes(c.server_nonce);
             w.u32(have_secret ? kFlagSecret : 0);
@@ -468,8 +469,8 @@ bool ControlServer::handle_frame(Connection &c, uint16_t code, std::vector<uint8
                 refuse(c, EPROTO, "malformed AUTH", now);
                 return true;
             }
-            Proof expected = make_proof(options_.secret, "client", c.client_nonce, c.server_nonce, c.client_name);
-            if (!ferry_crypto::equal_digests(expected.data(), payload.data(), expected.size())) {
+            if (!ferry_auth::proof_matches(options_.secret, kProtocol, Role::kClient, c.client_nonce, c.server_nonce,
+                                           ferry_auth::proof_at(payload.data()), c.client_name)) {
                 refuse(c, EACCES,
                        cat("authentication failed: the peer does not know this cluster's secret (wrong "
                            "auth_secret); this engine (",

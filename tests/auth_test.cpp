@@ -6,12 +6,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <thread>
 
 #include "auth.hpp"
+#include "auth_proof.hpp"
 #include "control_client.hpp"
 #include "control_protocol.hpp"
 #include "descriptor.hpp"
@@ -110,12 +113,51 @@ TEST(HmacSha256, ProofsOnTheWireAreThoseOfEarlierVersions) {
         cn[i] = static_cast<uint8_t>(i);
         sn[i] = static_cast<uint8_t>(0xa0 + i);
     }
-    EXPECT_EQ(hex_of(control::make_proof(kSecret, "client", cn, sn, "node-a")),
+    EXPECT_EQ(hex_of(ferry_auth::make_proof(kSecret, control::kProtocol, control::Role::kClient, cn, sn, "node-a")),
               "7ce7b1964f2efdba69148a02dfc2f6beb8cd92903840237d443febe35a7f2797");
     std::string key = unhex(transport_auth_key(kSecret));
     ferry_crypto::HmacSha256 tcp(key.data(), key.size());
     tcp.update("ferry tcp v2").update("server").update(cn.data(), cn.size()).update(sn.data(), sn.size());
     EXPECT_EQ(hex_of(tcp.finish()), "8e7b84fbb33e294c7e81bdf7afdca6caa1c9c0ebdf1a2bd6684028ff341f511f");
+}
+
+// base/auth_proof.hpp computes the proofs of all three protocols: each is HMAC-SHA-256 over
+// its own label | role | client nonce | server nonce | context, exactly as each protocol wrote
+// it before (computed here independently), zeros without a key, and no two protocols or roles
+// share a proof.
+TEST(AuthProof, OneFunctionGivesEveryProtocolsBytes) {
+    ferry_auth::Nonce cn, sn;
+    for (size_t i = 0; i < cn.size(); ++i) {
+        cn[i] = static_cast<uint8_t>(3 * i);
+        sn[i] = static_cast<uint8_t>(0x55 ^ i);
+    }
+    const std::string key = unhex(transport_auth_key(kSecret));
+    struct Case {
+        ferry_auth::Protocol protocol;
+        const char *label;
+        const char *context;
+    } cases[] = {{ferry_auth::Protocol::kControl, "ferry control v2", "node-b"},
+                 {ferry_auth::Protocol::kTcp, "ferry tcp v2", ""},
+                 {ferry_auth::Protocol::kRdma, "ferry rdma v1", ""}};
+    std::vector<std::string> seen;
+    for (const auto &c : cases)
+        for (auto role : {ferry_auth::Role::kServer, ferry_auth::Role::kClient}) {
+            const char *role_name = role == ferry_auth::Role::kServer ? "server" : "client";
+            ferry_crypto::HmacSha256 mac(key.data(), key.size());
+            mac.update(c.label).update(role_name).update(cn.data(), cn.size()).update(sn.data(), sn.size());
+            mac.update(c.context);
+            auto want = mac.finish();
+            auto got = ferry_auth::make_proof(key, c.protocol, role, cn, sn, c.context);
+            EXPECT_EQ(hex_of(got), hex_of(want)) << c.label << " " << role_name;
+            EXPECT_TRUE(ferry_auth::proof_matches(key, c.protocol, role, cn, sn, got, c.context));
+            auto flipped = got;
+            flipped[31] ^= 1;
+            EXPECT_FALSE(ferry_auth::proof_matches(key, c.protocol, role, cn, sn, flipped, c.context));
+            seen.push_back(hex_of(got));
+            EXPECT_EQ(hex_of(ferry_auth::make_proof("", c.protocol, role, cn, sn, c.context)), std::string(64, '0'));
+        }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end()) << "two protocols or roles share a proof";
 }
 
 // A host without libcrypto (FERRY_LIBCRYPTO names a library that does not exist, so the real
@@ -354,7 +396,8 @@ TEST(ControlAuth, AReplayedHandshakeIsRefused) {
         ASSERT_EQ(h.code, 0);
         control::Nonce server_nonce;
         std::copy(payload.begin() + 4, payload.begin() + 4 + 32, server_nonce.begin());
-        auto proof = control::make_proof(kSecret, "client", nonce, server_nonce, "eavesdropped");
+        auto proof = ferry_auth::make_proof(kSecret, control::kProtocol, control::Role::kClient, nonce, server_nonce,
+                                            "eavesdropped");
         auth_frame = control::frame(control::kAuth, proof);
         ASSERT_TRUE(write_all(fd->get(), auth_frame, deadline));
         EXPECT_EQ(read_frame(fd->get()).first.code, 0) << "the genuine exchange is accepted";

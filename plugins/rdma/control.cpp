@@ -1,13 +1,10 @@
 #include "control.hpp"
 
-#include "hmac_sha256.hpp"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -167,35 +164,19 @@ int recv_msg(int fd, CtrlHeader *h, std::vector<uint8_t> *body, int timeout_ms, 
     return 0;
 }
 
-void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
-                uint8_t out[kProofSize]) {
-    if (key.empty()) {
-        memset(out, 0, kProofSize);
-        return;
-    }
-    std::string msg = "ferry rdma v1";
-    msg += role;
-    msg.append(reinterpret_cast<const char *>(client_nonce), kNonceSize);
-    msg.append(reinterpret_cast<const char *>(server_nonce), kNonceSize);
-    auto d = ferry_crypto::hmac_sha256(key, msg);
-    memcpy(out, d.data(), kProofSize);
-}
-
 namespace {
-
-bool fill_random(uint8_t *p, size_t n) { return getrandom(p, n, 0) == static_cast<ssize_t>(n); }
 
 const char *key_words(bool has) { return has ? "has a cluster key" : "has no cluster key"; }
 
 }  // namespace
 
 int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why) {
-    uint8_t cn[kNonceSize];
-    if (!fill_random(cn, sizeof cn)) {
+    ferry_auth::Nonce cn;
+    if (!ferry_auth::fill_random(cn)) {
         *why = "getrandom: " + err_text(errno);
         return -EIO;
     }
-    std::vector<uint8_t> hello(cn, cn + kNonceSize);
+    std::vector<uint8_t> hello(cn.begin(), cn.end());
     hello.push_back(key.empty() ? 0 : 1);
     CtrlHeader h;
     h.type = static_cast<uint16_t>(CtrlType::Hello);
@@ -215,15 +196,14 @@ int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why
         *why = "malformed authentication reply";
         return -EPROTO;
     }
-    const uint8_t *sn = body.data();
-    uint8_t expect[kProofSize];
-    make_proof(key, "server", cn, sn, expect);
-    if (!ferry_crypto::equal_digests(expect, body.data() + kNonceSize, kProofSize)) {
+    auto sn = ferry_auth::nonce_at(body.data());
+    if (!ferry_auth::proof_matches(key, kProtocol, Role::kServer, cn, sn,
+                                   ferry_auth::proof_at(body.data() + kNonceSize))) {
         *why = "the peer does not know this instance's cluster key (its proof is wrong): refusing it";
         return -EACCES;
     }
-    std::vector<uint8_t> proof(kProofSize);
-    make_proof(key, "client", cn, sn, proof.data());
+    auto mine = ferry_auth::make_proof(key, kProtocol, Role::kClient, cn, sn);
+    std::vector<uint8_t> proof(mine.begin(), mine.end());
     h.type = static_cast<uint16_t>(CtrlType::Auth);
     if (int rc = send_msg(fd, h, proof, timeout_ms, why); rc != 0) return rc;
     if (int rc = recv_msg(fd, &got, &body, timeout_ms, why); rc != 0) return rc;
@@ -253,18 +233,17 @@ int AuthServer::on_message(const CtrlHeader &h, const std::vector<uint8_t> &body
             return refuse(std::string("the initiator ") + key_words(peer_has) + " but this rdma.so instance " +
                           key_words(have) + ": give both engines the same auth_secret");
         memcpy(client_nonce_, body.data(), kNonceSize);
-        if (!fill_random(server_nonce_, kNonceSize)) return refuse("getrandom failed");
+        if (!ferry_auth::fill_random(server_nonce_)) return refuse("getrandom failed: " + err_text(errno));
+        auto proof = ferry_auth::make_proof(*key_, kProtocol, Role::kServer, client_nonce_, server_nonce_);
         out->assign(server_nonce_, server_nonce_ + kNonceSize);
-        out->resize(kNonceSize + kProofSize);
-        make_proof(*key_, "server", client_nonce_, server_nonce_, out->data() + kNonceSize);
+        out->insert(out->end(), proof.begin(), proof.end());
         hello_ = true;
         return 0;
     }
     if (h.type == static_cast<uint16_t>(CtrlType::Auth) && hello_) {
         reply->type = static_cast<uint16_t>(CtrlType::AuthAck);
-        uint8_t expect[kProofSize];
-        make_proof(*key_, "client", client_nonce_, server_nonce_, expect);
-        if (body.size() != kProofSize || !ferry_crypto::equal_digests(expect, body.data(), kProofSize))
+        if (body.size() != kProofSize || !ferry_auth::proof_matches(*key_, kProtocol, Role::kClient, client_nonce_,
+                                                                    server_nonce_, ferry_auth::proof_at(body.data())))
             return refuse("wrong cluster key: the initiator's proof does not match");
         done_ = true;
         return 0;

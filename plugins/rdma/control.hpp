@@ -2,6 +2,7 @@
 // registration queries. Framing is wire.hpp's CtrlHeader + body; every call has a deadline.
 #pragma once
 
+#include "auth_proof.hpp"
 #include "wire.hpp"
 
 #include <cstdint>
@@ -22,15 +23,14 @@ std::string ip_string(const uint8_t ip[4], uint16_t port);  // "10.0.0.1:4791"
 // Authentication of a control connection, before anything is served. With a cluster key (option
 // auth_key, derived by the host from its cluster secret) each end proves it knows the key over the
 // other end's fresh nonce:
-//   proof = HMAC-SHA-256(key, "ferry rdma v1" | role | client nonce | server nonce)
-// role "server" or "client". Without a key the proofs are zeros and both ends must agree that
-// neither has one. Hello = client nonce + has-key byte; HelloAck = server nonce + server proof;
-// Auth = client proof; AuthAck = status.
-inline constexpr size_t kNonceSize = 32;
-inline constexpr size_t kProofSize = 32;
-
-void make_proof(const std::string &key, const char *role, const uint8_t *client_nonce, const uint8_t *server_nonce,
-                uint8_t out[kProofSize]);
+//   proof = ferry_auth::make_proof(key, kProtocol, role, client nonce, server nonce)
+// (base/auth_proof.hpp: HMAC-SHA-256 over "ferry rdma v1" | role | nonces). Without a key the
+// proofs are zeros and both ends must agree that neither has one. Hello = client nonce +
+// has-key byte; HelloAck = server nonce + server proof; Auth = client proof; AuthAck = status.
+inline constexpr auto kProtocol = ferry_auth::Protocol::kRdma;
+using ferry_auth::Role;
+inline constexpr size_t kNonceSize = ferry_auth::kNonceBytes;
+inline constexpr size_t kProofSize = ferry_auth::kProofBytes;
 
 // The client's side, run right after connect_tcp: 0, or -EACCES / a socket error with *why.
 int auth_client(int fd, const std::string &key, int timeout_ms, std::string *why);

@@ -1,5 +1,6 @@
-// rdma.so instance lifecycle, memory registration, connect/import and the control server.
-// Posting and completions are in datapath.cpp.
+// rdma.so instance lifecycle, memory registration and the initiator's side: connect, import
+// (querying the owner), disconnect. Serving other instances' requests is in server.cpp, posting
+// and completions in datapath.cpp.
 #include "transport.hpp"
 
 #include "control.hpp"
@@ -23,16 +24,6 @@ namespace ferry_rdma {
 namespace {
 
 std::string hex(uint64_t v) { return strprintf("0x%" PRIx64, v); }
-
-void put_u64(std::vector<uint8_t> &b, uint64_t v) {
-    for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
-}
 
 std::string memlock_limit() {
     rlimit rl{};
@@ -498,9 +489,7 @@ int Transport::import_mem(uint64_t peer_id, const ferry_mem_region_t *region, co
                              why.c_str());
     } else {
         // No export_mem bytes: ask the owner which registrations hold the range.
-        std::vector<uint8_t> body, reply;
-        put_u64(body, region->addr);
-        put_u64(body, region->length);
+        std::vector<uint8_t> body = encode_query(region->addr, region->length), reply;
         std::lock_guard ctrl(peer->ctrl_mu);
         if (peer->ctrl_fd < 0)
             return set_error(err, -ENOTCONN, "rdma: import_mem: the peer %s is disconnected", peer->name.c_str());
@@ -532,80 +521,6 @@ int Transport::release_mem(uint64_t peer_id, uint64_t remote_mem, ferry_error_t 
                          peer_id);
     imports_.erase(it);
     return 0;
-}
-
-// ---- serving: other instances' handshakes and queries ----
-
-int Transport::serve_connect(Served &s, const ConnectBody &b, ConnectAckBody *ack, std::string *why) {
-    s.token = b.token;
-    s.nics = b.nics;
-    for (const auto &p : b.pairs) {
-        if (p.remote_nic >= nics_.size()) {
-            *why = "the initiator names NIC " + std::to_string(p.remote_nic) + " here, this instance has " +
-                   std::to_string(nics_.size());
-            return -EINVAL;
-        }
-        // The responder side never posts: a minimal send queue.
-        auto qp = QueuePair::create(*nics_[p.remote_nic], 2, why);
-        if (!qp) return -ENOMEM;
-        if (int rc = qp->connect(b.nics[p.local_nic], p.qpn, p.psn, cfg_, why); rc != 0) return rc;
-        ack->pairs.push_back({p.remote_nic, p.local_nic, qp->qpn(), qp->psn()});
-        s.qps[{p.remote_nic, p.local_nic}] = std::move(qp);  // replaces (and destroys) a failed one
-    }
-    return 0;
-}
-
-bool Transport::serve_request(ServedConn &c, const CtrlHeader &h, const std::vector<uint8_t> &body) {
-    if (!c.session) c.session = std::make_unique<Served>();
-    Served &s = static_cast<Served &>(*c.session);
-    CtrlHeader reply;
-    reply.req_id = h.req_id;
-    std::vector<uint8_t> out;
-    std::string why;
-    int timeout = static_cast<int>(cfg_.control.reply_timeout_ms);
-    int rc = 0;
-    auto type = static_cast<CtrlType>(h.type);
-    if (type == CtrlType::Connect || type == CtrlType::Reconnect) {
-        reply.type = static_cast<uint16_t>(type == CtrlType::Connect ? CtrlType::ConnectAck : CtrlType::ReconnectAck);
-        ConnectBody b;
-        ConnectAckBody ack;
-        if (!decode_connect(body.data(), body.size(), &b, &why)) rc = -EPROTO;
-        else if (type == CtrlType::Reconnect && b.token != s.token)
-            rc = -EPROTO, why = "reconnect from another instance than connected";
-        else rc = serve_connect(s, b, &ack, &why);
-        if (rc == 0) out = encode_connect_ack(ack);
-    } else if (type == CtrlType::Query && body.size() == 16) {
-        reply.type = static_cast<uint16_t>(CtrlType::QueryReply);
-        uint64_t addr = get_u64(body.data()), len = get_u64(body.data() + 8);
-        // Every registration overlapping the range: the initiator refuses the rest itself.
-        std::lock_guard lock(mu_);
-        MemDescriptor all;
-        std::vector<const LocalRegion *> hits;
-        for (auto &[hd, r] : regions_)
-            if (len > 0 && r->addr < addr + len && addr < r->addr + r->length) hits.push_back(r.get());
-        std::sort(hits.begin(), hits.end(), [](auto *x, auto *y) { return x->addr < y->addr; });
-        for (const LocalRegion *r : hits) {
-            MemDescriptor d = describe(*r);
-            all.nearest_nics |= d.nearest_nics;
-            for (auto &c : d.chunks) all.chunks.push_back(std::move(c));
-        }
-        out = encode_mem(all, nics_.size());
-    } else {
-        reply.type = h.type + 1;
-        rc = -EPROTO;
-        why = "unexpected control message type " + std::to_string(h.type);
-    }
-    if (rc != 0) {
-        reply.status = rc;
-        out.assign(why.begin(), why.end());
-        log_.log(FERRY_LOG_INFO, "refused a control request: %s", why.c_str());
-    }
-    std::string send_why;
-    if (send_msg(c.fd, reply, out, timeout, &send_why) != 0) {
-        log_.log(FERRY_LOG_WARN, "control reply lost: %s", send_why.c_str());
-        return false;
-    }
-    return true;
 }
 
 }  // namespace ferry_rdma

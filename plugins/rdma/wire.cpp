@@ -277,6 +277,21 @@ bool decode_connect_ack(const void *bytes, size_t len, ConnectAckBody *out, std:
     return true;
 }
 
+std::vector<uint8_t> encode_query(uint64_t addr, uint64_t length) {
+    Writer w;
+    w.u64(addr);
+    w.u64(length);
+    return w.take();
+}
+
+bool decode_query(const std::vector<uint8_t> &body, uint64_t *addr, uint64_t *length) {
+    if (body.size() != 16) return false;
+    Reader r(body.data(), body.size(), nullptr);
+    *addr = r.u64("addr");
+    *length = r.u64("length");
+    return r.ok();
+}
+
 void encode_header(const CtrlHeader &h, uint8_t out[kCtrlHeaderSize]) {
     Writer w;
     w.u32(kCtrlMagic);

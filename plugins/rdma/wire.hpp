@@ -119,6 +119,11 @@ bool decode_connect(const void *bytes, size_t len, ConnectBody *out, std::string
 std::vector<uint8_t> encode_connect_ack(const ConnectAckBody &b);
 bool decode_connect_ack(const void *bytes, size_t len, ConnectAckBody *out, std::string *why);
 
+// Query body: addr u64 | length u64, the range whose registrations the initiator asks about.
+std::vector<uint8_t> encode_query(uint64_t addr, uint64_t length);
+// False unless the body is exactly one query.
+bool decode_query(const std::vector<uint8_t> &body, uint64_t *addr, uint64_t *length);
+
 void encode_header(const CtrlHeader &h, uint8_t out[kCtrlHeaderSize]);
 bool decode_header(const uint8_t in[kCtrlHeaderSize], CtrlHeader *out, std::string *why);
 

@@ -188,7 +188,7 @@ void Lane::on_events(uint32_t events) {
         }
         if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
         state_ = State::Hello;
-        if (!random_bytes(client_nonce_, kNonceSize)) {
+        if (!ferry_auth::fill_random(client_nonce_)) {
             fail(-EIO, strprintf("connect to peer %s failed: getrandom: %s", peer_.endpoint().name.c_str(),
                                  errno_string(errno).c_str()));
             return;
@@ -448,7 +448,9 @@ bool Lane::on_hello_ack() {
             "authentication failed: peer %s has no cluster secret but this "
             "engine requires one (auth_secret)",
             name.c_str());
-    else if (!key.empty() && !proof_matches(key, "server", client_nonce_, server_nonce, server_proof))
+    else if (!key.empty() &&
+             !ferry_auth::proof_matches(key, kProtocol, Role::kServer, client_nonce_,
+                                        ferry_auth::nonce_at(server_nonce), ferry_auth::proof_at(server_proof)))
         auth_problem_ = strprintf(
             "authentication failed: peer %s does not know the cluster "
             "secret (wrong auth_secret on one side)",
@@ -457,7 +459,9 @@ bool Lane::on_hello_ack() {
     h.type = kAuth;
     h.msg_len = kAuthData;
     encode_header(h, hello_);
-    make_proof(key, "client", client_nonce_, server_nonce, hello_ + kHeaderSize);
+    auto proof =
+        ferry_auth::make_proof(key, kProtocol, Role::kClient, client_nonce_, ferry_auth::nonce_at(server_nonce));
+    memcpy(hello_ + kHeaderSize, proof.data(), kProofSize);
     hello_len_ = kHeaderSize + kAuthData;
     hello_off_ = 0;
     auth_sent_ = true;

@@ -405,7 +405,8 @@ void ServerConn::refuse(int status, const std::string &why) {
 void ServerConn::on_handshake_data() {
     const std::string &key = ctx_.cfg.auth_key;
     if (awaiting_auth_) {
-        if (!proof_matches(key, "client", client_nonce_, server_nonce_, hs_)) {
+        if (!ferry_auth::proof_matches(key, kProtocol, Role::kClient, client_nonce_, server_nonce_,
+                                       ferry_auth::proof_at(hs_))) {
             refuse(-EACCES,
                    "authentication failed: the client does not know the cluster secret (wrong "
                    "auth_secret); set the same auth_secret on every engine of the cluster");
@@ -439,13 +440,14 @@ void ServerConn::on_handshake_data() {
                "one; set the same auth_secret on every engine of the cluster");
         return;
     }
-    if (!random_bytes(server_nonce_, kNonceSize)) {
+    if (!ferry_auth::fill_random(server_nonce_)) {
         refuse(-EIO, "getrandom failed: " + errno_string(errno));
         return;
     }
     uint8_t data[kHelloAckData];
     memcpy(data, server_nonce_, kNonceSize);
-    make_proof(key, "server", client_nonce_, server_nonce_, data + kNonceSize);
+    auto proof = ferry_auth::make_proof(key, kProtocol, Role::kServer, client_nonce_, server_nonce_);
+    memcpy(data + kNonceSize, proof.data(), kProofSize);
     queue_data(kHelloAck, key.empty() ? 0 : kFlagAuth, data, kHelloAckData);
     awaiting_auth_ = true;
 }

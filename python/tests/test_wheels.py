@@ -239,7 +239,7 @@ def test_every_wheel_within_the_baseline():
 
 def test_check_refuses_a_gcc12_only_symbol(tmp_path):
     """A plugin that needs GLIBCXX_3.4.30 (GCC 12's condition_variable::wait, without
-    plugins/common/glibcxx_baseline.h) is refused, naming the symbol version and the baseline."""
+    base/glibcxx_baseline.h) is refused, naming the symbol version and the baseline."""
     if not shutil.which("g++"):
         pytest.skip("SKIPPED: no g++ here")
     src = tmp_path / "cv.cpp"

@@ -40,7 +40,7 @@ ferry-transfer-engine-<variant> (-cuda13, -rocm7 ...), the import package ferry_
 
 Platform tag: manylinux_2_34_<arch> by default: glibc 2.34 and GCC 11's libstdc++
 (GLIBCXX_3.4.29, CXXABI_1.3.13) are the baseline, i.e. RHEL 9 / Rocky 9 / Amazon Linux 2023,
-Ubuntu 22.04+, Debian 12+ (plugins/common/glibcxx_baseline.h keeps GCC 12 builds there).
+Ubuntu 22.04+, Debian 12+ (base/glibcxx_baseline.h keeps GCC 12 builds there).
 """
 
 import argparse
@@ -201,7 +201,7 @@ def report(root, plat=None):
             if v > limit[kind]:
                 problems.append("%s needs %s_%s, newer than the baseline's %s_%s (RHEL 9: glibc 2.34, "
                                 "GCC 11's libstdc++): `objdump -T` names the symbol; bind it to an older "
-                                "version (plugins/common/glibcxx_baseline.h) or avoid it" % (rel, kind, vstr(v), kind, vstr(limit[kind])))
+                                "version (base/glibcxx_baseline.h) or avoid it" % (rel, kind, vstr(v), kind, vstr(limit[kind])))
         if bad:
             problems.append("%s needs %s (not in %s, not a host library)" % (
                 rel, ", ".join(bad), "its NIXL drop-in directory" if in_nixl else "the wheel"))
