@@ -4,8 +4,8 @@
 // Registration exports an IPC handle for the allocation holding the region plus the region's
 // offset in it, so sub-buffers of one allocation work. An importer opens each allocation once
 // and shares the mapping among all regions in it. Copies run asynchronously on a pool of
-// streams per device: the ops of one submit on one device are cut into one contiguous run per
-// stream (at most kMaxRunOps ops), each run queued with the runtime's batched copy where it has
+// streams per device: the ops of one submit on one device are cut into contiguous runs (one per
+// stream for large ops, all on one stream for small ones; at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
 // one and followed by one event. A completion thread waits on those events in submission order
 // and reports each run's ops at once, with one eventfd signal. Every runtime call restores the
 // caller's current device.
@@ -38,6 +38,8 @@ inline constexpr size_t kRegionKeyBytes = kIpcHandleBytes + 8 + 8 + 8 + 4;
 inline constexpr uint32_t kEndpointMagic = 0x46475049;  // "FGPI"
 // Most ops behind one event: a long batch still completes in steps, not all at its very end.
 inline constexpr size_t kMaxRunOps = 64;
+// Ops of at least this size on average are spread over the device's streams, smaller ones not.
+inline constexpr uint64_t kSpreadOpBytes = 4 << 20;
 
 class IpcTransport {
 public:
@@ -129,7 +131,7 @@ private:
     std::thread completion_thread_;
 
     std::mutex done_mu_;
-    std::vector<ferry_completion_t> done_;
+    std::deque<ferry_completion_t> done_;  // taken from the front in chunks
     int event_fd_ = -1;
 };
 
