@@ -22,7 +22,8 @@ int main(int argc, char **argv) {
     std::string plugins = argc > 3 ? argv[3] : "cuda_ipc";  // e.g. cuda_ipc,tcp: tcp serves it through staging
     ferry::Config config = {{"plugins", plugins}};
     for (int i = 4; i < argc; ++i)  // engine options, e.g. efa.provider=tcp
-        if (const char *eq = strchr(argv[i], '=')) config[std::string(argv[i], static_cast<size_t>(eq - argv[i]))] = eq + 1;
+        if (const char *eq = strchr(argv[i], '='))
+            config[std::string(argv[i], static_cast<size_t>(eq - argv[i]))] = eq + 1;
     CUDA_OR_DIE(cudaSetDevice(device));
     const uint64_t gap = 4096;
     auto engine = ferry::Engine::create(config);
