@@ -1,6 +1,7 @@
 // The few GPU runtime calls GPU IPC needs, behind one interface with two backends: CUDA
-// (cuda_runtime.cpp, cudart linked statically so only the driver is needed at run time) and
-// HIP (hip_runtime.cpp, libamdhip64). Everything else in gpu_ipc/ is shared.
+// (cuda/cuda_runtime.cpp, cudart linked statically so only the driver is needed at run time)
+// and HIP (hip/hip_runtime.cpp, libamdhip64 opened at run time). Everything else in gpu_ipc/ is
+// shared.
 //
 // Every call returns 0 or a negative errno-style code and fills `error` with the runtime's own
 // name and text for the failure, e.g. "cudaIpcOpenMemHandle: invalid device context (201)".
