@@ -1,14 +1,18 @@
 // gpu_ipc_bench: cuda_ipc.so between two processes on one GPU, next to an in-process
 // cudaMemcpyAsync device-to-device copy of the same sizes, in the same run.
 //
-//   gpu_ipc_bench [--sizes-mib 1,16,64,256] [--bytes-gib 16] [--batch 8] [--op write|read]
+//   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
+//                 [--bytes-gib 16 | --seconds S] [--op write|read] [--option cuda_ipc.streams=N]
 //
 // The initiator (this process) starts the target as a child process (same binary, --target),
 // opens its segment over the P2P handshake, and times batches of `batch` ops from first submit
 // to last completion. Throughput is bytes copied per second (10^9), the figure cudaMemcpy's
-// baseline uses too; each size moves at least --bytes-gib.
+// baseline uses too; each size moves at least --bytes-gib (or runs --seconds). The baseline is
+// the same number of raw batches: `batch` cudaMemcpyAsync calls on one stream, then a sync. Each
+// cell is three alternating rounds of both; the table gives the medians.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -50,52 +54,65 @@ int run_target(uint64_t bytes, int gpu) {
     return 0;
 }
 
-// dst on device `dst_gpu`, src on device 0: a plain D2D copy, or cudaMemcpyPeerAsync across GPUs.
-double baseline_gbps(void *dst, int dst_gpu, void *src, uint64_t block, uint64_t copies) {
+// Raw copies in one process, batched as the engine's ops are: `batch` copies of `block` bytes
+// on one stream to distinct destinations (dst on device `dst_gpu`, src on device 0: a plain D2D
+// copy, or cudaMemcpyPeerAsync across GPUs), then a stream synchronize; `batches` times.
+double baseline_gbps(uint8_t *dst, int dst_gpu, const uint8_t *src, uint64_t block, uint64_t batch, uint64_t batches) {
     cudaStream_t s;
     CUDA_OR_DIE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    auto copy = [&] {
-        if (dst_gpu == 0) CUDA_OR_DIE(cudaMemcpyAsync(dst, src, block, cudaMemcpyDeviceToDevice, s));
-        else CUDA_OR_DIE(cudaMemcpyPeerAsync(dst, dst_gpu, src, 0, block, s));
+    auto one_batch = [&] {
+        for (uint64_t i = 0; i < batch; ++i) {
+            if (dst_gpu == 0)
+                CUDA_OR_DIE(cudaMemcpyAsync(dst + i * block, src + i * block, block, cudaMemcpyDeviceToDevice, s));
+            else CUDA_OR_DIE(cudaMemcpyPeerAsync(dst + i * block, dst_gpu, src + i * block, 0, block, s));
+        }
+        CUDA_OR_DIE(cudaStreamSynchronize(s));
     };
-    copy();  // warm-up
-    CUDA_OR_DIE(cudaStreamSynchronize(s));
+    one_batch();  // warm-up
     auto t0 = Clock::now();
-    for (uint64_t i = 0; i < copies; ++i) copy();
-    CUDA_OR_DIE(cudaStreamSynchronize(s));
+    for (uint64_t k = 0; k < batches; ++k) one_batch();
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     cudaStreamDestroy(s);
-    return static_cast<double>(block) * copies / secs / 1e9;
+    return static_cast<double>(block) * batch * batches / secs / 1e9;
+}
+
+std::vector<uint64_t> parse_list(char *arg, uint64_t unit) {
+    std::vector<uint64_t> v;
+    for (char *t = strtok(arg, ","); t; t = strtok(nullptr, ",")) v.push_back(std::strtoull(t, nullptr, 0) * unit);
+    return v;
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::vector<uint64_t> sizes_mib = {1, 16, 64, 256};
-    uint64_t bytes_gib = 16, batch = 8;
+    std::vector<uint64_t> sizes = {1 << 20, 16 << 20, 64 << 20, 256 << 20}, batches_list = {8};
+    uint64_t bytes_gib = 16;
+    double seconds = 0;
     std::string op = "write";
     int target_gpu = 0;
+    ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--target" && i + 2 < argc) {
             uint64_t bytes = std::strtoull(argv[i + 1], nullptr, 0);
             return run_target(bytes, std::atoi(argv[i + 2]));
         }
-        if (a == "--target-gpu" && i + 1 < argc) {
-            target_gpu = std::atoi(argv[++i]);
-            continue;
-        }
-        if (a == "--sizes-mib" && i + 1 < argc) {
-            sizes_mib.clear();
-            for (char *t = strtok(argv[++i], ","); t; t = strtok(nullptr, ","))
-                sizes_mib.push_back(std::strtoull(t, nullptr, 0));
-        } else if (a == "--bytes-gib" && i + 1 < argc) bytes_gib = std::strtoull(argv[++i], nullptr, 0);
-        else if (a == "--batch" && i + 1 < argc) batch = std::strtoull(argv[++i], nullptr, 0);
+        if (a == "--target-gpu" && i + 1 < argc) target_gpu = std::atoi(argv[++i]);
+        else if (a == "--sizes-mib" && i + 1 < argc) sizes = parse_list(argv[++i], 1 << 20);
+        else if (a == "--sizes-kib" && i + 1 < argc) sizes = parse_list(argv[++i], 1 << 10);
+        else if (a == "--bytes-gib" && i + 1 < argc) bytes_gib = std::strtoull(argv[++i], nullptr, 0);
+        else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+        else if (a == "--batch" && i + 1 < argc) batches_list = parse_list(argv[++i], 1);
         else if (a == "--op" && i + 1 < argc) op = argv[++i];
-        else {
+        else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
+            std::string kv = argv[++i];
+            options[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+        } else {
             std::fprintf(
                 stderr,
-                "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256] [--bytes-gib 16] [--batch 8] [--op write|read] [--target-gpu N]\n");
+                "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,...]]\n"
+                "                     [--bytes-gib 16 | --seconds S] [--op write|read] [--target-gpu N]\n"
+                "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
         }
     }
@@ -104,9 +121,10 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "gpu_ipc_bench: %s\n", why.c_str());
         return 1;
     }
-    uint64_t max_block = 0;
-    for (auto m : sizes_mib) max_block = std::max(max_block, m << 20);
-    const uint64_t span = max_block * batch;
+    uint64_t max_block = 0, max_batch = 0;
+    for (auto b : sizes) max_block = std::max(max_block, b);
+    for (auto b : batches_list) max_batch = std::max(max_batch, b);
+    const uint64_t span = max_block * max_batch;
 
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -122,7 +140,7 @@ int main(int argc, char **argv) {
         }
         target.segment = seg;
     }
-    auto engine = ferry::Engine::create({{"plugins", "cuda_ipc"}});
+    auto engine = ferry::Engine::create(options);
     if (!engine) {
         std::fprintf(stderr, "%s\n", engine.error().message.c_str());
         return 1;
@@ -130,7 +148,7 @@ int main(int argc, char **argv) {
     uint8_t *local = nullptr, *scratch = nullptr;
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&local), span));
     CUDA_OR_DIE(cudaSetDevice(target_gpu));  // the baseline's destination sits where the target's memory does
-    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&scratch), max_block));
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&scratch), span));
     CUDA_OR_DIE(cudaSetDevice(0));
     if (target_gpu != 0) cudaDeviceEnablePeerAccess(target_gpu, 0), cudaGetLastError();
     CUDA_OR_DIE(cudaMemset(local, 1, span));
@@ -145,34 +163,58 @@ int main(int argc, char **argv) {
     }
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
-    std::printf("GPU: %s; initiator on GPU 0, target on GPU %d; op: %s; batch: %" PRIu64 " ops; >= %" PRIu64
-                " GiB per size; GB/s = 10^9 bytes copied per second\n",
-                prop.name, target_gpu, op.c_str(), batch, bytes_gib);
-    std::printf("| block | cuda_ipc.so (2 processes) | %s (1 process) | ratio |\n|---|---|---|---|\n",
-                target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D");
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    const char *batch_env = getenv("FERRY_GPU_IPC_BATCH_COPY");
+    std::printf(
+        "GPU: %s; CUDA runtime %d, driver %d; initiator on GPU 0, target on GPU %d; op: %s; "
+        "FERRY_GPU_IPC_BATCH_COPY=%s; GB/s = 10^9 bytes copied per second\n",
+        prop.name, runtime, driver, target_gpu, op.c_str(), batch_env ? batch_env : "(unset)");
+    std::printf(
+        "| block | batch | cuda_ipc.so (2 processes) GB/s | kops/s | %s batches (1 process) GB/s | kops/s | ratio |\n"
+        "|---|---|---|---|---|---|---|\n",
+        target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D");
     const ferry::Opcode opcode = op == "read" ? ferry::Opcode::Read : ferry::Opcode::Write;
-    for (uint64_t mib : sizes_mib) {
-        const uint64_t block = mib << 20;
-        std::vector<ferry::Request> reqs;
-        for (uint64_t i = 0; i < batch; ++i)
-            reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
-        auto one_batch = [&] {
-            auto b = (*engine)->submit(reqs);
-            if (!b || !(*engine)->wait(*b)) {
-                std::fprintf(stderr, "transfer failed\n");
-                std::exit(1);
+    for (uint64_t batch : batches_list) {
+        for (uint64_t block : sizes) {
+            std::vector<ferry::Request> reqs;
+            for (uint64_t i = 0; i < batch; ++i)
+                reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
+            auto one_batch = [&] {
+                auto b = (*engine)->submit(reqs);
+                if (!b || !(*engine)->wait(*b)) {
+                    std::fprintf(stderr, "transfer failed\n");
+                    std::exit(1);
+                }
+                (void)(*engine)->free_batch(*b);
+            };
+            one_batch();  // warm-up: maps the peer's allocation, creates streams and events
+            // Three rounds, Ferry and the raw batches alternating; the medians are reported, so
+            // a clock or load change during the run does not favour either side.
+            uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch) / 3);
+            std::vector<double> f, r;
+            for (int round = 0; round < 3; ++round) {
+                auto t0 = Clock::now();
+                uint64_t done = 0;
+                if (seconds > 0) {
+                    while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds / 3) one_batch(), ++done;
+                    batches = done;
+                } else {
+                    for (uint64_t k = 0; k < batches; ++k) one_batch();
+                }
+                double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+                f.push_back(static_cast<double>(block) * batch * batches / secs / 1e9);
+                r.push_back(baseline_gbps(scratch, target_gpu, local, block, batch, batches));
             }
-            (void)(*engine)->free_batch(*b);
-        };
-        one_batch();  // warm-up: maps the peer's allocation, creates streams and events
-        uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch));
-        auto t0 = Clock::now();
-        for (uint64_t k = 0; k < batches; ++k) one_batch();
-        double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-        double ferry_gbps = static_cast<double>(block) * batch * batches / secs / 1e9;
-        double base = baseline_gbps(scratch, target_gpu, local, block, batches * batch);
-        std::printf("| %" PRIu64 " MiB | %.1f | %.1f | %.3f |\n", mib, ferry_gbps, base, ferry_gbps / base);
-        std::fflush(stdout);
+            std::sort(f.begin(), f.end());
+            std::sort(r.begin(), r.end());
+            double ferry_gbps = f[1], base = r[1];
+            auto kops = [&](double gbps) { return gbps * 1e9 / static_cast<double>(block) / 1e3; };
+            std::printf("| %" PRIu64 " KiB | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.3f |\n", block >> 10, batch,
+                        ferry_gbps, kops(ferry_gbps), base, kops(base), ferry_gbps / base);
+            std::fflush(stdout);
+        }
     }
     cudaFree(local);
     cudaFree(scratch);

@@ -1,11 +1,13 @@
 // The few GPU runtime calls GPU IPC needs, behind one interface with two backends: CUDA
-// (cuda_runtime.cpp, cudart linked statically so only the driver is needed at run time) and
-// HIP (hip_runtime.cpp, libamdhip64). Everything else in gpu_ipc/ is shared.
+// (cuda/cuda_runtime.cpp, cudart linked statically so only the driver is needed at run time)
+// and HIP (hip/hip_runtime.cpp, libamdhip64 opened at run time). Everything else in gpu_ipc/ is
+// shared.
 //
 // Every call returns 0 or a negative errno-style code and fills `error` with the runtime's own
 // name and text for the failure, e.g. "cudaIpcOpenMemHandle: invalid device context (201)".
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,6 +63,22 @@ public:
     virtual int event_wait(Event event, std::string &error) = 0;
     // Device-to-device (or any UVA) copy on a stream.
     virtual int copy_async(void *dst, const void *src, size_t bytes, Stream stream, std::string &error) = 0;
+    // Blocks until everything queued on the stream ended; 0 or the failure. For the rare path
+    // where copies are queued but no event could be recorded behind them.
+    virtual int stream_wait(Stream stream, std::string &error) = 0;
+
+    // The runtime's batched copy (CUDA 12.8+ cuMemcpyBatchAsync, HIP's hipMemcpyBatchAsync),
+    // looked up in the driver at run time: false where it has none. Its copies run in stream
+    // order as a whole, in any order among themselves.
+    virtual bool has_copy_batch() { return false; }
+    // n copies on one stream in one call. On failure nothing is known about which copies were
+    // queued (the caller copies them one by one instead: the same bytes to the same places).
+    virtual int copy_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t n, Stream stream,
+                           std::string &error) {
+        (void)dsts, (void)srcs, (void)sizes, (void)n, (void)stream;
+        error = "no batched copy in this runtime";
+        return -ENOSYS;
+    }
 };
 
 // Defined by the backend the plugin is built with.

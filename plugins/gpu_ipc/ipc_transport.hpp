@@ -4,8 +4,11 @@
 // Registration exports an IPC handle for the allocation holding the region plus the region's
 // offset in it, so sub-buffers of one allocation work. An importer opens each allocation once
 // and shares the mapping among all regions in it. Copies run asynchronously on a pool of
-// streams per device; a completion thread waits on their events in submission order and
-// signals an eventfd. Every runtime call restores the caller's current device.
+// streams per device: the ops of one submit on one device are cut into contiguous runs (one per
+// stream for large ops, all on one stream for small ones; at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
+// one and followed by one event. A completion thread waits on those events in submission order
+// and reports each run's ops at once, with one eventfd signal. Every runtime call restores the
+// caller's current device.
 #pragma once
 
 #include <atomic>
@@ -33,6 +36,10 @@ struct RegionKey {
 };
 inline constexpr size_t kRegionKeyBytes = kIpcHandleBytes + 8 + 8 + 8 + 4;
 inline constexpr uint32_t kEndpointMagic = 0x46475049;  // "FGPI"
+// Most ops behind one event: a long batch still completes in steps, not all at its very end.
+inline constexpr size_t kMaxRunOps = 64;
+// Ops of at least this size on average are spread over the device's streams, smaller ones not.
+inline constexpr uint64_t kSpreadOpBytes = 4 << 20;
 
 class IpcTransport {
 public:
@@ -75,17 +82,28 @@ private:
     struct Peer {
         uint64_t pid = 0;
     };
+    // One run of ops on one stream behind one event: they complete (or fail) together.
     struct Pending {
-        Event event;
+        Event event = nullptr;
+        std::vector<uint64_t> user_data;
+    };
+    struct Planned {
+        void *dst;
+        const void *src;
+        size_t bytes;
+        int device;
         uint64_t user_data;
-        uint64_t peer;
     };
 
     void log(int level, const std::string &message) const;
     int fail(ferry_error_t *err, int code, const std::string &message) const;
     int streams_for(int device, std::vector<Stream> *&out, std::string &error);
     int acquire_event(Event &event, std::string &error);
-    void push_completion(uint64_t user_data, int status, const std::string &message);
+    void issue_run(const Planned *ops, size_t n, Stream stream, std::vector<Pending> &queued);
+    void push_completions(const std::vector<uint64_t> &user_data, int status, const std::string &message);
+    void push_completion(uint64_t user_data, int status, const std::string &message) {
+        push_completions({user_data}, status, message);
+    }
     void completion_loop();
 
     std::unique_ptr<Runtime> rt_;
@@ -103,6 +121,7 @@ private:
     std::map<std::pair<int, int>, int> peer_access_;  // (device, peer) -> result
     uint64_t next_handle_ = 1;
     std::atomic<uint64_t> next_stream_{0};
+    bool copy_batch_ = false;  // the runtime's batched copy, until it first fails
 
     std::mutex pending_mu_;
     std::condition_variable pending_cv_;
@@ -112,7 +131,7 @@ private:
     std::thread completion_thread_;
 
     std::mutex done_mu_;
-    std::vector<ferry_completion_t> done_;
+    std::deque<ferry_completion_t> done_;  // taken from the front in chunks
     int event_fd_ = -1;
 };
 

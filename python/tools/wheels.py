@@ -354,7 +354,7 @@ def variant_problems(name, root):
 def elf_hip_runtimes(path):
     # The pure-Python ELF reader meson uses for the same check at configure time (no patchelf
     # needed where `verify` runs before an upload).
-    sys.path.insert(0, os.path.join(REPO, "plugins", "hip_ipc"))
+    sys.path.insert(0, os.path.join(REPO, "plugins", "gpu_ipc", "hip"))
     from rocm_root import hip_runtimes
     return hip_runtimes(path)
 

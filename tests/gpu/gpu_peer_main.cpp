@@ -1,10 +1,11 @@
-// ferry_gpu_test_peer [size] [device]: a target engine whose memory is one cudaMalloc allocation, exposed as two
+// ferry_gpu_test_peer [size] [device] [plugins] [key=value...]: a target engine whose memory is one cudaMalloc allocation, exposed as two
 // sub-buffer regions with a gap between them (IPC handles cover whole allocations, so offsets
 // must be right). Prints "READY <segment> <region0 addr> <region1 addr> <region size>", then:
 //   sum   -> "SUM <fnv1a of region0 + region1>"
 //   quit
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -19,9 +20,13 @@ int main(int argc, char **argv) {
     if (argc > 1) size = std::strtoull(argv[1], nullptr, 0);
     if (argc > 2) device = std::atoi(argv[2]);
     std::string plugins = argc > 3 ? argv[3] : "cuda_ipc";  // e.g. cuda_ipc,tcp: tcp serves it through staging
+    ferry::Config config = {{"plugins", plugins}};
+    for (int i = 4; i < argc; ++i)  // engine options, e.g. efa.provider=tcp
+        if (const char *eq = strchr(argv[i], '='))
+            config[std::string(argv[i], static_cast<size_t>(eq - argv[i]))] = eq + 1;
     CUDA_OR_DIE(cudaSetDevice(device));
     const uint64_t gap = 4096;
-    auto engine = ferry::Engine::create({{"plugins", plugins}});
+    auto engine = ferry::Engine::create(config);
     if (!engine) {
         std::printf("ERROR %s\n", engine.error().message.c_str());
         return 1;

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plugins", "hip_ipc"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plugins", "gpu_ipc", "hip"))
 from rocm_root import dynamic, hip_runtimes  # noqa: E402
 
 passed = failed = 0

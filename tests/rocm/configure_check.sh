@@ -7,15 +7,15 @@ set -euo pipefail
 src=$1 a=$2 b=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-lib_b=$(/usr/bin/python3 "$src/plugins/hip_ipc/rocm_root.py" root "$b" "$(gcc -print-multiarch)" | sed -n 's/^library=//p')
-inc_a=$(/usr/bin/python3 "$src/plugins/hip_ipc/rocm_root.py" root "$a" "$(gcc -print-multiarch)" | sed -n 's/^include=//p')
+lib_b=$(/usr/bin/python3 "$src/plugins/gpu_ipc/hip/rocm_root.py" root "$b" "$(gcc -print-multiarch)" | sed -n 's/^library=//p')
+inc_a=$(/usr/bin/python3 "$src/plugins/gpu_ipc/hip/rocm_root.py" root "$a" "$(gcc -print-multiarch)" | sed -n 's/^include=//p')
 major() { sed -n 's/^#define HIP_VERSION_MAJOR \([0-9]*\).*/\1/p' "$1/hip/hip_version.h"; }
 ma=$(major "$inc_a")
 mkdir -p "$tmp/mixed/lib" "$tmp/headers"
 ln -s "$inc_a" "$tmp/mixed/include"
 ln -s "$inc_a" "$tmp/headers/include"
 cp -a "$(dirname "$lib_b")"/libamdhip64.so* "$tmp/mixed/lib/"
-soname=$(/usr/bin/python3 "$src/plugins/hip_ipc/rocm_root.py" root "$tmp/mixed" x | sed -n 's/^soname=//p')
+soname=$(/usr/bin/python3 "$src/plugins/gpu_ipc/hip/rocm_root.py" root "$tmp/mixed" x | sed -n 's/^soname=//p')
 opts=(-Dtests=disabled -Dbenchmarks=disabled -Dpython=disabled -Dplugin_efa=disabled -Dnixl=disabled
   -Dplugin_cuda_ipc=disabled --buildtype=release)
 passed=0 failed=0

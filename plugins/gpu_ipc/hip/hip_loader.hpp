@@ -24,13 +24,26 @@ namespace ferry_gpu {
     X(hipEventSynchronize) X(hipGetDevice) X(hipGetDeviceCount) X(hipGetErrorString)                   \
     X(hipGetLastError) X(hipIpcCloseMemHandle) X(hipIpcGetMemHandle) X(hipIpcOpenMemHandle)            \
     X(hipMemGetAddressRange) X(hipMemcpyAsync) X(hipPointerGetAttributes) X(hipSetDevice)              \
-    X(hipStreamCreateWithFlags) X(hipStreamDestroy)
+    X(hipStreamCreateWithFlags) X(hipStreamDestroy) X(hipStreamSynchronize)
 // clang-format on
+
+// hipMemcpyBatchAsync's copy attributes (ROCm 7+; laid out as CUDA's CUmemcpyAttributes). The
+// headers a plugin is built with may predate it, so it is declared here and looked up optionally.
+struct HipMemcpyAttributes {
+    int src_access_order;  // hipMemcpySrcAccessOrderStream = 1
+    int src_loc_type, src_loc_id;
+    int dst_loc_type, dst_loc_id;
+    unsigned flags;
+};
+using HipMemcpyBatchAsync = hipError_t (*)(void **dsts, void **srcs, size_t *sizes, size_t count,
+                                           HipMemcpyAttributes *attrs, size_t *attr_idxs, size_t num_attrs,
+                                           size_t *fail_idx, hipStream_t stream);
 
 struct HipApi {
 #define FERRY_HIP_MEMBER(name) decltype(&::name) name = nullptr;
     FERRY_HIP_FUNCTIONS(FERRY_HIP_MEMBER)
 #undef FERRY_HIP_MEMBER
+    HipMemcpyBatchAsync hipMemcpyBatchAsync = nullptr;  // null where this libamdhip64 has none
 };
 
 inline HipApi &hip_api() {
@@ -60,6 +73,7 @@ inline bool load_hip(std::string &error) {
     }
         FERRY_HIP_FUNCTIONS(FERRY_HIP_LOAD)
 #undef FERRY_HIP_LOAD
+        api.hipMemcpyBatchAsync = reinterpret_cast<HipMemcpyBatchAsync>(dlsym(lib, "hipMemcpyBatchAsync"));
         return true;
     }();
     if (!loaded) error = failure;
@@ -89,3 +103,4 @@ inline bool load_hip(std::string &error) {
 #define hipSetDevice(...) ::ferry_gpu::hip_api().hipSetDevice(__VA_ARGS__)
 #define hipStreamCreateWithFlags(...) ::ferry_gpu::hip_api().hipStreamCreateWithFlags(__VA_ARGS__)
 #define hipStreamDestroy(...) ::ferry_gpu::hip_api().hipStreamDestroy(__VA_ARGS__)
+#define hipStreamSynchronize(...) ::ferry_gpu::hip_api().hipStreamSynchronize(__VA_ARGS__)

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
@@ -161,6 +163,34 @@ public:
         CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)));
         return 0;
     }
+    int stream_wait(Stream stream, std::string &error) override {
+        CHECK(hipStreamSynchronize(static_cast<hipStream_t>(stream)));
+        return 0;
+    }
+    bool has_copy_batch() override {
+        // FERRY_GPU_IPC_BATCH_COPY=0: copy op by op (to compare, or to step around a runtime bug).
+        const char *env = getenv("FERRY_GPU_IPC_BATCH_COPY");
+        return hip_api().hipMemcpyBatchAsync && !(env && strcmp(env, "0") == 0);
+    }
+    int copy_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t n, Stream stream,
+                   std::string &error) override {
+        if (!has_copy_batch()) return Runtime::copy_batch(dsts, srcs, sizes, n, stream, error);
+        dsts_.assign(dsts, dsts + n);
+        srcs_.clear();
+        for (size_t i = 0; i < n; ++i) srcs_.push_back(const_cast<void *>(srcs[i]));
+        sizes_.assign(sizes, sizes + n);
+        HipMemcpyAttributes attr{};
+        attr.src_access_order = 1;  // sources read in stream order
+        size_t attr_idx = 0, fail_idx = 0;
+        CHECK(hip_api().hipMemcpyBatchAsync(dsts_.data(), srcs_.data(), sizes_.data(), n, &attr, &attr_idx, 1,
+                                            &fail_idx, static_cast<hipStream_t>(stream)));
+        return 0;
+    }
+
+private:
+    // Scratch for the runtime's arrays; copy_batch runs under the transport's lock.
+    std::vector<void *> dsts_, srcs_;
+    std::vector<size_t> sizes_;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a ROCm root holds, for meson (plugins/hip_ipc/meson.build) and the soname tests.
+"""What a ROCm root holds, for meson (plugins/gpu_ipc/hip/meson.build) and the soname tests.
 
   rocm_root.py root ROOT MULTIARCH   prints prefix=, include=, library=, soname= lines: ROOT may
                                      be an install prefix (/opt/rocm-7.2.0, /usr, an unpacked

@@ -1,10 +1,13 @@
 // CUDA backend of the GPU IPC runtime interface. cudart is linked statically, so this plugin
 // needs only the NVIDIA driver (libcuda.so.1) at run time, which cudart loads itself.
+#include <cuda.h>  // driver types only: the driver's functions are looked up at run time
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
@@ -33,6 +36,14 @@ int fail(cudaError_t rc, const char *call, std::string &error) {
     } while (0)
 
 using GetAddressRange = int (*)(unsigned long long *base, size_t *size, unsigned long long ptr);
+
+#if CUDA_VERSION >= 12080
+// cuMemcpyBatchAsync as the driver exports it for CUDA 12.8 (13.0 dropped failIdx; asking for
+// the 12.8 ABI by version works on every driver that has the call).
+using MemcpyBatch = CUresult (*)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                 CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t num_attrs, size_t *fail_idx,
+                                 CUstream stream);
+#endif
 
 class CudaRuntime final : public Runtime {
 public:
@@ -187,9 +198,64 @@ public:
         CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
         return 0;
     }
+    int stream_wait(Stream stream, std::string &error) override {
+        CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+        return 0;
+    }
+
+#if CUDA_VERSION >= 12080
+    bool has_copy_batch() override {
+        if (!batch_looked_up_) {
+            batch_looked_up_ = true;
+            // FERRY_GPU_IPC_BATCH_COPY=0: copy op by op (to compare, or to step around a driver bug).
+            const char *env = getenv("FERRY_GPU_IPC_BATCH_COPY");
+            cudaDriverEntryPointQueryResult status{};
+            void *fn = nullptr;
+            if (!(env && strcmp(env, "0") == 0) &&
+                cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 12080, cudaEnableDefault, &status) ==
+                    cudaSuccess &&
+                status == cudaDriverEntryPointSuccess)
+                batch_ = reinterpret_cast<MemcpyBatch>(fn);
+            cudaGetLastError();  // a driver older than 12.8 says so here: not an error for later calls
+        }
+        return batch_ != nullptr;
+    }
+    int copy_batch(void *const *dsts, const void *const *srcs, const size_t *sizes, size_t n, Stream stream,
+                   std::string &error) override {
+        if (!has_copy_batch()) return Runtime::copy_batch(dsts, srcs, sizes, n, stream, error);
+        dsts_.assign(n, 0);
+        srcs_.assign(n, 0);
+        sizes_.assign(sizes, sizes + n);
+        for (size_t i = 0; i < n; ++i) {
+            dsts_[i] = reinterpret_cast<uintptr_t>(dsts[i]);
+            srcs_[i] = reinterpret_cast<uintptr_t>(srcs[i]);
+        }
+        // One attribute set for all: the sources are read in stream order (they may be written
+        // by work queued before), no location hints (they only matter for managed memory).
+        CUmemcpyAttributes attr{};
+        attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        size_t attr_idx = 0, fail_idx = 0;
+        CUresult rc = batch_(dsts_.data(), srcs_.data(), sizes_.data(), n, &attr, &attr_idx, 1, &fail_idx,
+                             static_cast<CUstream>(stream));
+        if (rc != CUDA_SUCCESS) {
+            error = "cuMemcpyBatchAsync of " + std::to_string(n) + " copies failed with CUDA driver error " +
+                    std::to_string(static_cast<int>(rc)) +
+                    (fail_idx < n ? " at copy " + std::to_string(fail_idx) : std::string());
+            return -EIO;
+        }
+        return 0;
+    }
+#endif
 
 private:
     GetAddressRange get_range_ = nullptr;
+#if CUDA_VERSION >= 12080
+    bool batch_looked_up_ = false;
+    MemcpyBatch batch_ = nullptr;
+    // Scratch for the driver's arrays; copy_batch runs under the transport's lock.
+    std::vector<CUdeviceptr> dsts_, srcs_;
+    std::vector<size_t> sizes_;
+#endif
 };
 
 }  // namespace
