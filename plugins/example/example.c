@@ -13,8 +13,9 @@
  * Build it out of tree with one line against the installed headers (README.md in this directory
  * shows it). A new transport must pass the conformance suite, tests/transport/conformance_test.cpp
  * (this plugin's instance is in tests/transport/transport_params.cpp). Writing in C++? Start from
- * plugins/common/ instead (plugin_entry.hpp: the entry table and its guard; plugin_util.hpp: the
- * logger, set_error, the completion queue, byte order), as tcp.so and shm.so do.
+ * the kit in plugins/common/ instead (plugin_entry.hpp: the entry table and its guard;
+ * plugin_util.hpp: the logger, set_error, the completion queue, byte order), as every bundled
+ * transport does.
  */
 #include <errno.h>
 #include <inttypes.h>

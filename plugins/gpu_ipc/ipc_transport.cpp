@@ -1,6 +1,5 @@
 #include "ipc_transport.hpp"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,12 +36,11 @@ std::string hex(uint64_t v) {
 }
 
 void put64(uint8_t *&p, uint64_t v) {
-    memcpy(p, &v, 8);
+    put_le64(p, v);
     p += 8;
 }
 uint64_t get64(const uint8_t *&p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
+    uint64_t v = get_le64(p);
     p += 8;
     return v;
 }
@@ -52,7 +50,7 @@ uint64_t get64(const uint8_t *&p) {
 IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
                            size_t streams_per_device)
     : rt_(std::move(runtime)),
-      host_(host),
+      log_(host, name),
       name_(name),
       streams_per_device_(streams_per_device),
       pid_(static_cast<uint64_t>(getpid())) {}
@@ -71,21 +69,13 @@ IpcTransport::~IpcTransport() {
         if (m.mapped && key.first != pid_) rt_->ipc_close(m.mapped, ignored);
     for (auto &[dev, streams] : streams_)
         for (auto s : streams) rt_->stream_destroy(s);
-    if (event_fd_ >= 0) close(event_fd_);
-}
-
-void IpcTransport::log(int level, const std::string &message) const {
-    if (host_ && host_->log && level <= host_->log_level) host_->log(host_->ctx, level, name_, message.c_str());
 }
 
 int IpcTransport::fail(ferry_error_t *err, int code, const std::string &message) const {
-    if (err) snprintf(err->message, sizeof err->message, "%s", message.c_str());
-    return code;
+    return set_error(err, code, "%s: %s", name_, message.c_str());
 }
 
-int IpcTransport::start(ferry_error_t *err) {
-    event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (event_fd_ < 0) return fail(err, -errno, std::string("eventfd: ") + strerror(errno));
+int IpcTransport::start(ferry_error_t *) {
     completion_thread_ = std::thread([this] { completion_loop(); });
     return 0;
 }
@@ -343,7 +333,7 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
                 std::string e;
                 DeviceGuard guard(*rt_);
                 int rc = rt_->enable_peer_access(l.device_id, mapped_dev, e);
-                if (rc) log(FERRY_LOG_WARN, e);
+                if (rc) log_.log(FERRY_LOG_WARN, "%s", e.c_str());
                 pa = peer_access_.emplace(key, rc).first;
             }
             if (pa->second != 0)
@@ -380,7 +370,7 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
         if (rc == 0) rc = rt_->event_record(ev, s, e);
         if (rc != 0) {
             if (ev) rt_->event_destroy(ev);
-            push_completion(p.user_data, rc, e);
+            cq_.push(p.user_data, rc, e);
             continue;
         }
         queued.push_back({ev, p.user_data, peer});
@@ -405,7 +395,7 @@ void IpcTransport::completion_loop() {
         // Even when stopping: the copy is on the GPU already, and its memory must outlive it.
         std::string e;
         int rc = rt_->event_wait(p.event, e);
-        push_completion(p.user_data, rc, e);
+        cq_.push(p.user_data, rc, e);
         {
             std::lock_guard lock(pending_mu_);
             pending_.pop_front();
@@ -415,35 +405,6 @@ void IpcTransport::completion_loop() {
     }
 }
 
-void IpcTransport::push_completion(uint64_t user_data, int status, const std::string &message) {
-    ferry_completion_t c{};
-    c.user_data = user_data;
-    c.status = status;
-    if (status) snprintf(c.message, sizeof c.message, "%s", message.c_str());
-    bool was_empty;
-    {
-        std::lock_guard lock(done_mu_);
-        was_empty = done_.empty();
-        done_.push_back(c);
-    }
-    if (was_empty) {
-        uint64_t one = 1;
-        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
-    }
-}
-
-int IpcTransport::poll(ferry_completion_t *out, size_t max) {
-    uint64_t v;
-    if (read(event_fd_, &v, sizeof v) < 0 && errno != EAGAIN) log(FERRY_LOG_WARN, "eventfd read failed");
-    std::lock_guard lock(done_mu_);
-    size_t n = std::min(max, done_.size());
-    std::copy(done_.begin(), done_.begin() + static_cast<long>(n), out);
-    done_.erase(done_.begin(), done_.begin() + static_cast<long>(n));
-    if (!done_.empty()) {
-        uint64_t one = 1;
-        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
-    }
-    return static_cast<int>(n);
-}
+int IpcTransport::poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
 
 }  // namespace ferry_gpu
