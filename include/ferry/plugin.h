@@ -34,6 +34,14 @@
  *   once its bytes are in the local memory.
  * - The serving side must refuse any access outside memory registered with the matching
  *   FERRY_ACCESS_REMOTE_* right, without touching other memory.
+ *
+ * Writing a plugin
+ * - Start from plugins/example/example.c (plain C, builds out of tree with one compiler line:
+ *   plugins/example/README.md). In C++, use the kit in plugins/common/ instead: plugin_entry.hpp
+ *   (the entry table, argument checks, exceptions into codes and messages) and plugin_util.hpp
+ *   (logger, set_error, completion queue, byte order), as every bundled transport does.
+ * - A plugin is done when it passes the conformance suite, tests/transport/conformance_test.cpp,
+ *   which drives it through this header alone (add an instance in transport_params.cpp).
  */
 #ifndef FERRY_PLUGIN_H
 #define FERRY_PLUGIN_H

@@ -1,8 +1,12 @@
-// The ferry_plugin_v1 entry points of a C++ transport plugin: argument checks and the C boundary
-// (no exception crosses it), forwarding to a Transport class with the ABI's operations as
-// methods. A plugin exports its table with
+// The ferry_plugin_v1 entry points of a C++ transport plugin (the plugin kit's entry half;
+// plugin_util.hpp is the rest): argument checks and the C boundary (no exception crosses it),
+// forwarding to a Transport class with the ABI's operations as methods. Transport provides
+//   static constexpr const char *kName;   // "tcp": the table's name and every message's prefix
+//   static int probe(options, n, result); static int create(options, n, host, Transport **, err);
+//   and the instance methods below (export_endpoint ... poll, completion_fd).
+// A plugin exports its table with
 //   extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
-//       ferry_plugin::entry_table<Transport>(kPluginName, kPluginVersion, caps);
+//       ferry_plugin::entry_table<Transport>("1.0.0", caps);
 #pragma once
 
 #include <ferry/plugin.h>
@@ -18,26 +22,31 @@ namespace ferry_plugin {
 template <class Transport>
 struct Entry {
     static Transport *T(ferry_transport_t *t) { return reinterpret_cast<Transport *>(t); }
+    static constexpr const char *kName = Transport::kName;
 
+    // Runs fn; an exception becomes a code and a message naming the plugin and the call. A
+    // std::system_error carries an errno only in the generic and system categories; any other
+    // category's value means nothing as an errno, so it is -EIO.
     template <class F>
     static int guard(ferry_error_t *err, const char *what, F &&fn) {
         try {
             return fn();
         } catch (const std::bad_alloc &) {
-            return set_error(err, -ENOMEM, "%s: %s: out of memory", plugin_name(), what);
+            return set_error(err, -ENOMEM, "%s: %s: out of memory", kName, what);
         } catch (const std::system_error &e) {
-            int code = e.code().value();
-            return set_error(err, code > 0 ? -code : -EIO, "%s: %s: %s", plugin_name(), what, e.what());
+            const auto &cat = e.code().category();
+            int code = cat == std::generic_category() || cat == std::system_category() ? e.code().value() : EIO;
+            return set_error(err, code > 0 ? -code : -EIO, "%s: %s: %s", kName, what, e.what());
         } catch (const std::exception &e) {
-            return set_error(err, -EIO, "%s: %s: %s", plugin_name(), what, e.what());
+            return set_error(err, -EIO, "%s: %s: %s", kName, what, e.what());
         } catch (...) {
-            return set_error(err, -EIO, "%s: %s: unknown error", plugin_name(), what);
+            return set_error(err, -EIO, "%s: %s: unknown error", kName, what);
         }
     }
 
     // A NULL or inconsistent argument: -EINVAL naming the call and the failed condition.
     static int invalid(ferry_error_t *err, const char *what, const char *condition) {
-        return set_error(err, -EINVAL, "%s: %s: %s is false", plugin_name(), what, condition);
+        return set_error(err, -EINVAL, "%s: %s: %s is false", kName, what, condition);
     }
 #define FERRY_ENTRY_REQUIRE(cond, what)                \
     do {                                               \
@@ -68,7 +77,9 @@ struct Entry {
     static void destroy(ferry_transport_t *t) {
         try {
             delete T(t);
-        } catch (...) {}
+        } catch (...) {
+            // Destructors do not throw; nothing sensible is left to do here.
+        }
     }
 
     static int export_endpoint(ferry_transport_t *t, void *buf, size_t *len, ferry_error_t *err) {
@@ -133,12 +144,12 @@ struct Entry {
 };
 
 template <class Transport>
-constexpr ferry_plugin_v1_t entry_table(const char *name, const char *version, uint64_t caps) {
+constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
     using E = Entry<Transport>;
     return ferry_plugin_v1_t{
         FERRY_PLUGIN_ABI_VERSION,
         sizeof(ferry_plugin_v1_t),
-        name,
+        Transport::kName,
         version,
         caps,
         E::probe,

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -12,26 +13,66 @@
 
 namespace ferry_plugin {
 
+namespace {
+constexpr size_t kLogFieldEnd = FERRY_HOST_API_SIZE_UNTIL(log);
+constexpr size_t kLevelFieldEnd = FERRY_HOST_API_SIZE_UNTIL(log_level);
+
+std::string vformat(const char *fmt, va_list ap) {
+    char small[512];
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    if (n < 0) {
+        va_end(ap2);
+        return std::string("(bad log format)");
+    }
+    if (static_cast<size_t>(n) < sizeof small) {
+        va_end(ap2);
+        return std::string(small, static_cast<size_t>(n));
+    }
+    std::string s(static_cast<size_t>(n) + 1, '\0');
+    vsnprintf(s.data(), s.size(), fmt, ap2);
+    va_end(ap2);
+    s.resize(static_cast<size_t>(n));
+    return s;
+}
+}  // namespace
+
+Logger::Logger(const ferry_host_api_t *host, const char *plugin_name) : host_(host), name_(plugin_name) {
+    if (host_ != nullptr) {
+        has_log_ = host_->struct_size >= kLogFieldEnd && host_->log != nullptr;
+        has_level_ = host_->struct_size >= kLevelFieldEnd;
+    }
+}
+
+bool Logger::enabled(int level) const {
+    if (!has_log_) return false;
+    int current = has_level_ ? __atomic_load_n(&host_->log_level, __ATOMIC_RELAXED) : FERRY_LOG_INFO;
+    return level <= current;
+}
+
 void Logger::log(int level, const char *fmt, ...) const {
     if (!enabled(level)) return;
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    std::string line = vformat(fmt, ap);
     va_end(ap);
-    host_->log(host_->ctx, level, plugin_name(), buf);
+    host_->log(host_->ctx, level, name_, line.c_str());
 }
 
 std::string strprintf(const char *fmt, ...) {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    std::string s = vformat(fmt, ap);
     va_end(ap);
-    return buf;
+    return s;
 }
 
-void copy_message(char *dst, const char *msg) { snprintf(dst, FERRY_MESSAGE_MAX, "%s", msg ? msg : ""); }
+void copy_message(char *dst, const char *msg) {
+    size_t n = msg ? strnlen(msg, FERRY_MESSAGE_MAX - 1) : 0;
+    if (n) memcpy(dst, msg, n);
+    dst[n] = '\0';
+}
 
 int set_error(ferry_error_t *err, int code, const char *fmt, ...) {
     if (err != nullptr) {
@@ -45,7 +86,9 @@ int set_error(ferry_error_t *err, int code, const char *fmt, ...) {
 
 std::string errno_string(int e) {
     char buf[128];
-    return strerror_r(e, buf, sizeof buf);  // GNU variant returns the string
+    // GNU strerror_r returns a pointer that may or may not be buf.
+    const char *s = strerror_r(e, buf, sizeof buf);
+    return std::string(s ? s : "unknown error");
 }
 
 bool parse_u64(const char *s, bool sizes, uint64_t *out) {
@@ -96,7 +139,7 @@ ferry_completion_t make_completion(uint64_t user_data, int status, const std::st
 
 CompletionQueue::CompletionQueue() {
     efd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (efd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    if (efd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd for completions");
 }
 
 CompletionQueue::~CompletionQueue() {
@@ -118,9 +161,12 @@ void CompletionQueue::push(uint64_t user_data, int status, const std::string &me
 
 void CompletionQueue::push(std::vector<ferry_completion_t> &batch) {
     if (batch.empty()) return;
-    std::lock_guard lock(mu_);
-    q_.insert(q_.end(), batch.begin(), batch.end());
-    signal_locked();
+    {
+        std::lock_guard lock(mu_);
+        q_.insert(q_.end(), batch.begin(), batch.end());
+        signal_locked();
+    }
+    batch.clear();
 }
 
 size_t CompletionQueue::poll(ferry_completion_t *out, size_t max) {

@@ -1,10 +1,16 @@
-// Helpers every C++ transport plugin (shm.so, efa.so, rdma.so) compiles in: host logging, ABI
-// error messages, option parsing, the completion queue behind poll()/completion_fd. Builds
-// against plugin.h alone; each plugin links its own copy (nothing here is exported).
+// The plugin kit: what every C++ transport plugin (tcp, shm, efa, rdma, cuda_ipc/hip_ipc)
+// compiles in besides plugin_entry.hpp. Host logging, ABI error messages, option value parsing,
+// the completion queue behind poll()/completion_fd, clocks. Builds against plugin.h alone;
+// each plugin links its own copy (nothing here is exported). Also in the kit: byte_order.hpp
+// (little-endian loads and stores, included here), rate_limited_log.hpp (log lines about what
+// peers cause), staged_device.hpp (serving device memory through the host's staging calls).
 #pragma once
 
 #include <ferry/plugin.h>
 
+#include "byte_order.hpp"
+
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -14,18 +20,27 @@
 
 namespace ferry_plugin {
 
-// The plugin's name for log lines; each plugin defines it once (in its util.cpp).
-const char *plugin_name();
+using Clock = std::chrono::steady_clock;
 
-// Routes log lines through ferry_host_api_t::log; lines above the host's level are not formatted.
+inline int64_t ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+
+// Routes log lines through ferry_host_api_t::log under the plugin's name (the host puts it in
+// front of each line). The host's fields are read only where its struct_size covers them, and its
+// level live (atomically: the host may change it at any time), so lines above it are never
+// formatted.
 class Logger {
 public:
-    explicit Logger(const ferry_host_api_t *host) : host_(host) {}
-    bool enabled(int level) const { return host_ != nullptr && host_->log != nullptr && level <= host_->log_level; }
+    Logger(const ferry_host_api_t *host, const char *plugin_name);
+    bool enabled(int level) const;
     void log(int level, const char *fmt, ...) const __attribute__((format(printf, 3, 4)));
 
 private:
-    const ferry_host_api_t *host_;
+    const ferry_host_api_t *host_ = nullptr;
+    const char *name_;
+    bool has_log_ = false;
+    bool has_level_ = false;
 };
 
 std::string strprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -39,8 +54,10 @@ std::string errno_string(int e);  // thread-safe strerror
 bool parse_u64(const char *s, bool sizes, uint64_t *out);
 bool parse_bool(const char *s, bool *out);
 
-// Finished ops waiting for poll(). The eventfd is readable exactly while the queue is not empty
-// (both change under one lock).
+// Finished ops waiting for poll(). The eventfd is readable exactly while the queue is not empty:
+// it is written and read under the queue's lock, only on the transitions empty -> non-empty
+// (push) and non-empty -> empty (poll), so a host sleeping on it neither misses a completion nor
+// wakes for nothing.
 class CompletionQueue {
 public:
     CompletionQueue();  // throws std::system_error when no eventfd can be made
@@ -49,17 +66,23 @@ public:
     CompletionQueue &operator=(const CompletionQueue &) = delete;
     int fd() const { return efd_; }
     void push(uint64_t user_data, int status, const std::string &message);
+    // Appends a batch under one lock and empties it.
     void push(std::vector<ferry_completion_t> &batch);
+    // Moves up to max entries out.
     size_t poll(ferry_completion_t *out, size_t max);
 
 private:
     void signal_locked();
     int efd_ = -1;
     std::mutex mu_;
-    bool signaled_ = false;
+    bool signaled_ = false;  // the eventfd holds a count; guarded by mu_
     std::deque<ferry_completion_t> q_;
 };
 
 ferry_completion_t make_completion(uint64_t user_data, int status, const std::string &message);
 
 }  // namespace ferry_plugin
+
+// Each plugin's own namespace (ferry_tcp, ferry_shm, ...) sees the kit unqualified. Only that
+// plugin's files include this header, and nothing of it is exported from the .so.
+using namespace ferry_plugin;  // NOLINT(google-build-using-namespace)

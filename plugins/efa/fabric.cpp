@@ -1,6 +1,6 @@
 #include "fabric.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>

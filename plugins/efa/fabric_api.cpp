@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 #include <mutex>
 
 namespace ferry_efa::fabric {
@@ -86,3 +88,8 @@ uint32_t version() { return api().version(); }
 #endif
 
 }  // namespace ferry_efa::fabric
+
+std::string ferry_efa::fi_error_string(int code) {
+    code = code < 0 ? -code : code;
+    return fabric::load(nullptr) ? fabric::strerror(code) : std::strerror(code);
+}

@@ -25,3 +25,9 @@ const char *strerror(int code);
 uint32_t version();
 
 }  // namespace ferry_efa::fabric
+
+namespace ferry_efa {
+// fi_strerror() of a libfabric return code (negative or positive); strerror() while libfabric
+// cannot be loaded.
+std::string fi_error_string(int code);
+}  // namespace ferry_efa

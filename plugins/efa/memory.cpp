@@ -1,6 +1,6 @@
 #include "memory.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <rdma/fi_errno.h>
 #include <sys/random.h>
@@ -19,26 +19,12 @@ const MrChunk &LocalRegion::chunk_at(uint64_t a) const {
     return *(it - 1);
 }
 
-bool LocalRegion::pin() {
-    std::lock_guard lock(mu_);
-    if (!live_) return false;
-    ++users_;
-    return true;
-}
-
-void LocalRegion::unpin() {
-    std::lock_guard lock(mu_);
-    if (--users_ == 0) cv_.notify_all();
-}
-
 void LocalRegion::retire_and_wait(const Logger &log) {
-    std::unique_lock lock(mu_);
-    live_ = false;
-    while (users_ != 0)
-        if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return users_ == 0; }))
-            log.log(FERRY_LOG_WARN,
-                    "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64 " op(s) the provider still holds",
-                    addr, length, users_);
+    pins_.retire_and_wait([&](uint64_t users) {
+        log.log(FERRY_LOG_WARN,
+                "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64 " op(s) the provider still holds",
+                addr, length, users);
+    });
 }
 
 KeySource::KeySource(size_t key_bytes) {

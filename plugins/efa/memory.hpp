@@ -6,7 +6,9 @@
 #pragma once
 
 #include "fabric.hpp"
-#include "util.hpp"
+#include "fabric_api.hpp"
+#include "pin_count.hpp"
+#include "plugin_util.hpp"
 #include "wire.hpp"
 
 #include <ferry/plugin.h>
@@ -38,15 +40,12 @@ public:
 
     bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
     const MrChunk &chunk_at(uint64_t a) const;  // a must be inside the region
-    bool pin();                                 // false once retired
-    void unpin();
+    bool pin() { return pins_.pin(); }          // false once retired
+    void unpin() { pins_.unpin(); }
     void retire_and_wait(const Logger &log);
 
 private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    uint64_t users_ = 0;
-    bool live_ = true;
+    PinCount pins_;
 };
 
 // Hands out application keys (when the provider lacks FI_MR_PROV_KEY), unique per instance.

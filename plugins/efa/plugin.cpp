@@ -6,7 +6,7 @@
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
     ferry_plugin::entry_table<ferry_efa::Transport>(
-        ferry_efa::kPluginName, ferry_efa::kPluginVersion,
+        "1.0.0",
         // Host memory only: the plugin table is static, and whether the provider registers device
         // memory (FI_HMEM) is only known at run time. The engine stages GPU memory through pinned
         // host buffers for host-only transports; hosts calling the plugin directly can still

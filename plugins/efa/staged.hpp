@@ -17,7 +17,7 @@
 
 #include "memory.hpp"
 #include "staged_device.hpp"
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <chrono>
 #include <cstdint>

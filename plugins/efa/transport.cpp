@@ -24,7 +24,8 @@ constexpr size_t kRecvBufs = 32;
 constexpr size_t kSendBufs = 32;
 }  // namespace
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host), stager_(host, "efa") {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
+    : cfg_(cfg), log_(host, kName), stager_(host, "efa") {}
 
 int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
     Config cfg;

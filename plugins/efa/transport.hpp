@@ -12,11 +12,12 @@
 
 #include "ctrl_decode.hpp"
 #include "fabric.hpp"
+#include "fabric_api.hpp"
 #include "memory.hpp"
 #include "options.hpp"
+#include "plugin_util.hpp"
 #include "staged.hpp"
 #include "staged_device.hpp"
-#include "util.hpp"
 #include "wire.hpp"
 
 #include <ferry/plugin.h>
@@ -167,6 +168,7 @@ struct Waiter {
 
 class Transport {
 public:
+    static constexpr const char *kName = "efa";
     static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err);
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);

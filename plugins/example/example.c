@@ -9,6 +9,13 @@
  *
  * Endpoint bytes: { pid, instance id }. Instances live in a process-wide table so a peer that has
  * been destroyed is detected instead of dereferenced.
+ *
+ * Build it out of tree with one line against the installed headers (README.md in this directory
+ * shows it). A new transport must pass the conformance suite, tests/transport/conformance_test.cpp
+ * (this plugin's instance is in tests/transport/transport_params.cpp). Writing in C++? Start from
+ * the kit in plugins/common/ instead (plugin_entry.hpp: the entry table and its guard;
+ * plugin_util.hpp: the logger, set_error, the completion queue, byte order), as every bundled
+ * transport does.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,8 +66,12 @@ static int fail(ferry_error_t *err, int code, const char *fmt, ...) {
     return code;
 }
 
+/* Fields of the host table are read only when its struct_size covers them; the level may change
+ * while we run (the host sets it from another thread), hence the atomic load. */
 static void log_line(ferry_transport_t *t, int level, const char *message) {
-    if (t->host && t->host->log && level <= t->host->log_level) t->host->log(t->host->ctx, level, "example", message);
+    const ferry_host_api_t *h = t->host;
+    if (!h || h->struct_size < FERRY_HOST_API_SIZE_UNTIL(log_level) || !h->log) return;
+    if (level <= __atomic_load_n(&h->log_level, __ATOMIC_RELAXED)) h->log(h->ctx, level, "example", message);
 }
 
 static int example_probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
@@ -147,11 +158,15 @@ static int example_register(ferry_transport_t *t, const ferry_mem_region_t *r, u
 }
 
 static int example_deregister(ferry_transport_t *t, uint64_t handle, ferry_error_t *err) {
-    if (handle >= MAX_REGIONS || !t->regions[handle].used)
-        return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
-    pthread_mutex_lock(&t->lock); /* copies hold this lock, so none is running after we take it */
+    if (handle >= MAX_REGIONS) return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
+    /* `used` is read under the lock too: two deregisters of one handle, or one racing a register
+     * that reuses the slot, must see each other. Copies hold this lock, so none is running once
+     * we have it. */
+    pthread_mutex_lock(&t->lock);
+    int was_used = t->regions[handle].used;
     t->regions[handle].used = 0;
     pthread_mutex_unlock(&t->lock);
+    if (!was_used) return fail(err, -ENOENT, "no region with handle %" PRIu64, handle);
     return 0;
 }
 
@@ -164,6 +179,12 @@ static int example_export_mem(ferry_transport_t *t, uint64_t handle, void *buf, 
     return 0;
 }
 
+static int instance_exists(uint64_t id) { /* under g_lock */
+    for (int i = 0; i < MAX_INSTANCES; ++i)
+        if (g_instances[i] && g_instances[i]->id == id) return 1;
+    return 0;
+}
+
 static int example_connect(ferry_transport_t *t, const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
     (void)t;
     endpoint_t ep;
@@ -172,6 +193,11 @@ static int example_connect(ferry_transport_t *t, const void *endpoint, size_t le
     if (ep.pid != (uint64_t)getpid())
         return fail(err, -EHOSTUNREACH,
                     "peer is process %" PRIu64 "; the example transport reaches only its own process", ep.pid);
+    pthread_mutex_lock(&g_lock);
+    int exists = instance_exists(ep.instance_id);
+    pthread_mutex_unlock(&g_lock);
+    if (!exists)
+        return fail(err, -ECONNREFUSED, "peer instance %" PRIu64 " does not exist (destroyed?)", ep.instance_id);
     *peer = ep.instance_id;
     return 0;
 }
@@ -212,6 +238,14 @@ static int target_allows(ferry_transport_t *target, uint64_t addr, uint64_t leng
     return -EFAULT;
 }
 
+/* The initiator's check, before anything starts: the local range inside the registered region
+ * the op names (under t->lock). */
+static int local_ok(const ferry_transport_t *t, const ferry_xfer_op_t *op) {
+    if (op->local_mem >= MAX_REGIONS || !t->regions[op->local_mem].used) return 0;
+    const ferry_mem_region_t *r = &t->regions[op->local_mem].r;
+    return op->local_addr >= r->addr && op->length <= r->length && op->local_addr - r->addr <= r->length - op->length;
+}
+
 static int push_completion(ferry_transport_t *t, uint64_t user_data, int status, const char *message) {
     if (t->done_len == t->done_cap) {
         size_t cap = t->done_cap ? t->done_cap * 2 : 64;
@@ -239,7 +273,21 @@ static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_
         return fail(err, -ECONNRESET, "peer instance %" PRIu64 " no longer exists", peer);
     }
     pthread_mutex_lock(&t->lock);
-    if (t->done_cap - t->done_len < n) { /* reserve first: submit is all-or-nothing */
+    for (size_t i = 0; i < n; ++i) { /* check every op first: submit is all-or-nothing */
+        if (ops[i].opcode != FERRY_OP_READ && ops[i].opcode != FERRY_OP_WRITE) {
+            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_unlock(&g_lock);
+            return fail(err, -EINVAL, "op %zu: opcode %u is neither READ nor WRITE", i, (unsigned)ops[i].opcode);
+        }
+        if (!local_ok(t, &ops[i])) {
+            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_unlock(&g_lock);
+            return fail(err, -EINVAL,
+                        "op %zu: local [0x%" PRIx64 ", +%" PRIu64 ") is not inside the region with handle %" PRIu64, i,
+                        ops[i].local_addr, ops[i].length, ops[i].local_mem);
+        }
+    }
+    if (t->done_cap - t->done_len < n) { /* reserve too: no op may start unless all can complete */
         size_t cap = t->done_len + n;
         ferry_completion_t *grown = realloc(t->done, cap * sizeof *grown);
         if (!grown) {
@@ -268,32 +316,32 @@ static int example_submit(ferry_transport_t *t, uint64_t peer, const ferry_xfer_
         push_completion(t, op->user_data, rc, rc ? message : NULL);
     }
     if (target != t) pthread_mutex_unlock(&target->lock);
-    pthread_mutex_unlock(&t->lock);
-    pthread_mutex_unlock(&g_lock);
+    /* The eventfd changes under the same lock as the queue, so it is readable exactly while
+     * completions wait (a poll between our unlock and a late write would leave it readable). */
     if (was_empty) {
         uint64_t one = 1;
         if (write(t->event_fd, &one, sizeof one) < 0) log_line(t, FERRY_LOG_WARN, "eventfd write failed");
     }
+    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&g_lock);
     return 0;
 }
 
 static int example_poll(ferry_transport_t *t, ferry_completion_t *out, size_t max, ferry_error_t *err) {
     (void)err;
-    uint64_t v;
-    if (read(t->event_fd, &v, sizeof v) < 0 && errno != EAGAIN) log_line(t, FERRY_LOG_WARN, "eventfd read failed");
     pthread_mutex_lock(&t->lock);
     size_t n = t->done_len < max ? t->done_len : max;
     if (n > 0) { /* t->done is NULL until the first completion: memcpy from NULL is undefined */
         memcpy(out, t->done, n * sizeof *out);
         memmove(t->done, t->done + n, (t->done_len - n) * sizeof *out);
         t->done_len -= n;
+        if (t->done_len == 0) { /* empty now: clear the eventfd (submit set it when it filled) */
+            uint64_t v;
+            if (read(t->event_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+                log_line(t, FERRY_LOG_WARN, "eventfd read failed");
+        }
     }
-    int left = t->done_len > 0;
     pthread_mutex_unlock(&t->lock);
-    if (left) {
-        uint64_t one = 1;
-        if (write(t->event_fd, &one, sizeof one) < 0) log_line(t, FERRY_LOG_WARN, "eventfd write failed");
-    }
     return (int)n;
 }
 

@@ -1,6 +1,5 @@
 #include "ipc_transport.hpp"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,12 +37,11 @@ std::string hex(uint64_t v) {
 }
 
 void put64(uint8_t *&p, uint64_t v) {
-    memcpy(p, &v, 8);
+    put_le64(p, v);
     p += 8;
 }
 uint64_t get64(const uint8_t *&p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
+    uint64_t v = get_le64(p);
     p += 8;
     return v;
 }
@@ -53,7 +51,7 @@ uint64_t get64(const uint8_t *&p) {
 IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
                            size_t streams_per_device)
     : rt_(std::move(runtime)),
-      host_(host),
+      log_(host, name),
       name_(name),
       streams_per_device_(streams_per_device),
       pid_(static_cast<uint64_t>(getpid())) {}
@@ -72,24 +70,17 @@ IpcTransport::~IpcTransport() {
         if (m.mapped && key.first != pid_) rt_->ipc_close(m.mapped, ignored);
     for (auto &[dev, streams] : streams_)
         for (auto s : streams) rt_->stream_destroy(s);
-    if (event_fd_ >= 0) close(event_fd_);
-}
-
-void IpcTransport::log(int level, const std::string &message) const {
-    if (host_ && host_->log && level <= host_->log_level) host_->log(host_->ctx, level, name_, message.c_str());
 }
 
 int IpcTransport::fail(ferry_error_t *err, int code, const std::string &message) const {
-    if (err) snprintf(err->message, sizeof err->message, "%s", message.c_str());
-    return code;
+    return set_error(err, code, "%s: %s", name_, message.c_str());
 }
 
-int IpcTransport::start(ferry_error_t *err) {
-    event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (event_fd_ < 0) return fail(err, -errno, std::string("eventfd: ") + strerror(errno));
+int IpcTransport::start(ferry_error_t *) {
     copy_batch_ = rt_->has_copy_batch();
-    log(FERRY_LOG_DEBUG, copy_batch_ ? "copies of a run go to the runtime's batched copy in one call"
-                                     : "copying op by op (this runtime has no batched copy)");
+    log_.log(FERRY_LOG_DEBUG, "%s",
+             copy_batch_ ? "copies of a run go to the runtime's batched copy in one call"
+                         : "copying op by op (this runtime has no batched copy)");
     completion_thread_ = std::thread([this] { completion_loop(); });
     return 0;
 }
@@ -340,7 +331,7 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
                 std::string e;
                 DeviceGuard guard(*rt_);
                 int rc = rt_->enable_peer_access(l.device_id, mapped_dev, e);
-                if (rc) log(FERRY_LOG_WARN, e);
+                if (rc) log_.log(FERRY_LOG_WARN, "%s", e.c_str());
                 pa = peer_access_.emplace(key, rc).first;
             }
             if (pa->second != 0)
@@ -408,7 +399,7 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
             // Which copies it queued is unknown: let those end (an op refused below is then
             // reported only once nothing of it can still land), queue each one again (the same
             // bytes to the same places), and stop batching.
-            log(FERRY_LOG_WARN, e + "; copying op by op from now on");
+            log_.log(FERRY_LOG_WARN, "%s; copying op by op from now on", e.c_str());
             copy_batch_ = false;
             std::string ignored;
             rt_->stream_wait(stream, ignored);
@@ -467,36 +458,12 @@ void IpcTransport::completion_loop() {
 
 // All of them under one lock and at most one eventfd signal: the engine wakes once per run.
 void IpcTransport::push_completions(const std::vector<uint64_t> &user_data, int status, const std::string &message) {
-    ferry_completion_t c{};
-    c.status = status;
-    if (status) snprintf(c.message, sizeof c.message, "%s", message.c_str());
-    bool was_empty;
-    {
-        std::lock_guard lock(done_mu_);
-        was_empty = done_.empty();
-        for (uint64_t u : user_data) {
-            c.user_data = u;
-            done_.push_back(c);
-        }
-    }
-    if (was_empty && !user_data.empty()) {
-        uint64_t one = 1;
-        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
-    }
+    std::vector<ferry_completion_t> batch;
+    batch.reserve(user_data.size());
+    for (uint64_t u : user_data) batch.push_back(make_completion(u, status, message));
+    cq_.push(batch);
 }
 
-int IpcTransport::poll(ferry_completion_t *out, size_t max) {
-    uint64_t v;
-    if (read(event_fd_, &v, sizeof v) < 0 && errno != EAGAIN) log(FERRY_LOG_WARN, "eventfd read failed");
-    std::lock_guard lock(done_mu_);
-    size_t n = std::min(max, done_.size());
-    std::copy(done_.begin(), done_.begin() + static_cast<long>(n), out);
-    done_.erase(done_.begin(), done_.begin() + static_cast<long>(n));
-    if (!done_.empty()) {
-        uint64_t one = 1;
-        if (write(event_fd_, &one, sizeof one) < 0) log(FERRY_LOG_WARN, "eventfd write failed");
-    }
-    return static_cast<int>(n);
-}
+int IpcTransport::poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
 
 }  // namespace ferry_gpu

@@ -23,6 +23,7 @@
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
+#include "plugin_util.hpp"
 
 namespace ferry_gpu {
 
@@ -59,7 +60,7 @@ public:
     int release_mem(uint64_t peer, uint64_t handle, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
-    int completion_fd() const { return event_fd_; }
+    int completion_fd() const { return cq_.fd(); }
 
 private:
     struct LocalRegion {
@@ -95,7 +96,6 @@ private:
         uint64_t user_data;
     };
 
-    void log(int level, const std::string &message) const;
     int fail(ferry_error_t *err, int code, const std::string &message) const;
     int streams_for(int device, std::vector<Stream> *&out, std::string &error);
     int acquire_event(Event &event, std::string &error);
@@ -107,7 +107,7 @@ private:
     void completion_loop();
 
     std::unique_ptr<Runtime> rt_;
-    const ferry_host_api_t *host_;
+    const Logger log_;
     const char *name_;
     const size_t streams_per_device_;
     const uint64_t pid_;
@@ -130,9 +130,7 @@ private:
     bool stopping_ = false;
     std::thread completion_thread_;
 
-    std::mutex done_mu_;
-    std::deque<ferry_completion_t> done_;  // taken from the front in chunks
-    int event_fd_ = -1;
+    CompletionQueue cq_;  // finished copies, for poll() and completion_fd
 };
 
 }  // namespace ferry_gpu

@@ -9,8 +9,8 @@
 
 #include "control.hpp"
 #include "options.hpp"
+#include "plugin_util.hpp"
 #include "rate_limited_log.hpp"
-#include "util.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -4,13 +4,14 @@
 
 #include "plugin_entry.hpp"
 
+#define FERRY_RDMA_VERSION "1.0.0"
+
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
     ferry_plugin::entry_table<ferry_rdma::Transport>(
-        ferry_rdma::kPluginName,
 #ifdef FERRY_RDMA_VARIANT
         FERRY_RDMA_VERSION " (" FERRY_RDMA_VARIANT " package)",  // the same code, packaged for a runtime's directory
 #else
-        ferry_rdma::kPluginVersion,
+        FERRY_RDMA_VERSION,
 #endif
         // GPU memory through dma-buf (GPUDirect RDMA): register_mem fails with -ENOTSUP and the
         // reason when the NIC, the kernel or the GPU runtime cannot (docs/RDMA.md).

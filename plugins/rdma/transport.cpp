@@ -33,26 +33,6 @@ std::string memlock_limit() {
 
 }  // namespace
 
-// ---- LocalRegion ----
-
-bool LocalRegion::pin() {
-    std::lock_guard lock(mu_);
-    if (!live_) return false;
-    ++users_;
-    return true;
-}
-
-void LocalRegion::unpin() {
-    std::lock_guard lock(mu_);
-    if (--users_ == 0) cv_.notify_all();
-}
-
-void LocalRegion::retire_and_wait() {
-    std::unique_lock lock(mu_);
-    live_ = false;
-    cv_.wait(lock, [&] { return users_ == 0; });
-}
-
 Pair *Peer::pair(uint16_t l, uint16_t r) const {
     size_t n = ep.nics.size();
     if (l * n + r < pairs.size() && pairs[l * n + r] && pairs[l * n + r]->state != Pair::State::Dead)
@@ -83,7 +63,7 @@ int Transport::probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *
     return 0;
 }
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host) {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host, kName) {}
 
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err) {

@@ -14,8 +14,9 @@
 #include "control_server.hpp"
 #include "gpu_memory.hpp"
 #include "options.hpp"
+#include "pin_count.hpp"
 #include "plan.hpp"
-#include "util.hpp"
+#include "plugin_util.hpp"
 #include "verbs.hpp"
 #include "wire.hpp"
 
@@ -46,15 +47,12 @@ public:
     GpuRuntime *runtime = nullptr;
 
     bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
-    bool pin();  // false once retired
-    void unpin();
-    void retire_and_wait();
+    bool pin() { return pins_.pin(); }  // false once retired
+    void unpin() { pins_.unpin(); }
+    void retire_and_wait() { pins_.retire_and_wait(); }
 
 private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    uint64_t users_ = 0;
-    bool live_ = true;
+    PinCount pins_;
 };
 
 struct Op {
@@ -121,6 +119,7 @@ struct Served : ServedSession {
 
 class Transport {
 public:
+    static constexpr const char *kName = "rdma";
     static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err);
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);

@@ -1,7 +1,7 @@
 // The serving side's limits against initiators that do not follow the protocol: connection caps
 // (total and per uid) with a refusal the initiator can read, a deadline for the Hello,
 // backpressure when answers are not read or too many requests are being copied, and back-off
-// when accept() runs out of descriptors. Refusals are logged through a LogLimiter.
+// when accept() runs out of descriptors. Refusals are logged through a RateLimitedLog.
 #include "transport.hpp"
 
 #include <sys/epoll.h>

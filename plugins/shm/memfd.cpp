@@ -1,6 +1,6 @@
 #include "memfd.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <fcntl.h>
 #include <linux/magic.h>

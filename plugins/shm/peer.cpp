@@ -52,31 +52,4 @@ Gate::~Gate() {
     if (!keep_) munmap(page_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
 }
 
-void LogLimiter::event(const std::string &line) {
-    std::lock_guard lock(mu_);
-    auto now = Clock::now();
-    if (!logged_once_ || now - last_ >= interval_) {
-        if (suppressed_ > 0)
-            log_.log(level_, "%s (and %" PRIu64 " more like it in the last %lld s)", line.c_str(), suppressed_,
-                     static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(interval_).count()));
-        else log_.log(level_, "%s", line.c_str());
-        logged_once_ = true;
-        last_ = now;
-        suppressed_ = 0;
-        return;
-    }
-    ++suppressed_;
-    last_line_ = line;
-}
-
-void LogLimiter::flush(bool force) {
-    std::lock_guard lock(mu_);
-    if (suppressed_ == 0 || (!force && Clock::now() - last_ < interval_)) return;
-    log_.log(level_, "%" PRIu64 " more like this in the last %lld s; the last: %s", suppressed_,
-             static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(interval_).count()),
-             last_line_.c_str());
-    suppressed_ = 0;
-    last_ = Clock::now();
-}
-
 }  // namespace ferry_shm

@@ -1,9 +1,9 @@
 // What shm.so holds on to about the process at the other end of a socket, and the limits it
 // keeps against hostile ones: the peer's pidfd (so a reused pid is never copied to or from), the
-// initiator's revocation gate (wire.hpp), and rate-limited logging of refused connections.
+// initiator's revocation gate (wire.hpp). Refused connections are logged through the kit's RateLimitedLog.
 #pragma once
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <sys/types.h>
 
@@ -43,27 +43,6 @@ private:
     Gate() = default;
     void *page_ = nullptr;
     bool revoked_ = false, keep_ = false;
-};
-
-// Logs the first of a kind of event at once and then at most one line per interval with the
-// count of the others ("N more ... in the last 10 s"), so garbage at the socket cannot flood the
-// host's log.
-class LogLimiter {
-public:
-    LogLimiter(const Logger &log, int level, std::chrono::milliseconds interval)
-        : log_(log), level_(level), interval_(interval) {}
-    void event(const std::string &line);
-    void flush(bool force = false);  // logs the pending count once the interval is over
-
-private:
-    const Logger &log_;
-    const int level_;
-    const std::chrono::milliseconds interval_;
-    std::mutex mu_;
-    Clock::time_point last_{};
-    bool logged_once_ = false;
-    uint64_t suppressed_ = 0;
-    std::string last_line_;
 };
 
 }  // namespace ferry_shm

@@ -6,5 +6,4 @@
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
     ferry_plugin::entry_table<ferry_shm::Transport>(
-        ferry_shm::kPluginName, ferry_shm::kPluginVersion,
-        FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE);
+        "1.0.0", FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE);

@@ -12,6 +12,15 @@
 
 namespace ferry_shm {
 
+int yama_ptrace_scope() {
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (f == nullptr) return -1;
+    int v = -1;
+    if (fscanf(f, "%d", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+
 namespace {
 
 bool has_cap_sys_ptrace() {

@@ -1,6 +1,6 @@
 #include "regions.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <unistd.h>
 
@@ -14,28 +14,13 @@ Region::~Region() {
     if (memfd.fd >= 0) close(memfd.fd);
 }
 
-bool Region::pin() {
-    std::lock_guard lock(mu_);
-    if (!live_) return false;
-    ++users_;
-    return true;
-}
-
-void Region::unpin() {
-    std::lock_guard lock(mu_);
-    if (--users_ == 0) cv_.notify_all();
-}
-
 void Region::retire_and_wait(const Logger &log) {
-    std::unique_lock lock(mu_);
-    live_ = false;
-    while (users_ != 0) {
-        if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return users_ == 0; }))
-            log.log(FERRY_LOG_WARN,
-                    "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64
-                    " op(s) still using it (a peer that is stopped keeps them)",
-                    addr, length, users_);
-    }
+    pins_.retire_and_wait([&](uint64_t users) {
+        log.log(FERRY_LOG_WARN,
+                "deregister of [0x%" PRIx64 ", +%" PRIu64 ") waits for %" PRIu64
+                " op(s) still using it (a peer that is stopped keeps them)",
+                addr, length, users);
+    });
 }
 
 uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd, uint32_t kind,

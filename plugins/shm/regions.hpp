@@ -5,6 +5,7 @@
 #pragma once
 
 #include "memfd.hpp"
+#include "pin_count.hpp"
 
 #include <condition_variable>
 #include <cstdint>
@@ -19,7 +20,7 @@ class Logger;
 
 namespace ferry_shm {
 
-using ferry_plugin::Logger;
+using ferry_plugin::Logger;  // (regions.hpp does not include the kit)
 
 struct Region {
     uint64_t handle = 0, addr = 0, length = 0;
@@ -33,16 +34,13 @@ struct Region {
     ~Region();
 
     bool contains(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
-    bool pin();  // false once retired
-    void unpin();
+    bool pin() { return pins_.pin(); }  // false once retired
+    void unpin() { pins_.unpin(); }
     // Refuses new pins, then waits until the last one is gone (logging every few seconds).
     void retire_and_wait(const Logger &log);
 
 private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    uint64_t users_ = 0;
-    bool live_ = true;
+    ferry_plugin::PinCount pins_;
 };
 
 class RegionTable {

@@ -33,7 +33,8 @@ Conn::~Conn() {
     if (pidfd >= 0) close(pidfd);
 }
 
-Transport::Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host), stager_(host, "shm") {}
+Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
+    : cfg_(cfg), log_(host, kName), stager_(host, kName) {}
 
 int Transport::create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err) {

@@ -6,9 +6,10 @@
 #include "memfd.hpp"
 #include "options.hpp"
 #include "peer.hpp"
+#include "plugin_util.hpp"
+#include "rate_limited_log.hpp"
 #include "regions.hpp"
 #include "staged_device.hpp"
-#include "util.hpp"
 #include "wire.hpp"
 
 #include <ferry/plugin.h>
@@ -35,6 +36,9 @@ inline constexpr size_t kMaxReplyBacklog = 256 << 10;                 // unsent 
 inline constexpr uint64_t kMaxActivePerConn = 256;                    // requests being copied before we stop reading
 inline constexpr auto kRevokeGrace = std::chrono::milliseconds(200);  // see check_timeouts
 inline constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+
+// Yama's /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is not present (probe.cpp).
+int yama_ptrace_scope();
 
 // A socket shared by the I/O thread and writers. Only the I/O thread closes it, under out_mu.
 struct Conn {
@@ -118,6 +122,7 @@ struct Piece {
 
 class Transport {
 public:
+    static constexpr const char *kName = "shm";
     static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err);
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
@@ -217,8 +222,8 @@ private:
     bool accept_paused_ = false;
     Clock::time_point accept_resume_{};
     std::chrono::milliseconds accept_backoff_{0};
-    LogLimiter refused_log_{log_, FERRY_LOG_INFO, kRefusalLogInterval};
-    LogLimiter accept_log_{log_, FERRY_LOG_WARN, kRefusalLogInterval};
+    RateLimitedLog refused_log_{log_, FERRY_LOG_INFO, kRefusalLogInterval};
+    RateLimitedLog accept_log_{log_, FERRY_LOG_WARN, kRefusalLogInterval};
     std::condition_variable dead_cv_;  // a client connection saw EOF
 
     std::shared_mutex peers_mu_;

@@ -1,6 +1,6 @@
 #include "conn_limits.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 namespace ferry_tcp {
 

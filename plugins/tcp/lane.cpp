@@ -2,8 +2,8 @@
 #include "untracked_io.hpp"
 
 #include "peer.hpp"
+#include "plugin_util.hpp"
 #include "socket_util.hpp"
-#include "util.hpp"
 
 #include <sys/epoll.h>
 #include <sys/socket.h>

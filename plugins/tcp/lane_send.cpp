@@ -3,7 +3,7 @@
 #include "lane.hpp"
 
 #include "peer.hpp"
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <sys/socket.h>
 

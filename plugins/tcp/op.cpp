@@ -1,7 +1,7 @@
 #include "op.hpp"
 
+#include "plugin_util.hpp"
 #include "reactor.hpp"
-#include "util.hpp"
 
 namespace ferry_tcp {
 

@@ -1,6 +1,6 @@
 #include "options.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include "hmac_sha256.hpp"
 

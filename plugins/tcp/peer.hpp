@@ -4,8 +4,8 @@
 
 #include "lane.hpp"
 #include "options.hpp"
+#include "plugin_util.hpp"
 #include "region_table.hpp"
-#include "util.hpp"
 #include "wire.hpp"
 
 #include <ferry/plugin.h>

@@ -1,6 +1,6 @@
 #include "reactor.hpp"
 
-#include "completion_queue.hpp"
+#include "plugin_util.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

@@ -3,7 +3,7 @@
 // threads hand work over with kick() / post().
 #pragma once
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <ferry/plugin.h>
 
@@ -16,8 +16,6 @@
 #include <vector>
 
 namespace ferry_tcp {
-
-class CompletionQueue;
 
 class Handler {
 public:

@@ -1,6 +1,6 @@
 #include "region_table.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <ferry/plugin.h>
 

@@ -4,13 +4,13 @@
 
 #include "conn_limits.hpp"
 #include "handshake.hpp"
-#include "log_limiter.hpp"
 #include "options.hpp"
+#include "plugin_util.hpp"
+#include "rate_limited_log.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
 #include "splice_pipe.hpp"
 #include "tx.hpp"
-#include "util.hpp"
 #include "wire.hpp"
 
 #include "staged_device.hpp"
@@ -30,7 +30,7 @@ struct ServerContext {
     const Logger &log;
     RegionTable &regions;
     ConnLimits &limits;
-    LogLimiter &peer_log;          // what peers cause: bad connections, refused requests
+    RateLimitedLog &peer_log;      // what peers cause: bad connections, refused requests
     ferry_staged::Stager &stager;  // device regions (server_staged.cpp)
 };
 

@@ -1,6 +1,6 @@
 #include "socket_util.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -26,8 +26,8 @@ constexpr unsigned kPeerLogWindowMs = 10000;
 
 Transport::Transport(const Config &cfg, const ferry_host_api_t *host)
     : cfg_(cfg),
-      log_(host),
-      stager_(host, "tcp"),
+      log_(host, kName),
+      stager_(host, kName),
       limits_(cfg_),
       peer_log_(log_, "peer connections and requests", kPeerLogBurst, kPeerLogWindowMs),
       server_ctx_{cfg_, log_, regions_, limits_, peer_log_, stager_} {}

@@ -1,15 +1,14 @@
 // One tcp transport instance: options, I/O threads, listener, peers, registered memory and
-// the completion queue. Methods implement the ferry_plugin_v1_t entry points (plugin.cpp
-// adds argument checks and the exception boundary).
+// the completion queue. Methods implement the ferry_plugin_v1_t entry points (the kit's
+// plugin_entry.hpp, instantiated in plugin.cpp, adds argument checks and the exception boundary).
 #pragma once
 
-#include "completion_queue.hpp"
 #include "listener.hpp"
 #include "options.hpp"
 #include "peer.hpp"
+#include "plugin_util.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
-#include "util.hpp"
 
 #include "staged_device.hpp"
 
@@ -25,6 +24,8 @@ namespace ferry_tcp {
 
 class Transport {
 public:
+    static constexpr const char *kName = "tcp";
+    static int probe(const ferry_kv_t *options, size_t n_options, ferry_probe_result_t *result);
     static int create(const ferry_kv_t *options, size_t n_options, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err);
     ~Transport();  // fails in-flight ops, stops serving, joins the I/O threads
@@ -53,7 +54,7 @@ private:
     RegionTable regions_;
     ferry_staged::Stager stager_;  // device regions: served through the host's staging calls
     ConnLimits limits_;
-    LogLimiter peer_log_;
+    RateLimitedLog peer_log_;
     ServerContext server_ctx_;
     std::vector<std::unique_ptr<Reactor>> reactors_;
     std::unique_ptr<Listener> listener_;

@@ -1,6 +1,6 @@
 #include "wire.hpp"
 
-#include "util.hpp"
+#include "plugin_util.hpp"
 
 #include <arpa/inet.h>
 #include <cstring>
@@ -12,53 +12,31 @@ namespace {
 constexpr uint32_t kEndpointMagic = 0x45545246u;  // bytes 'F' 'R' 'T' 'E'
 constexpr uint16_t kEndpointVersion = 1;
 
-void put16(uint8_t *p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-}
-void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t get16(const uint8_t *p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-    return v;
-}
-
 }  // namespace
 
 void encode_header(const Header &h, uint8_t out[kHeaderSize]) {
-    put32(out + 0, h.magic);
-    put16(out + 4, h.version);
+    put_le32(out + 0, h.magic);
+    put_le16(out + 4, h.version);
     out[6] = h.type;
     out[7] = h.flags;
-    put32(out + 8, static_cast<uint32_t>(h.status));
-    put32(out + 12, h.msg_len);
-    put64(out + 16, h.id);
-    put64(out + 24, h.addr);
-    put64(out + 32, h.length);
+    put_le32(out + 8, static_cast<uint32_t>(h.status));
+    put_le32(out + 12, h.msg_len);
+    put_le64(out + 16, h.id);
+    put_le64(out + 24, h.addr);
+    put_le64(out + 32, h.length);
 }
 
 Header decode_header(const uint8_t in[kHeaderSize]) {
     Header h;
-    h.magic = get32(in + 0);
-    h.version = get16(in + 4);
+    h.magic = get_le32(in + 0);
+    h.version = get_le16(in + 4);
     h.type = in[6];
     h.flags = in[7];
-    h.status = static_cast<int32_t>(get32(in + 8));
-    h.msg_len = get32(in + 12);
-    h.id = get64(in + 16);
-    h.addr = get64(in + 24);
-    h.length = get64(in + 32);
+    h.status = static_cast<int32_t>(get_le32(in + 8));
+    h.msg_len = get_le32(in + 12);
+    h.id = get_le64(in + 16);
+    h.addr = get_le64(in + 24);
+    h.length = get_le64(in + 32);
     return h;
 }
 
@@ -113,17 +91,17 @@ bool check_request(const Header &h, std::string *why) {
 
 void encode_endpoint(const sockaddr_storage &addr, uint8_t out[kEndpointSize]) {
     memset(out, 0, kEndpointSize);
-    put32(out + 0, kEndpointMagic);
-    put16(out + 4, kEndpointVersion);
+    put_le32(out + 0, kEndpointMagic);
+    put_le16(out + 4, kEndpointVersion);
     if (addr.ss_family == AF_INET6) {
         const auto *a = reinterpret_cast<const sockaddr_in6 *>(&addr);
         out[6] = 6;
-        put16(out + 8, ntohs(a->sin6_port));
+        put_le16(out + 8, ntohs(a->sin6_port));
         memcpy(out + 12, &a->sin6_addr, 16);
     } else {
         const auto *a = reinterpret_cast<const sockaddr_in *>(&addr);
         out[6] = 4;
-        put16(out + 8, ntohs(a->sin_port));
+        put_le16(out + 8, ntohs(a->sin_port));
         memcpy(out + 12, &a->sin_addr, 4);
     }
 }
@@ -134,16 +112,16 @@ bool decode_endpoint(const void *buf, size_t len, Endpoint *ep, std::string *why
         *why = strprintf("endpoint is %zu bytes, a tcp endpoint is %zu", buf ? len : 0, kEndpointSize);
         return false;
     }
-    if (get32(p) != kEndpointMagic) {
+    if (get_le32(p) != kEndpointMagic) {
         *why = "endpoint bytes are not a tcp endpoint (bad magic)";
         return false;
     }
-    if (get16(p + 4) != kEndpointVersion) {
-        *why =
-            strprintf("tcp endpoint version %u not supported (this plugin reads %u)", get16(p + 4), kEndpointVersion);
+    if (get_le16(p + 4) != kEndpointVersion) {
+        *why = strprintf("tcp endpoint version %u not supported (this plugin reads %u)", get_le16(p + 4),
+                         kEndpointVersion);
         return false;
     }
-    uint16_t port = get16(p + 8);
+    uint16_t port = get_le16(p + 8);
     if (port == 0) {
         *why = "tcp endpoint has port 0";
         return false;

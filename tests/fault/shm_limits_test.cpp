@@ -222,6 +222,37 @@ TEST(ShmLimits, RefusedConnectionsAreLoggedAsACount) {
     EXPECT_TRUE(counted) << "the refusals were not counted";
 }
 
+// A host table that ends before log_level (an older host) says nothing about the level: the
+// plugin must not read past struct_size (the byte there is not the host's), and logs at the
+// ABI's default, INFO. shm.so's own logger read log_level regardless, and here dropped the line.
+TEST(ShmLimits, HostTableWithoutLogLevelLogsAtTheDefaultLevel) {
+    Plugin plugin(FERRY_TEST_SHM_PLUGIN);
+    ASSERT_TRUE(plugin.ok()) << plugin.error();
+    LogCapture cap;
+    ferry_host_api_t host{};
+    host.struct_size = FERRY_HOST_API_SIZE_UNTIL(log);
+    host.ctx = &cap;
+    host.log = LogCapture::log;
+    host.log_level = FERRY_LOG_ERROR;  // beyond struct_size: not the host's to say
+    ferry_transport_t *t = nullptr;
+    ferry_error_t err{};
+    ASSERT_EQ(plugin->create(nullptr, 0, &host, &t, &err), 0) << err.message;
+    size_t len = 0;
+    plugin->export_endpoint(t, nullptr, &len, &err);
+    std::vector<uint8_t> ep(len);
+    ASSERT_EQ(plugin->export_endpoint(t, ep.data(), &len, &err), 0);
+    {
+        RawShm raw(ep);
+        auto junk = ferry_fault::hello_for(raw.token() ^ 1, 0, 0);  // a stale token: refused, logged at INFO
+        ASSERT_TRUE(raw.send_bytes(&junk, sizeof junk));
+        ferry_shm::HelloAck ack{};
+        ASSERT_TRUE(raw.ack(&ack));
+        EXPECT_EQ(ack.status, -ESTALE);
+    }
+    plugin->destroy(t);
+    EXPECT_EQ(cap.count("refused a connection"), 1u) << "the INFO line about the refusal was not logged";
+}
+
 }  // namespace
 
 #endif  // FERRY_TEST_SHM_PLUGIN

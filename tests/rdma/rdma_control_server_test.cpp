@@ -48,7 +48,7 @@ struct CountingHost {
 
 // A server on an ephemeral port whose handler answers every authenticated request.
 struct Server {
-    explicit Server(ControlLimits limits, std::string key = "") : key_(std::move(key)), log_(&host.api) {
+    explicit Server(ControlLimits limits, std::string key = "") : key_(std::move(key)), log_(&host.api, "rdma") {
         std::string why;
         EXPECT_EQ(listen_tcp("127.0.0.1", 0, &fd_, &port, &why), 0) << why;
         server_ = std::make_unique<ControlServer>(

@@ -32,6 +32,8 @@ struct TransportParam {
     // Completion status of a request the serving side refuses, 0: any negative code.
     int refuse_range_code = 0;   // outside every registered region
     int refuse_access_code = 0;  // inside a region without the access right
+    // Peers only in this process (the example's memcpy transport): the cross-process tests skip.
+    bool same_process_only = false;
 };
 
 // gtest prints parameters with this (instead of a byte dump).

@@ -55,7 +55,25 @@ std::vector<TransportParam> tcp_params() {
 }
 #endif
 
+#ifdef FERRY_TEST_EXAMPLE_PLUGIN
+// plugins/example/example.c, the template for plugin authors: same-process memcpy, no options.
+std::vector<TransportParam> example_params() {
+    TransportParam p;
+    p.name = "example";
+    p.path = plugin_path("FERRY_TEST_EXAMPLE_PLUGIN", FERRY_TEST_EXAMPLE_PLUGIN);
+    p.bad_option = {{"lanes", "zero"}};  // unknown to it: refused naming the key
+    p.refuse_range_code = -EFAULT;
+    p.refuse_access_code = -EACCES;
+    p.same_process_only = true;
+    return {p};
+}
+#endif
+
 }  // namespace
+
+#ifdef FERRY_TEST_EXAMPLE_PLUGIN
+INSTANTIATE_TEST_SUITE_P(Example, TransportConformance, ::testing::ValuesIn(example_params()), param_name);
+#endif
 
 #ifdef FERRY_TEST_TCP_PLUGIN
 INSTANTIATE_TEST_SUITE_P(Tcp, TransportConformance, ::testing::ValuesIn(tcp_params()), param_name);

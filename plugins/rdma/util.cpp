@@ -1,3 +1,0 @@
-#include "util.hpp"
-
-const char *ferry_plugin::plugin_name() { return ferry_rdma::kPluginName; }
