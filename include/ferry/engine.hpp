@@ -12,26 +12,16 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/result.hpp"
+
 #define FERRY_API __attribute__((visibility("default")))
 
 namespace ferry {
-
-struct Error {
-    int code = 0;         // negative errno-style
-    std::string message;  // names the problem and what to do
-};
-
-template <class T>
-using Result = std::expected<T, Error>;
 
 // Engine::wait's error code when its timeout passed with ops still in flight (the batch stays
 // valid: wait again, poll status, or free it once done). No op ever fails with this code, so
 // it cannot be confused with an op's own failure, e.g. -ETIMEDOUT from a transport timeout.
 inline constexpr int kWaitPending = -EINPROGRESS;
-
-inline std::unexpected<Error> fail(int code, std::string message) {
-    return std::unexpected(Error{code, std::move(message)});
-}
 
 enum class Opcode : uint32_t { Read = 0, Write = 1 };
 // Auto (register_memory only): ask the loaded GPU runtimes (CUDA's cuPointerGetAttributes,
