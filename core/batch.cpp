@@ -20,6 +20,9 @@ constexpr size_t kPollChunk = 64;
 // wait()'s error for a finished batch: how many ops failed and the first few, bounded.
 constexpr size_t kFailuresShown = 3;
 constexpr size_t kFailureMessageMax = 240;
+// The first failure gives the code and usually the reason (a connect's error, found off the
+// submit path, names the transport, the peer and the fix), so it is cut only much later.
+constexpr size_t kFirstFailureMessageMax = 1024;
 
 Result<void> failures(const Batch &batch) {
     size_t failed = 0;
@@ -30,8 +33,8 @@ Result<void> failures(const Batch &batch) {
         if (op.state.load(std::memory_order_acquire) != static_cast<uint32_t>(OpState::Failed)) continue;
         if (++failed == 1) code = op.code;
         if (failed > kFailuresShown) continue;
-        std::string why =
-            op.message.size() > kFailureMessageMax ? op.message.substr(0, kFailureMessageMax) + "..." : op.message;
+        size_t max = failed == 1 ? kFirstFailureMessageMax : kFailureMessageMax;
+        std::string why = op.message.size() > max ? op.message.substr(0, max) + "..." : op.message;
         shown +=
             cat(failed == 1 ? "" : "; ", "op ", i, " failed (", op_name(op.opcode), " ", op.length, " bytes): ", why);
     }
