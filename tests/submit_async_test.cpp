@@ -31,7 +31,7 @@ constexpr auto kSubmitBound = 200ms;
 // The peer stopped for this scope (continued after, so its SIGKILL at the end is reaped).
 class Stopped {
 public:
-    explicit Stopped(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }
+    explicit Stopped(pid_t pid) : pid_(pid) { EXPECT_TRUE(test::stop_process(pid_)) << "the peer did not stop"; }
     ~Stopped() { resume(); }
     void resume() {
         if (pid_ > 0) ::kill(pid_, SIGCONT);

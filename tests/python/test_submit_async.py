@@ -15,13 +15,30 @@ import ferry_te as ferry
 STALL_MS = 4000
 
 
+def stop_process(pid):
+    """SIGSTOP, then wait until every thread has stopped (kill returns before they do, and an
+    op submitted in between may still be served)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+                text = f.read()
+            states.append(text[text.rfind(")") + 2])
+        if all(s in "tT" for s in states):
+            return
+        time.sleep(0.005)  # polling /proc, nothing to wait on
+    raise AssertionError("process %d did not stop" % pid)
+
+
 def test_submit_to_a_hanging_peer_returns_at_once(make_peer):
     peer = make_peer("tcp", 1 << 16)
     with ferry.Engine({"plugins": "tcp", "tcp.connect_timeout_ms": str(STALL_MS)}) as engine:
         local = np.zeros(1 << 16, np.uint8)
         engine.register(local)
         seg = engine.open_segment(peer.session)
-        os.kill(peer.proc.pid, signal.SIGSTOP)
+        stop_process(peer.proc.pid)
         try:
             t0 = time.monotonic()
             batch = engine.submit([(ferry.READ, local, seg, peer.addresses[0])])
