@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fd.hpp"
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 #include "socket_util.hpp"
 
 namespace ferry {

@@ -20,16 +20,15 @@ const char *kind_name(uint32_t kind) {
     return "unknown";
 }
 
-ferry_mem_region_t to_abi(const RegionDescriptor &r) {
-    return ferry_mem_region_t{r.addr, r.length, r.kind, r.device, r.access, 0};
-}
-
 }  // namespace
 
 Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
     // into go away; the metadata server stops first so no peer learns of a dying engine.
-    // Batch notifications not yet sent are dropped first: they point into batches.
+    // Ops waiting for a connect or a descriptor fail first (a connect blocked in a plugin ends
+    // by the plugin's own timeout); batch notifications not yet sent are dropped next: both
+    // point into batches.
+    stop_connector();
     stop_notifier();
     metadata.reset();
     control.reset();
@@ -397,21 +396,32 @@ Result<void> Engine::close_segment(SegmentId id) {
         im.segments.erase(it);
         im.segment_ids.erase(seg->name);
     }
-    std::lock_guard lock(seg->mutex);
-    for (auto &[key, handle] : seg->imported) {
-        auto &peer = seg->peers[key.first];
-        if (peer) (void)im.transports[key.first]->release_mem(*peer, handle);
+    std::deque<DeferredOp> dropped;
+    {
+        std::lock_guard lock(seg->mutex);
+        seg->closed = true;  // a connect the connector has in flight is dropped when it returns
+        dropped.swap(seg->deferred);
+        for (auto &[key, handle] : seg->imported) {
+            auto &peer = seg->peers[key.first];
+            if (peer) (void)im.transports[key.first]->release_mem(*peer, handle);
+        }
+        seg->imported.clear();
+        for (size_t i = 0; i < seg->peers.size(); ++i)
+            if (seg->peers[i]) (void)im.transports[i]->disconnect(*seg->peers[i]);
+        std::fill(seg->peers.begin(), seg->peers.end(), std::nullopt);
     }
-    for (size_t i = 0; i < seg->peers.size(); ++i)
-        if (seg->peers[i]) (void)im.transports[i]->disconnect(*seg->peers[i]);
+    for (auto &d : dropped)
+        im.complete(*d.op, -ECANCELED,
+                    cat("submit: op ", d.index, " (", op_name(d.request.opcode), " ", d.request.length,
+                        " bytes): close_segment closed segment ", seg->name, " before the op could be posted"));
     return {};
 }
 
 Result<std::vector<RemoteRegion>> Engine::segment_regions(SegmentId id) {
     auto seg = impl_->segment(id);
     if (!seg) return fail(-ENOENT, cat("segment_regions: segment id ", id, " is not open"));
-    std::lock_guard lock(seg->mutex);
     if (auto r = impl_->refresh_segment(*seg); !r) return std::unexpected(r.error());
+    std::lock_guard lock(seg->mutex);
     std::vector<RemoteRegion> out;
     for (const auto &r : seg->descriptor.regions)
         out.push_back({r.addr, r.length, static_cast<MemoryKind>(r.kind), r.device, r.access});
@@ -425,10 +435,12 @@ std::shared_ptr<RemoteSegment> Engine::Impl::segment(SegmentId id) {
 }
 
 // Re-reads a peer's descriptor (it registered or unregistered memory since we opened it) and
-// drops imports of regions that changed.
+// drops imports of regions that changed. The fetch runs without seg.mutex, so submits to the
+// segment never wait for it.
 Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
     auto fresh = metadata->fetch(seg.name);
     if (!fresh) return std::unexpected(fresh.error());
+    std::lock_guard lock(seg.mutex);
     // A transport whose endpoint changed belongs to a restarted peer: drop the old connection.
     for (size_t t = 0; t < transports.size(); ++t) {
         if (!seg.peers[t]) continue;
@@ -468,31 +480,6 @@ Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
     return {};
 }
 
-Result<uint64_t> Engine::Impl::peer_for(RemoteSegment &seg, size_t transport) {
-    if (seg.peers[transport]) return *seg.peers[transport];
-    const auto *ep = seg.descriptor.endpoint_for(transports[transport]->name());
-    if (!ep)
-        return fail(-ENOTCONN, cat("segment ", seg.name, " offers no ", transports[transport]->name(), " endpoint"));
-    auto peer = transports[transport]->connect(ep->endpoint);
-    if (!peer) return fail(peer.error().code, cat("segment ", seg.name, ": ", peer.error().message));
-    seg.peers[transport] = *peer;
-    return *peer;
-}
-
-Result<uint64_t> Engine::Impl::import_for(RemoteSegment &seg, size_t transport, const RegionDescriptor &region) {
-    auto key = std::make_pair(transport, region.addr);
-    if (auto it = seg.imported.find(key); it != seg.imported.end()) return it->second;
-    auto peer = peer_for(seg, transport);
-    if (!peer) return peer;
-    const auto *k = region.key_for(transports[transport]->name());
-    auto abi = to_abi(region);
-    auto handle = transports[transport]->import_mem(*peer, abi,
-                                                    k ? std::span<const uint8_t>(k->key) : std::span<const uint8_t>());
-    if (!handle) return handle;
-    seg.imported[key] = *handle;
-    return *handle;
-}
-
 Result<BatchId> Engine::submit(std::span<const Request> requests) { return impl_->submit(requests); }
 
 Result<OpStatus> Engine::status(BatchId id, size_t index) {
@@ -505,7 +492,8 @@ Result<OpStatus> Engine::status(BatchId id, size_t index) {
     if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Pending)) impl_->progress(0);
     OpStatus st;
     st.state = static_cast<OpState>(op.state.load(std::memory_order_acquire));
-    st.transport = impl_->transports[op.transport]->name();
+    if (auto t = op.transport.load(std::memory_order_relaxed); t != kNoTransport)
+        st.transport = impl_->transports[t]->name();
     if (st.state == OpState::Failed) {
         st.code = op.code;
         st.message = op.message;

@@ -1,5 +1,6 @@
-// Engine internals shared by engine.cpp (setup, memory, segments) and batch.cpp (submit,
-// progress, wait).
+// Engine internals shared by engine.cpp (setup, memory, segments), submit.cpp and route.cpp
+// (planning a batch), connector.cpp (what needs the network before an op can be posted) and
+// batch.cpp (progress, completion, wait).
 #pragma once
 
 #include <sys/eventfd.h>
@@ -44,6 +45,17 @@ struct LocalRegion {
     uint64_t end() const { return addr + length; }
 };
 
+struct OpRecord;
+
+// An op whose route needs the network first (its segment's descriptor re-read, a transport
+// connected, a remote region imported): queued on its segment for the connector
+// (connector.cpp), which does that off the submit path, then posts or fails the op.
+struct DeferredOp {
+    OpRecord *op = nullptr;
+    size_t index = 0;  // in its batch, for messages
+    Request request;
+};
+
 struct RemoteSegment {
     SegmentId id = 0;
     std::string name;
@@ -62,14 +74,15 @@ struct RemoteSegment {
         }
     };
     std::unordered_map<std::pair<size_t, uint64_t>, uint64_t, ImportKeyHash> imported;
+    std::deque<DeferredOp> deferred;  // ops waiting for the connector
+    bool scheduled = false;           // queued for, or held by, a connector thread
+    bool closed = false;              // close_segment ran: its ops fail, nothing new connects
 
     // Control connection for notifications; its own lock, so a slow peer never holds up
     // submits to this segment.
     std::mutex control_mutex;
     std::optional<ControlClient> control;  // guarded by control_mutex
 };
-
-struct OpRecord;
 
 // One GPU op on a host-only transport, moved through pinned slices (staging.cpp): WRITE copies
 // slice k from the GPU while slice k-1 is on the wire; READ receives slice k into pinned memory
@@ -105,11 +118,15 @@ struct StagedOp {
 
 struct Batch;
 
+inline constexpr uint16_t kNoTransport = UINT16_MAX;
+
 struct OpRecord {
     Batch *batch = nullptr;
     std::atomic<uint32_t> state{static_cast<uint32_t>(OpState::Pending)};
     int code = 0;
-    uint16_t transport = 0;
+    // The transport carrying it; kNoTransport while the connector still routes it (status()
+    // may read it meanwhile).
+    std::atomic<uint16_t> transport{kNoTransport};
     std::string message;               // written before state is released as Failed
     std::shared_ptr<StagedOp> staged;  // set for GPU ops staged through pinned slices
     Opcode opcode = Opcode::Read;      // what the op was, for wait()'s message
@@ -133,6 +150,38 @@ struct Batch {
     std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
     std::unique_ptr<PendingNotification> notification;
 };
+
+// Where one op goes, as route() found it without touching the network; `need` says what the
+// connector must do first (re-read the descriptor, connect `transport`, import the region).
+struct Route {
+    enum class Need { Nothing, Refresh, Connect, Import };
+    Need need = Need::Nothing;
+    size_t transport = 0;
+    uint64_t peer = 0, remote_mem = 0;
+    bool staged = false;                       // GPU memory moved through pinned slices
+    const RegionDescriptor *region = nullptr;  // valid while the segment's mutex is held
+};
+
+// What routing an op already tried: the connector's transports that failed to connect or
+// import for it (skipped with their error), and whether a missing region may still be looked
+// for by re-reading the descriptor.
+struct RouteAttempts {
+    bool may_refresh = true;
+    std::vector<std::pair<size_t, std::string>> failed;
+};
+
+// Ops ready to post: grouped by transport and peer, and the staged GPU ops.
+struct Posting {
+    struct Group {
+        size_t transport;
+        uint64_t peer;
+        std::vector<ferry_xfer_op_t> ops;
+    };
+    std::vector<Group> groups;
+    std::vector<std::shared_ptr<StagedOp>> staged;
+};
+
+inline const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
 
 struct Engine::Impl {
     EngineSettings settings;
@@ -187,6 +236,16 @@ struct Engine::Impl {
     bool notifier_stopped = false;
     std::thread notifier;
 
+    // The connector (connector.cpp): threads that fetch descriptors, connect and import for
+    // deferred ops, one segment per thread at a time, so one slow peer holds up only itself.
+    std::mutex connector_mutex;
+    std::condition_variable connector_cv;
+    std::deque<std::shared_ptr<RemoteSegment>> connector_queue;  // segments with deferred ops
+    std::vector<std::thread> connector_threads;
+    size_t connector_idle = 0;
+    bool connector_stopped = false;  // guarded by connector_mutex
+    std::atomic<bool> connector_stopping{false};
+
     ~Impl();
 
     // engine.cpp
@@ -195,9 +254,8 @@ struct Engine::Impl {
     std::shared_ptr<const std::vector<uint8_t>> encoded_descriptor();
     std::optional<size_t> transport_index(std::string_view name) const;
     std::shared_ptr<RemoteSegment> segment(SegmentId id);
+    // Re-reads the descriptor (the network; call without seg.mutex), then applies it under it.
     Result<void> refresh_segment(RemoteSegment &seg);
-    Result<uint64_t> peer_for(RemoteSegment &seg, size_t transport);
-    Result<uint64_t> import_for(RemoteSegment &seg, size_t transport, const RegionDescriptor &region);
 
     // staging.cpp
     GpuStager *stager(uint32_t kind, std::string &why);
@@ -210,9 +268,27 @@ struct Engine::Impl {
     // Deregisters every slice from the transports and stops the copies (engine teardown).
     void stop_staging();
 
-    // batch.cpp
+    // submit.cpp: checks what is known locally, posts what is routable now, defers the rest.
+    // Never waits on the network.
     Result<BatchId> submit(std::span<const Request> requests,
                            std::unique_ptr<PendingNotification> notification = nullptr);
+
+    // route.cpp
+    // The op's local region, after the checks that need nothing remote (regions_mutex held).
+    Result<const LocalRegion *> local_region(const Request &rq, size_t index) const;
+    // Picks the op's transport from what is cached (seg.mutex held); never touches the network.
+    Result<Route> route(RemoteSegment &seg, const Request &rq, size_t index, const LocalRegion &lr,
+                        const RouteAttempts &attempts);
+    void add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRegion &lr, const Route &r);
+    void post(Posting &posting);
+
+    // connector.cpp: descriptor fetches, connects and imports, on connector threads.
+    void defer(const std::shared_ptr<RemoteSegment> &seg, std::vector<DeferredOp> ops);
+    void connector_loop();
+    void serve_segment(RemoteSegment &seg);
+    void stop_connector();  // fails what waits, joins (a connect in a plugin ends by its own timeout)
+
+    // batch.cpp
     void progress(int timeout_ms);
     size_t drain(size_t transport);
     void complete(OpRecord &op, int code, std::string_view message);

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 #include "http_client.hpp"
 #include "metadata.hpp"
 

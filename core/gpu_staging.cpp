@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "ferry/engine.hpp"
 #include "log.hpp"
 #include "runtime_probe.hpp"
 

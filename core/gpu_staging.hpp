@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 
 namespace ferry {
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 
 struct curl_slist;  // libcurl's header list
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "descriptor.hpp"
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 
 namespace ferry {
 

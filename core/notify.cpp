@@ -44,9 +44,13 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
         auto client = ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
         if (!client && client.error().code != -EACCES && client.error().code != -EUSERS) {
             // The peer may have restarted elsewhere: re-read its descriptor once and retry.
-            std::lock_guard seg_lock(seg.mutex);
-            if (refresh_segment(seg) && !seg.descriptor.control.empty() && seg.descriptor.control != *address) {
-                *address = seg.descriptor.control;
+            std::string moved;
+            if (refresh_segment(seg)) {
+                std::lock_guard seg_lock(seg.mutex);
+                moved = seg.descriptor.control;
+            }
+            if (!moved.empty() && moved != *address) {
+                *address = std::move(moved);
                 client =
                     ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
             }

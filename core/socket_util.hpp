@@ -8,7 +8,7 @@
 #include <string>
 
 #include "fd.hpp"
-#include "ferry/engine.hpp"
+#include "ferry/result.hpp"
 
 namespace ferry {
 

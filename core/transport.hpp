@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "ferry/engine.hpp"
 #include "ferry/plugin.h"
+#include "ferry/result.hpp"
 #include "plugin_loader.hpp"
 
 namespace ferry {

@@ -49,6 +49,17 @@ protected:
         return b ? Error{} : b.error();
     }
 
+    // A cause only the peer's descriptor can answer: when the cached one does not, the
+    // descriptor is re-read off the submit path and the op fails instead of the submit.
+    Error op_error(Request r) {
+        auto b = initiator->submit(std::span(&r, 1));
+        if (!b) return b.error();
+        auto w = initiator->wait(*b, std::chrono::seconds(10));
+        EXPECT_FALSE(w) << "the op should have failed";
+        (void)initiator->free_batch(*b);
+        return w ? Error{} : w.error();
+    }
+
     std::unique_ptr<Engine> target, initiator;
     std::vector<uint8_t> remote, local;
     SegmentId seg = 0;
@@ -133,17 +144,21 @@ TEST_F(EngineTest, OverlappingRegistrationIsRefused) {
 }
 
 TEST_F(EngineTest, RemoteRangeOutsideRegisteredMemoryIsRefused) {
-    auto e = submit_error({Opcode::Read, local.data(), seg, raddr(remote.size() - 8), 64, ""});
+    auto e = op_error({Opcode::Read, local.data(), seg, raddr(remote.size() - 8), 64, ""});
     EXPECT_EQ(e.code, -EFAULT);
     EXPECT_NE(e.message.find("is not inside one region that segment"), std::string::npos) << e.message;
-    e = submit_error({Opcode::Write, local.data(), seg, 0x10, 8, ""});
+    e = op_error({Opcode::Write, local.data(), seg, 0x10, 8, ""});
     EXPECT_EQ(e.code, -EFAULT);
 }
 
 TEST_F(EngineTest, AccessRightsAreEnforced) {
     std::vector<uint8_t> readonly(4096, 0x5a);
     ASSERT_TRUE(target->register_memory(readonly.data(), readonly.size(), {MemoryKind::Host, -1, kRemoteRead}));
-    auto e = submit_error({Opcode::Write, local.data(), seg, reinterpret_cast<uintptr_t>(readonly.data()), 16, ""});
+    // Registered after open_segment: found (read-only) by re-reading the descriptor.
+    auto e = op_error({Opcode::Write, local.data(), seg, reinterpret_cast<uintptr_t>(readonly.data()), 16, ""});
+    EXPECT_EQ(e.code, -EACCES) << e.message;
+    // Now the cached descriptor answers, and submit itself refuses.
+    e = submit_error({Opcode::Write, local.data(), seg, reinterpret_cast<uintptr_t>(readonly.data()), 16, ""});
     EXPECT_EQ(e.code, -EACCES) << e.message;
     EXPECT_EQ(readonly[0], 0x5a);
     Request r{Opcode::Read, local.data(), seg, reinterpret_cast<uintptr_t>(readonly.data()), 16, ""};

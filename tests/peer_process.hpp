@@ -6,9 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifndef FERRY_TEST_PEER_BIN
@@ -94,5 +98,26 @@ private:
     int in_ = -1;
     FILE *out_ = nullptr;
 };
+
+// SIGSTOP, then wait until every thread of the process has stopped: kill() returns before they
+// do, and an op submitted in between may still be served.
+inline bool stop_process(pid_t pid) {
+    if (kill(pid, SIGSTOP) != 0) return false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+        bool all = true;
+        std::error_code ec;
+        for (auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+            std::ifstream in(task.path() / "stat");
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            auto close = text.rfind(')');
+            char state = close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
+            all = all && (state == 'T' || state == 't');
+        }
+        if (all && !ec) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling /proc, nothing to wait on
+    }
+    return false;
+}
 
 }  // namespace ferry::test

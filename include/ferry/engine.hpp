@@ -12,26 +12,16 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/result.hpp"
+
 #define FERRY_API __attribute__((visibility("default")))
 
 namespace ferry {
-
-struct Error {
-    int code = 0;         // negative errno-style
-    std::string message;  // names the problem and what to do
-};
-
-template <class T>
-using Result = std::expected<T, Error>;
 
 // Engine::wait's error code when its timeout passed with ops still in flight (the batch stays
 // valid: wait again, poll status, or free it once done). No op ever fails with this code, so
 // it cannot be confused with an op's own failure, e.g. -ETIMEDOUT from a transport timeout.
 inline constexpr int kWaitPending = -EINPROGRESS;
-
-inline std::unexpected<Error> fail(int code, std::string message) {
-    return std::unexpected(Error{code, std::move(message)});
-}
 
 enum class Opcode : uint32_t { Read = 0, Write = 1 };
 // Auto (register_memory only): ask the loaded GPU runtimes (CUDA's cuPointerGetAttributes,
@@ -124,11 +114,19 @@ public:
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
     Result<void> unregister_memory(void *addr);
 
+    // Fetches the segment's descriptor (the network: bounded by handshake_timeout_ms).
     Result<SegmentId> open_segment(std::string_view name);
     Result<void> close_segment(SegmentId segment);
     // The regions the segment's engine has registered (re-read from its metadata).
     Result<std::vector<RemoteRegion>> segment_regions(SegmentId segment);
 
+    // Never waits on the network. Refused here: what this engine knows is wrong (opcode, length,
+    // a local range outside the registered memory, a segment not open, a forced transport not
+    // loaded) and what the cached descriptor of the segment already answers (no access right,
+    // no transport that can carry the op). Ops whose segment needs the network first (a
+    // descriptor re-read for a range it does not list, a connect, an import) wait inside the
+    // engine and are posted once that is done, or fail with its error (wait()/status()), within
+    // its timeout. close_segment and destroying the engine fail such ops with -ECANCELED.
     Result<BatchId> submit(std::span<const Request> requests);
     Result<OpStatus> status(BatchId batch, size_t index);
     // Ok when every op succeeded; otherwise the first failed op's code (e.g. -ETIMEDOUT when

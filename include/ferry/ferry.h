@@ -105,7 +105,12 @@ FERRY_C_API int ferry_staging_stats(ferry_engine_t *engine, ferry_staging_stats_
 FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name, ferry_segment_id_t *segment);
 FERRY_C_API int ferry_close_segment(ferry_engine_t *engine, ferry_segment_id_t segment);
 
-/* Submit a batch; never blocks on the network. */
+/* Submit a batch; never blocks on the network. Fails at once for what is known locally (bad
+ * opcode, length 0, local range outside the registered memory, segment not open, forced
+ * transport not loaded) or from the segment's cached descriptor (no access right, no transport
+ * that can carry an op). An op whose segment needs the network first (a descriptor re-read, a
+ * connect) waits inside the engine and is posted once that is done, or fails with its error
+ * (ferry_wait_batch, ferry_get_status) within its timeout. */
 FERRY_C_API int ferry_submit(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
                              ferry_batch_id_t *batch);
 /* Status of op `index` of a batch; drives progress without blocking. */

@@ -24,6 +24,7 @@
 using namespace ferry;
 using namespace ferry_fault;
 using ferry::test::PeerProcess;
+using ferry::test::stop_process;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -278,29 +279,6 @@ TEST(EngineFaults, StalledPeerProcessTimesOutThenRecovers) {
     (void)engine->free_batch(*b3);
     EXPECT_EQ(back, local) << "the peer holds exactly what the recovered writes put there";
 }
-
-// SIGSTOP, then wait until every thread of the process has stopped: kill() returns before they
-// do, and an op submitted in between may still be served.
-namespace {
-bool stop_process(pid_t pid) {
-    if (kill(pid, SIGSTOP) != 0) return false;
-    auto until = Clock::now() + std::chrono::seconds(10);
-    while (Clock::now() < until) {
-        bool all = true;
-        std::error_code ec;
-        for (auto &task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-            std::ifstream in(task.path() / "stat");
-            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-            auto close = text.rfind(')');
-            char state = close != std::string::npos && close + 2 < text.size() ? text[close + 2] : '?';
-            all = all && (state == 'T' || state == 't');
-        }
-        if (all && !ec) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling /proc, nothing to wait on
-    }
-    return false;
-}
-}  // namespace
 
 // An op that fails because its transport timed out is the op's failure (-ETIMEDOUT), never
 // "the wait timed out" (kWaitPending): a caller that waits again on the latter must not spin

@@ -1,0 +1,172 @@
+// Routing one op: the checks that need nothing remote, the choice of transport from what is
+// cached about the segment, and building the op for the transport once it is routable. Used by
+// submit (submit.cpp) and by the connector (connector.cpp); nothing here touches the network.
+#include <cerrno>
+
+#include "engine_impl.hpp"
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+std::unexpected<Error> op_failure(size_t i, const Request &rq, int code, const std::string &why) {
+    return fail(code, cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): ", why));
+}
+
+}  // namespace
+
+Result<const LocalRegion *> Engine::Impl::local_region(const Request &rq, size_t i) const {
+    auto bad = [&](int code, const std::string &why) { return op_failure(i, rq, code, why); };
+    if (rq.opcode != Opcode::Read && rq.opcode != Opcode::Write)
+        return bad(-EINVAL, cat("unknown opcode ", static_cast<uint32_t>(rq.opcode)));
+    if (rq.length == 0) return bad(-EINVAL, "length is 0");
+    uint64_t local = reinterpret_cast<uintptr_t>(rq.local);
+    if (local + rq.length < local) return bad(-EINVAL, "local range wraps around");
+    if (!rq.transport.empty() && !transport_index(rq.transport))
+        return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
+    auto it = regions.upper_bound(local);
+    if (it != regions.begin()) {
+        auto &cand = std::prev(it)->second;
+        if (local >= cand.addr && local + rq.length <= cand.end()) return &cand;
+    }
+    return bad(-EFAULT, cat("local range [", hex(local), ", ", hex(local + rq.length),
+                            ") is not inside one registered region; register the buffer first"));
+}
+
+Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t i, const LocalRegion &lr,
+                                  const RouteAttempts &attempts) {
+    auto bad = [&](int code, const std::string &why) { return op_failure(i, rq, code, why); };
+    Route out;
+    const RegionDescriptor *rr = seg.descriptor.find_region(rq.remote, rq.length);
+    if (!rr) {
+        // The peer may have registered this memory after we fetched its descriptor.
+        if (attempts.may_refresh) {
+            out.need = Route::Need::Refresh;
+            return out;
+        }
+        return bad(-EFAULT, cat("remote range [", hex(rq.remote), ", ", hex(rq.remote + rq.length),
+                                ") is not inside one region that segment ", seg.name, " registered"));
+    }
+    uint32_t need = rq.opcode == Opcode::Read ? kRemoteRead : kRemoteWrite;
+    if (!(rr->access & need))
+        return bad(-EACCES, cat("segment ", seg.name, " registered [", hex(rr->addr), ", ", hex(rr->end()),
+                                ") without remote ", rq.opcode == Opcode::Read ? "read" : "write", " access"));
+    out.region = rr;
+
+    // Transport: the forced one, or the first in priority order both sides can use.
+    std::string tried;
+    auto consider = [&](size_t t, bool &staged) {
+        const auto &tr = transports[t];
+        std::string why;
+        auto broken = seg.unusable.find(t);
+        if (broken != seg.unusable.end() && std::chrono::steady_clock::now() < broken->second.first)
+            why = "connecting failed moments ago: " + broken->second.second;
+        else if (!seg.descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
+        else if (!tr->reaches(seg.same_host))
+            why = seg.same_host ? "cannot reach the same host" : "reaches only the same host";
+        else if (!rr->key_for(tr->name()))
+            why = rr->kind == FERRY_MEM_HOST
+                      ? "the peer did not register the remote region with it"
+                      : cat("the remote region is ", rr->kind == FERRY_MEM_CUDA ? "CUDA" : "ROCm", " memory of device ",
+                            rr->device,
+                            ", which it cannot serve (load cuda_ipc for same-host GPU peers, or "
+                            "register the target's GPU memory with staging enabled: gpu_staging_max_bytes > 0, "
+                            "a GPU runtime the target's engine loads, and a transport serving staged device "
+                            "memory such as tcp)");
+        else if (!lr.handles[t] || !tr->moves(lr.kind)) {
+            // GPU memory on a host-only transport goes through pinned slices (staging.cpp);
+            // a handle there only serves peers' access to it.
+            std::string no_stager;
+            if (lr.kind != FERRY_MEM_HOST && tr->moves(FERRY_MEM_HOST) && staging->offers(lr.kind, no_stager))
+                staged = true;
+            else why = "cannot move the local memory kind" + (no_stager.empty() ? "" : " (" + no_stager + ")");
+        }
+        if (why.empty()) return true;
+        tried += cat(tried.empty() ? "" : "; ", tr->name(), ": ", why);
+        return false;
+    };
+    std::optional<size_t> forced;
+    if (!rq.transport.empty()) {
+        forced = transport_index(rq.transport);
+        if (!forced) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
+    }
+    // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
+    // unreachable) is skipped for the next one, unless the request forced it.
+    for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
+        auto failed =
+            std::find_if(attempts.failed.begin(), attempts.failed.end(), [&](const auto &f) { return f.first == t; });
+        if (failed != attempts.failed.end()) {
+            tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
+            continue;
+        }
+        if (forced) seg.unusable.erase(t);  // forced: always try it again
+        bool staged = false;
+        if (!consider(t, staged)) continue;
+        out.transport = t;
+        out.staged = staged;
+        if (!seg.peers[t]) {
+            out.need = Route::Need::Connect;
+            return out;
+        }
+        out.peer = *seg.peers[t];
+        auto imported = seg.imported.find({t, rr->addr});
+        if (imported == seg.imported.end()) {
+            out.need = Route::Need::Import;
+            return out;
+        }
+        out.remote_mem = imported->second;
+        return out;
+    }
+    return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg.name, " (", tried, ")"));
+}
+
+void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRegion &lr, const Route &r) {
+    op.transport.store(static_cast<uint16_t>(r.transport), std::memory_order_relaxed);
+    if (r.staged) {
+        auto st = std::make_shared<StagedOp>();
+        st->record = &op;
+        st->transport = r.transport;
+        st->peer = r.peer;
+        st->remote_addr = rq.remote;
+        st->remote_mem = r.remote_mem;
+        st->kind = lr.kind;
+        st->device = lr.device;
+        st->gpu = static_cast<char *>(rq.local);
+        st->length = rq.length;
+        st->read = rq.opcode == Opcode::Read;
+        op.staged = st;
+        posting.staged.push_back(std::move(st));
+        return;
+    }
+    ferry_xfer_op_t x{};
+    x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
+    x.local_addr = reinterpret_cast<uintptr_t>(rq.local);
+    x.local_mem = *lr.handles[r.transport];
+    x.remote_addr = rq.remote;
+    x.remote_mem = r.remote_mem;
+    x.length = rq.length;
+    x.user_data = reinterpret_cast<uintptr_t>(&op);
+    auto &groups = posting.groups;
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const Posting::Group &gr) { return gr.transport == r.transport && gr.peer == r.peer; });
+    if (g == groups.end()) {
+        groups.push_back({r.transport, r.peer, {}});
+        g = std::prev(groups.end());
+    }
+    g->ops.push_back(x);
+}
+
+void Engine::Impl::post(Posting &posting) {
+    for (auto &g : posting.groups) {
+        if (auto r = transports[g.transport]->submit(g.peer, g.ops); !r) {
+            // Other groups may already be moving, so these ops fail one by one instead.
+            auto &first = *reinterpret_cast<OpRecord *>(g.ops.front().user_data);
+            FERRY_ERROR("batch ", first.batch->id, ": ", r.error().message);
+            for (auto &x : g.ops)
+                complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
+        }
+    }
+    for (auto &st : posting.staged) stage_start(st);  // GPU copies are started here, never waited for
+}
+
+}  // namespace ferry

@@ -1,0 +1,98 @@
+// submit: a batch is checked against what this engine knows (its own regions, its open
+// segments, their cached descriptors), its routable ops are posted, and ops whose segment
+// needs the network first (a descriptor re-read, a connect, an import) are handed to the
+// connector (connector.cpp). It never waits on the network.
+#include <cerrno>
+#include <unordered_map>
+
+#include "engine_impl.hpp"
+#include "log.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr size_t kMaxBatchOps = 1u << 24;
+
+// The batch's ops that wait for the connector, by segment.
+struct Deferrals {
+    std::vector<std::pair<std::shared_ptr<RemoteSegment>, std::vector<DeferredOp>>> by_segment;
+    std::unordered_map<SegmentId, size_t> index;
+
+    void add(const std::shared_ptr<RemoteSegment> &seg, OpRecord &op, size_t i, const Request &rq) {
+        auto [it, fresh] = index.try_emplace(seg->id, by_segment.size());
+        if (fresh) by_segment.emplace_back(seg, std::vector<DeferredOp>{});
+        by_segment[it->second].second.push_back({&op, i, rq});
+    }
+};
+
+std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
+                                  std::unique_ptr<PendingNotification> notification) {
+    auto batch = std::make_shared<Batch>();
+    batch->id = id;
+    batch->size = requests.size();
+    batch->ops = std::make_unique<OpRecord[]>(requests.size());
+    // Set before any op can complete: the notification holds a share of `remaining`.
+    batch->notification = std::move(notification);
+    batch->remaining.store(requests.size() + (batch->notification ? 1 : 0), std::memory_order_relaxed);
+    for (size_t i = 0; i < requests.size(); ++i) {
+        batch->ops[i].batch = batch.get();
+        batch->ops[i].opcode = requests[i].opcode;
+        batch->ops[i].length = requests[i].length;
+    }
+    return batch;
+}
+
+}  // namespace
+
+Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
+                                     std::unique_ptr<PendingNotification> notification) {
+    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
+    if (requests.size() >= kMaxBatchOps)
+        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    auto batch = make_batch(next_batch.fetch_add(1), requests, std::move(notification));
+
+    // Planning takes nothing: a refused batch started no op and queued none.
+    Posting ready;
+    Deferrals deferred;
+    {
+        std::shared_lock regions_lock(regions_mutex);
+        std::shared_ptr<RemoteSegment> seg;
+        std::unique_lock<std::mutex> seg_lock;
+        for (size_t i = 0; i < requests.size(); ++i) {
+            const Request &rq = requests[i];
+            auto lr = local_region(rq, i);
+            if (!lr) return std::unexpected(lr.error());
+            if (!seg || seg->id != rq.segment) {
+                if (seg_lock.owns_lock()) seg_lock.unlock();
+                seg = segment(rq.segment);
+                if (!seg)
+                    return fail(-ENOENT,
+                                cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): segment id ",
+                                    rq.segment, " is not open; call open_segment first"));
+                seg_lock = std::unique_lock(seg->mutex);
+            }
+            auto &op = batch->ops[i];
+            // A descriptor the metadata backend says changed is re-read first: by the connector.
+            if (seg->stale.load(std::memory_order_relaxed)) {
+                deferred.add(seg, op, i, rq);
+                continue;
+            }
+            // What the cache already answers (no access, no transport that can carry it) fails
+            // here; what only the peer can answer waits for the connector.
+            auto r = route(*seg, rq, i, **lr, RouteAttempts{});
+            if (!r) return std::unexpected(r.error());
+            if (r->need == Route::Need::Nothing) add_ready(ready, op, rq, **lr, *r);
+            else deferred.add(seg, op, i, rq);
+        }
+    }
+
+    {
+        std::lock_guard lock(batches_mutex);
+        batches[batch->id] = batch;
+    }
+    post(ready);
+    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
+    return batch->id;
+}
+
+}  // namespace ferry
