@@ -16,8 +16,8 @@
 #pragma once
 
 #include "memory.hpp"
-#include "staged_device.hpp"
 #include "plugin_util.hpp"
+#include "staged_device.hpp"
 
 #include <chrono>
 #include <cstdint>
