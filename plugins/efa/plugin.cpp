@@ -2,13 +2,15 @@
 // ferry_efa::Transport.
 #include "transport.hpp"
 
+#include "option_table.hpp"
 #include "plugin_entry.hpp"
 
-extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
+extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = ferry_plugin::with_options(
     ferry_plugin::entry_table<ferry_efa::Transport>(
         ferry_efa::kPluginName, ferry_efa::kPluginVersion,
         // Host memory only: the plugin table is static, and whether the provider registers device
         // memory (FI_HMEM) is only known at run time. The engine stages GPU memory through pinned
         // host buffers for host-only transports; hosts calling the plugin directly can still
         // register CUDA/ROCm memory when the provider reports FI_HMEM (see register_mem).
-        FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE);
+        FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE),
+    ferry_efa::kOptions);

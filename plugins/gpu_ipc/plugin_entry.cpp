@@ -10,6 +10,7 @@
 
 #include "ferry/plugin.h"
 #include "ipc_transport.hpp"
+#include "option_table.hpp"
 
 #ifndef FERRY_GPU_PLUGIN_NAME
 #error "build with -DFERRY_GPU_PLUGIN_NAME=\"cuda_ipc\" or \"hip_ipc\""
@@ -40,6 +41,15 @@ int guard(ferry_error_t *err, Fn &&fn) {
     }
 }
 
+struct Options {
+    size_t streams = 4;
+};
+
+constexpr auto kOptions = ferry_plugin::make_options<Options>(
+    FERRY_GPU_PLUGIN_NAME,
+    ferry_plugin::uint_option<Options>("streams", "4", 1, 64, "copy streams per device; ops are spread over them",
+                                       ferry_plugin::store<&Options::streams>));
+
 int probe(const ferry_kv_t *, size_t, ferry_probe_result_t *result) {
     try {
         auto rt = ferry_gpu::make_runtime();
@@ -59,19 +69,9 @@ int probe(const ferry_kv_t *, size_t, ferry_probe_result_t *result) {
 int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out,
            ferry_error_t *err) {
     return guard(err, [&] {
-        size_t streams = 4;
-        for (size_t i = 0; i < n; ++i) {
-            std::string key = options[i].key, value = options[i].value;
-            if (key == "streams") {
-                char *end = nullptr;
-                unsigned long v = strtoul(value.c_str(), &end, 10);
-                if (!*value.c_str() || *end || v == 0 || v > 64)
-                    return fail(err, -EINVAL, "option streams='" + value + "': use 1..64 streams per device");
-                streams = v;
-            } else {
-                return fail(err, -EINVAL, "unknown option '" + key + "'; " FERRY_GPU_PLUGIN_NAME " takes: streams");
-            }
-        }
+        Options opts;
+        if (int rc = kOptions.parse(options, n, opts, err)) return rc;
+        const size_t streams = opts.streams;
         auto rt = ferry_gpu::make_runtime();
         bool available = false;
         std::string reason;
@@ -143,4 +143,7 @@ extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     submit,
     poll,
     completion_fd,
+    kOptions.descs(),
+    kOptions.size(),
+    sizeof(ferry_option_desc_t),
 };

@@ -152,4 +152,7 @@ extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     .submit = tcp_submit,
     .poll = tcp_poll,
     .completion_fd = tcp_completion_fd,
+    .options = ferry_tcp::kOptions.descs(),
+    .n_options = ferry_tcp::kOptions.size(),
+    .option_desc_size = sizeof(ferry_option_desc_t),
 };
