@@ -21,6 +21,10 @@
  *   except `destroy`, which the host calls once, after every other call on that transport has
  *   returned.
  * - Compile with -fvisibility=hidden and export only the plugin symbol (FERRY_PLUGIN_EXPORT).
+ * - Publish the options `create` accepts (ferry_plugin_v1_t.options, ABI 1.2): `ferry-info
+ *   --options <name>` documents them from that table. Parse against the same table so the
+ *   documentation cannot drift (plugins/example/example.c in C, plugins/common/option_table.hpp
+ *   for C++).
  *
  * Transfer model
  * - The host registers local memory with `register_mem`; the plugin returns a handle and can

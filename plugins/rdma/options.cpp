@@ -53,7 +53,9 @@ bool store_gid_index(Config &c, const OptionValue &v) {
 }
 
 bool store_mtu(Config &c, const OptionValue &v) {
-    c.mtu = static_cast<unsigned>(strtoul(v.text, nullptr, 10));  // one of the enum's words
+    if (v.number != 0 && v.number != 256 && v.number != 512 && v.number != 1024 && v.number != 2048 && v.number != 4096)
+        return false;
+    c.mtu = static_cast<unsigned>(v.number);
     return true;
 }
 
@@ -113,7 +115,7 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
         store<&Config::traffic_class>, "0 to 255"),
     ferry_plugin::uint_option<Config>("service_level", "0", 0, 15, "InfiniBand service level",
         store<&Config::service_level>, "0 to 15"),
-    ferry_plugin::enum_option<Config>("mtu", "0", "0|256|512|1024|2048|4096",
+    ferry_plugin::uint_option<Config>("mtu", "0", 0, 4096,
         "path MTU; 0: the ports' active MTU (the smaller of both ends)", store_mtu,
         "0 (the ports' active MTU), 256, 512, 1024, 2048 or 4096"),
     ferry_plugin::string_option<Config>("bind_ip", "127.0.0.1", "an IPv4 address such as 127.0.0.1",

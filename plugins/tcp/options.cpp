@@ -46,7 +46,6 @@ bool store_auth_key(Config &c, const OptionValue &v) {
 }
 
 constexpr const char *kIpAccepted = "a numeric IPv4 or IPv6 address such as 127.0.0.1";
-constexpr const char *kConnAccepted = "an integer 1..65535 (connections)";
 constexpr const char *kSockbufAccepted = "0 (kernel autotuning) or a size from 4096 to 1g bytes (suffixes k, m, g)";
 
 }  // namespace
@@ -60,15 +59,14 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
     ferry_plugin::uint_option<Config>("port", "0", 0, 65535, "listening port (0: ephemeral)", store<&Config::port>,
         "a TCP port 0..65535 (0 = ephemeral)"),
     ferry_plugin::uint_option<Config>("lanes", "2", 1, 64, "connections per peer; ops are sliced over them",
-        store<&Config::lanes>, "an integer 1..64 (connections per peer)"),
+        store<&Config::lanes>),
     ferry_plugin::size_option<Config>("slice_size", "1m", 4096, 64ull << 20,
-        "ops are cut into slices of this size, spread over the least-loaded lanes", store<&Config::slice_size>,
-        "a size 4096..64M bytes (suffix k/m allowed)"),
+        "ops are cut into slices of this size, spread over the least-loaded lanes", store<&Config::slice_size>),
     ferry_plugin::uint_option<Config>("io_threads", "0", 0, 64,
         "epoll threads of this instance; 0 = auto: min(lanes, usable CPUs), at least 1", store<&Config::io_threads>,
         "an integer 0..64 (0 = auto)"),
     ferry_plugin::duration_option<Config>("connect_timeout_ms", "5000", 1, 3600000,
-        "connecting a lane and its HELLO exchange", store<&Config::connect_timeout_ms>, "milliseconds 1..3600000"),
+        "connecting a lane and its HELLO exchange", store<&Config::connect_timeout_ms>),
     ferry_plugin::duration_option<Config>("op_timeout_ms", "30000", 0, 86400000,
         "no progress on a busy connection this long fails its ops", store<&Config::op_timeout_ms>,
         "milliseconds 0..86400000 (0 = no timeout)"),
@@ -84,18 +82,16 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
         "cluster key set by the host from auth_secret: both ends prove it before any request is served",
         store_auth_key),
     ferry_plugin::duration_option<Config>("handshake_timeout_ms", "10000", 10, 3600000,
-        "a served connection that has not finished HELLO/AUTH by then is closed", store<&Config::handshake_timeout_ms>,
-        "milliseconds 10..3600000"),
+        "a served connection that has not finished HELLO/AUTH by then is closed", store<&Config::handshake_timeout_ms>),
     ferry_plugin::uint_option<Config>("max_handshakes", "128", 1, 65535,
-        "served connections not yet authenticated, in total", store<&Config::max_handshakes>, kConnAccepted),
+        "served connections not yet authenticated, in total", store<&Config::max_handshakes>),
     ferry_plugin::uint_option<Config>("max_handshakes_per_ip", "64", 1, 65535,
-        "of those, from one peer address (>= lanes of one honest peer)", store<&Config::max_handshakes_per_ip>,
-        kConnAccepted),
+        "of those, from one peer address (>= lanes of one honest peer)", store<&Config::max_handshakes_per_ip>),
     ferry_plugin::uint_option<Config>("max_connections", "0", 0, 65535,
         "authenticated served connections, in total; 0 = auto: half of RLIMIT_NOFILE, 64..65535",
         store<&Config::max_connections>, "an integer 0..65535 (0 = half of RLIMIT_NOFILE)"),
     ferry_plugin::uint_option<Config>("max_connections_per_ip", "256", 1, 65535,
-        "of those, from one peer address", store<&Config::max_connections_per_ip>, kConnAccepted));
+        "of those, from one peer address", store<&Config::max_connections_per_ip>));
 // clang-format on
 
 int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry_error_t *err) {

@@ -146,6 +146,9 @@ std::vector<std::string> built_plugins() {
 #ifdef FERRY_TEST_RDMA_PLUGIN
              FERRY_TEST_RDMA_PLUGIN,
 #endif
+#ifdef FERRY_TEST_CUDA_IPC_PLUGIN  // create() parses its options before it looks for a GPU
+             FERRY_TEST_CUDA_IPC_PLUGIN,
+#endif
          })
         out.push_back(p);
     return out;
@@ -184,6 +187,13 @@ TEST_P(PublishedTable, IsWellFormedAndIsWhatCreateParses) {
         EXPECT_FALSE(has(i.last_error(), "unknown option")) << i.last_error();
         EXPECT_FALSE(has(i.last_error(), "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")) << "value not cut";
         if (d.type == FERRY_OPTION_SECRET) EXPECT_FALSE(has(i.last_error(), "xxx")) << i.last_error();
+    }
+    for (uint32_t i = 0; i < plugin->n_options; ++i) {  // a host bug: a NULL value
+        ferry_kv_t kv{plugin->options[i].name, nullptr};
+        ferry_transport_t *t = nullptr;
+        ferry_error_t err{};
+        EXPECT_EQ(plugin->create(&kv, 1, test_host(), &t, &err), -EINVAL) << kv.key;
+        EXPECT_TRUE(has(err.message, std::string("'") + kv.key + "'")) << err.message;
     }
     Instance unknown(plugin, {{"no_such_option", "1"}});
     EXPECT_EQ(unknown.create_rc(), -EINVAL);
