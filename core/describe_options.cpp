@@ -157,7 +157,7 @@ OptionReportOutput describe_options(const Config &config, const std::string &onl
             }
         }
         for (auto *p : plugins) {
-            out << "\n";
+            if (engine || p != plugins.front()) out << "\n";
             text_plugin(out, *p);
         }
         if (only.empty())
