@@ -14,37 +14,46 @@
 namespace ferry {
 namespace {
 
-const std::map<std::string, std::string> kEngineKeys = {
-    {"metadata", "metadata server: P2PHANDSHAKE"},
-    {"metadata_server", "alias of metadata"},
-    {"local_ip",
-     "address the handshake server binds, and tcp.so's and rdma.so's servers unless <t>.bind_ip (default 127.0.0.1)"},
-    {"rpc_port", "handshake port, 0 for any free port"},
-    {"local_server_name", "segment name to publish, where the metadata backend names segments"},
-    {"host_id", "host identity override (default: machine id + boot id)"},
-    {"protocols", "transport priority, best first, e.g. shm,tcp"},
-    {"plugin_path", "colon-separated plugin directories searched first"},
-    {"plugins", "allow list (tcp,shm) or deny list (^efa)"},
-    {"log_level", "error, warn, info, debug or trace"},
-    {"handshake_timeout_ms", "timeout for fetching a peer's descriptor or one metadata request"},
-    {"metadata_retry_ms", "how long to retry an unreachable metadata server at start"},
-    {"etcd_lease_ttl_s", "seconds after which a dead engine's segment leaves etcd"},
-    {"etcd_ca_file", "etcds://: PEM CA certificates that sign etcd's server certificate (default: the system's)"},
-    {"etcd_cert_file", "etcds://: PEM client certificate, for etcd --client-cert-auth (with etcd_key_file)"},
-    {"etcd_key_file", "etcds://: PEM private key of etcd_cert_file"},
-    {"etcd_user", "etcd user, for etcd with authentication enabled"},
-    {"etcd_password", "password of etcd_user (prefer etcd_password_file)"},
-    {"etcd_password_file", "file holding the password of etcd_user"},
-    {"auth_secret", "cluster secret: peers must prove they know it (default $FERRY_AUTH_SECRET)"},
-    {"auth_secret_file", "file holding the cluster secret (default $FERRY_AUTH_SECRET_FILE)"},
-    {"notification_queue_max", "notifications received and not yet taken before senders get -ENOBUFS"},
-    {"control_max_connections", "control connections open at once, in all, before new ones are refused"},
-    {"control_max_connections_per_peer", "control connections open at once from one IP address"},
-    {"control_idle_timeout_ms", "an authenticated control connection that sends nothing this long is closed"},
-    {"control_log_interval_ms", "repeated control-server warnings: one line, then one count per interval"},
-    {"gpu_staging_max_bytes", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
-    {"gpu_staging_slice_bytes", "bytes one staging copy moves: a power of two, 4096..gpu_staging_max_bytes"},
+// clang-format off
+// The engine's keys, for the unknown-key check and `ferry-info --options engine`: key, default,
+// what is accepted, what it does. The README's configuration table is checked against it.
+constexpr EngineKey kEngineKeys[] = {
+    {"metadata", "P2PHANDSHAKE", "P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds://...", "metadata server: each engine serves its own descriptor, or etcd"},
+    {"metadata_server", "", "as metadata", "alias of metadata"},
+    {"local_ip", "127.0.0.1", "an address of this host", "address the control server (descriptors, notifications) binds, and tcp.so's and rdma.so's servers unless <t>.bind_ip"},
+    {"rpc_port", "0", "0..65535", "control server port, 0 for any free port"},
+    {"local_server_name", "", "P2PHANDSHAKE: ip:port; etcd: a name", "segment name to publish, where the metadata backend names segments"},
+    {"host_id", "machine id + boot id", "any text", "host identity override: which peers count as the same host"},
+    {"protocols", kDefaultProtocolPriority, "a comma list of transports", "transport priority, best first, e.g. shm,tcp"},
+    {"plugin_path", "", "a colon list of directories", "plugin directories searched before FERRY_PLUGIN_PATH"},
+    {"plugins", "$FERRY_PLUGINS", "an allow list (tcp,shm) or a deny list (^efa)", "which plugins load"},
+    {"log_level", "$FERRY_LOG_LEVEL or warn", "error, warn, info, debug or trace", "log level"},
+    {"handshake_timeout_ms", "5000", "1..3600000", "timeout for fetching a peer's descriptor or one metadata request"},
+    {"metadata_retry_ms", "10000", "0..3600000", "how long to retry an unreachable metadata server at start"},
+    {"etcd_lease_ttl_s", "10", "2..3600", "seconds after which a dead engine's segment leaves etcd"},
+    {"etcd_ca_file", "system CA store", "a PEM file", "etcds://: PEM CA certificates that sign etcd's server certificate"},
+    {"etcd_cert_file", "", "a PEM file", "etcds://: PEM client certificate, for etcd --client-cert-auth (with etcd_key_file)"},
+    {"etcd_key_file", "", "a PEM file (chmod 600)", "etcds://: PEM private key of etcd_cert_file"},
+    {"etcd_user", "", "an etcd user name", "etcd user, for etcd with authentication enabled"},
+    {"etcd_password", "", "secret (never printed)", "password of etcd_user (prefer etcd_password_file)"},
+    {"etcd_password_file", "", "a file", "file holding the password of etcd_user"},
+    {"auth_secret", "$FERRY_AUTH_SECRET", "secret of >= 16 bytes (never printed)", "cluster secret: peers must prove they know it"},
+    {"auth_secret_file", "$FERRY_AUTH_SECRET_FILE", "a file", "file holding the cluster secret"},
+    {"notification_queue_max", "65536", "1..16777216", "notifications received and not yet taken before senders get -ENOBUFS"},
+    {"control_max_connections", "1024", "1..1048576", "control connections open at once, in all, before new ones are refused"},
+    {"control_max_connections_per_peer", "128", "1..1048576", "control connections open at once from one IP address"},
+    {"control_idle_timeout_ms", "120000", "100..86400000", "an authenticated control connection that sends nothing this long is closed"},
+    {"control_log_interval_ms", "10000", "100..3600000", "repeated control-server warnings: one line, then one count per interval"},
+    {"gpu_staging_max_bytes", "67108864", "0..1099511627776", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
+    {"gpu_staging_slice_bytes", "4194304", "a power of two, 4096..gpu_staging_max_bytes", "bytes one staging copy moves"},
 };
+// clang-format on
+
+bool is_engine_key(const std::string &key) {
+    for (const auto &k : kEngineKeys)
+        if (key == k.key) return true;
+    return false;
+}
 
 void flatten(const YAML::Node &node, const std::string &prefix, Config &out) {
     if (node.IsMap()) {
@@ -121,6 +130,8 @@ void inherit_bind_ip(EngineSettings &s) {
 
 }  // namespace
 
+std::span<const EngineKey> engine_keys() { return kEngineKeys; }
+
 std::vector<std::string> split_list(const std::string &text, char sep) {
     std::vector<std::string> out;
     std::istringstream in(text);
@@ -165,9 +176,9 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             s.plugin_options[key.substr(0, dot)].emplace_back(key.substr(dot + 1), value);
             continue;
         }
-        if (!kEngineKeys.count(key)) {
+        if (!is_engine_key(key)) {
             std::string known;
-            for (auto &[k, _] : kEngineKeys) known += (known.empty() ? "" : ", ") + k;
+            for (const auto &k : kEngineKeys) known += (known.empty() ? "" : ", ") + std::string(k.key);
             return fail(-EINVAL, cat("unknown config key '", key, "'; engine keys are: ", known,
                                      "; transport options are written <transport>.<option>"));
         }

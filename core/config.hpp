@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,15 @@ struct EngineSettings {
     uint64_t gpu_staging_max_bytes = 64ull << 20;
     uint64_t gpu_staging_slice_bytes = 4ull << 20;
 };
+
+// One engine key as `ferry-info --options engine` documents it.
+struct EngineKey {
+    const char *key;
+    const char *default_text;
+    const char *accepted;
+    const char *help;
+};
+std::span<const EngineKey> engine_keys();
 
 // Rejects unknown keys and bad values with a message naming the key.
 Result<EngineSettings> parse_engine_settings(const Config &config);

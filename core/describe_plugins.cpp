@@ -7,7 +7,7 @@
 
 namespace ferry {
 
-PluginReportOutput describe_plugins(const Config &config) {
+PluginReport discover_plugins(const Config &config) {
     LoaderOptions options;
     std::vector<std::string> extra;
     std::string selection;
@@ -29,6 +29,11 @@ PluginReportOutput describe_plugins(const Config &config) {
                                     "or set FERRY_PLUGIN_PATH (a colon list) or plugin_path to the directories "
                                     "that hold them"));
     }
+    return report;
+}
+
+PluginReportOutput describe_plugins(const Config &config) {
+    auto report = discover_plugins(config);
     return {report.to_text(), report.to_json(), report.errors.empty()};
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -95,6 +96,43 @@ std::vector<std::pair<std::string, bool>> variant_dirs(const fs::path &dir, cons
     for (auto &[major, name] : matching) out.emplace_back(name, true);
     for (auto &name : others) out.emplace_back(name, false);
     return out;
+}
+
+constexpr size_t kOptionsV1Size = FERRY_PLUGIN_V1_SIZE_UNTIL(option_desc_size);
+constexpr size_t kOptionDescSize = FERRY_OPTION_DESC_SIZE_UNTIL(help);
+constexpr uint32_t kMaxOptions = 1024;
+
+// A plugin's string, bounded: a table pointing at garbage must not make ferry-info read forever.
+std::string bounded(const char *s) { return s ? std::string(s, strnlen(s, 4096)) : std::string(); }
+
+// Copies the plugin's option table (ABI 1.2) into the record; a plugin built against an older
+// plugin.h has none, and a malformed table is noted, not fatal: the plugin still loads.
+void copy_options(const ferry_plugin_v1_t *api, PluginRecord &record) {
+    if (api->struct_size < kOptionsV1Size || (api->options == nullptr && api->n_options == 0)) {
+        record.options_note = cat("publishes no option table (plugin ABI ", abi_text(api->abi_version),
+                                  "; tables came with ABI 1.2): its documentation lists its options");
+        return;
+    }
+    if (api->options == nullptr || api->n_options > kMaxOptions || api->option_desc_size < kOptionDescSize) {
+        record.options_note =
+            cat("option table ignored: ", api->n_options, " entries of ", api->option_desc_size, " bytes at ",
+                api->options == nullptr ? "NULL" : "an address", " (needs a pointer, at most ", kMaxOptions,
+                " entries, each at least ", kOptionDescSize, " bytes); fix the plugin's ferry_plugin_v1 table");
+        return;
+    }
+    const auto *base = reinterpret_cast<const char *>(api->options);
+    for (uint32_t i = 0; i < api->n_options; ++i) {
+        ferry_option_desc_t d{};
+        memcpy(&d, base + static_cast<size_t>(i) * api->option_desc_size,
+               std::min<size_t>(api->option_desc_size, sizeof d));
+        if (d.name == nullptr || *d.name == '\0') {
+            record.options.clear();
+            record.options_note = cat("option table ignored: entry ", i, " has no name; fix the plugin's table");
+            return;
+        }
+        record.options.push_back({bounded(d.name), d.type, bounded(d.default_text), d.min, d.max, bounded(d.values),
+                                  bounded(d.accepted), bounded(d.help)});
+    }
 }
 
 }  // namespace
@@ -200,6 +238,8 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
         !api->deregister_mem || !api->export_mem || !api->connect || !api->disconnect || !api->import_mem ||
         !api->release_mem || !api->submit || !api->poll)
         return fail_with("plugin struct leaves a required function pointer NULL");
+
+    copy_options(api, record);
 
     auto loaded = std::make_shared<LoadedPlugin>();
     loaded->library = std::move(library);

@@ -35,6 +35,18 @@ enum class PluginState {
 };
 const char *to_string(PluginState state);
 
+// One entry of the option table a plugin publishes (ferry_plugin_v1_t.options, ABI 1.2), copied
+// out of the plugin so it outlives an unavailable plugin's unloading.
+struct PluginOption {
+    std::string name;
+    uint32_t type = FERRY_OPTION_STRING;  // ferry_option_type_t
+    std::string default_text;
+    uint64_t min = 0, max = 0;
+    std::string values;    // ENUM: words separated by '|'
+    std::string accepted;  // may be empty
+    std::string help;
+};
+
 struct PluginRecord {
     std::string name;  // from the file name: tcp.so -> "tcp"
     std::string path;
@@ -44,6 +56,8 @@ struct PluginRecord {
     uint32_t abi_version = 0;
     std::string version;
     uint64_t caps = 0;
+    std::vector<PluginOption> options;     // the plugin's option table (ABI 1.2), when it publishes one
+    std::string options_note;              // why there is none: ABI < 1.2, or what is wrong with it
     std::shared_ptr<LoadedPlugin> plugin;  // set when Loaded
     double load_ms = 0;                    // dlopen and ABI checks (0 when never loaded)
     double probe_ms = 0;                   // the plugin's probe (0 when never probed)
@@ -87,6 +101,10 @@ struct PluginReport {
 std::vector<std::string> default_search_path(const std::vector<std::string> &extra = {});
 
 PluginReport load_plugins(const LoaderOptions &options);
+
+// load_plugins over an engine config's plugin_path, plugins and <plugin>.<key> (probe options),
+// as ferry-info sees them (describe_plugins.cpp).
+PluginReport discover_plugins(const std::map<std::string, std::string> &config);
 
 // Loads and validates one file (no search, no probe). Used by load_plugins and tests.
 bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record);

@@ -130,3 +130,41 @@ TEST(FerryInfoBuildTree, FindsThisBuildsPluginsWithNoEnvironment) {
     EXPECT_NE(out.find(std::string("tcp  [loaded]  ") + FERRY_BUILD_PLUGIN_DIR + "/tcp.so"), std::string::npos) << out;
     EXPECT_EQ(out.find("(no plugin files found)"), std::string::npos) << out;
 }
+
+// `ferry-info --options`: generated from the tables plugins publish (ABI 1.2), here example.so's
+// one option, and the engine's own keys.
+TEST(FerryInfoOptions, ListsEachPluginsTableAndTheEngineKeys) {
+    int status = 0;
+    std::string env = std::string("FERRY_PLUGIN_PATH=") + FERRY_EXAMPLE_PLUGIN_DIR;
+    std::string out = ferry_info(env, "--options example", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("example ("), std::string::npos) << out;
+    EXPECT_NE(out.find("  max_regions = 256\n      uint: 1..256\n      regions one instance may have registered"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("handshake_timeout_ms"), std::string::npos) << "only the plugin asked for";
+    out = ferry_info(env, "--options example --json", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("{\"name\":\"max_regions\",\"type\":\"uint\",\"default\":\"256\",\"min\":1,\"max\":256"),
+              std::string::npos)
+        << out;
+    out = ferry_info(env, "--options example --markdown", &status);
+    EXPECT_NE(out.find("| `example.max_regions` | `256` | 1..256 | regions one instance may have registered at once |"),
+              std::string::npos)
+        << out;
+    out = ferry_info(env, "--options engine", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("  handshake_timeout_ms = 5000\n      1..3600000\n"), std::string::npos) << out;
+    out = ferry_info(env, "--options", &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("engine ("), std::string::npos) << out;
+    EXPECT_NE(out.find("max_regions = 256"), std::string::npos) << out;
+}
+
+TEST(FerryInfoOptions, AnUnknownPluginFailsSayingWhy) {
+    int status = 0;
+    std::string out =
+        ferry_info(std::string("FERRY_PLUGIN_PATH=") + FERRY_EXAMPLE_PLUGIN_DIR, "--options nonesuch", &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("no plugin named 'nonesuch' was loaded"), std::string::npos) << out;
+}

@@ -57,7 +57,7 @@ TEST_F(LoaderTest, WrongAbiMajorIsRejectedNamingBothVersions) {
     auto &p = record(r, "fake_wrong_abi");
     EXPECT_EQ(p.state, PluginState::Failed);
     EXPECT_NE(p.reason.find("plugin ABI 2.0"), std::string::npos) << p.reason;
-    EXPECT_NE(p.reason.find("implements ABI 1.1"), std::string::npos) << p.reason;
+    EXPECT_NE(p.reason.find("implements ABI 1.2"), std::string::npos) << p.reason;
 }
 
 TEST_F(LoaderTest, NewerMajorSymbolIsNamed) {
@@ -101,6 +101,43 @@ TEST_F(LoaderTest, NewerMinorWithExtraFieldsLoads) {
     EXPECT_EQ(p.abi_version, 0x10005u);
     ASSERT_TRUE(p.plugin);
     EXPECT_GT(p.plugin->api->struct_size, sizeof(ferry_plugin_v1_t));
+}
+
+// ABI 1.2: the option table is copied out (stepping by the plugin's option_desc_size, which a
+// newer header may have grown), so it outlives an unloaded plugin.
+TEST_F(LoaderTest, OptionTableIsCopiedSteppingByTheEntrySize) {
+    put("fake_options");
+    auto r = load_from({dir.path()});
+    auto &p = record(r, "fake_options");
+    EXPECT_EQ(p.state, PluginState::Loaded) << p.reason;
+    ASSERT_EQ(p.options.size(), 2u) << p.options_note;
+    EXPECT_EQ(p.options[0].name, "depth");
+    EXPECT_EQ(p.options[0].type, static_cast<uint32_t>(FERRY_OPTION_UINT));
+    EXPECT_EQ(p.options[0].default_text, "8");
+    EXPECT_EQ(p.options[0].min, 1u);
+    EXPECT_EQ(p.options[0].max, 64u);
+    EXPECT_EQ(p.options[0].help, "queue depth");
+    EXPECT_EQ(p.options[1].name, "mode");
+    EXPECT_EQ(p.options[1].values, "fast|safe");
+}
+
+TEST_F(LoaderTest, Abi11PluginWithoutAnOptionTableLoads) {
+    put("fake_abi_1_1");
+    auto r = load_from({dir.path()});
+    auto &p = record(r, "fake_abi_1_1");
+    EXPECT_EQ(p.state, PluginState::Loaded) << p.reason;
+    EXPECT_EQ(p.abi_version, 0x10001u);
+    EXPECT_TRUE(p.options.empty());
+    EXPECT_NE(p.options_note.find("publishes no option table (plugin ABI 1.1"), std::string::npos) << p.options_note;
+}
+
+TEST_F(LoaderTest, MalformedOptionTableIsNotedNotFatal) {
+    put("fake_bad_options");  // claims 5000 entries
+    auto r = load_from({dir.path()});
+    auto &p = record(r, "fake_bad_options");
+    EXPECT_EQ(p.state, PluginState::Loaded) << p.reason;
+    EXPECT_TRUE(p.options.empty());
+    EXPECT_NE(p.options_note.find("option table ignored: 5000 entries"), std::string::npos) << p.options_note;
 }
 
 TEST_F(LoaderTest, StructTooSmallForTheFieldsWeUseIsRejected) {

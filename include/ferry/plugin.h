@@ -21,6 +21,10 @@
  *   except `destroy`, which the host calls once, after every other call on that transport has
  *   returned.
  * - Compile with -fvisibility=hidden and export only the plugin symbol (FERRY_PLUGIN_EXPORT).
+ * - Publish the options `create` accepts (ferry_plugin_v1_t.options, ABI 1.2): `ferry-info
+ *   --options <name>` documents them from that table. Parse against the same table so the
+ *   documentation cannot drift (plugins/example/example.c in C, plugins/common/option_table.hpp
+ *   for C++).
  *
  * Transfer model
  * - The host registers local memory with `register_mem`; the plugin returns a handle and can
@@ -54,7 +58,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 1u
+#define FERRY_PLUGIN_ABI_MINOR 2u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -160,6 +164,38 @@ typedef struct ferry_host_api {
 /* Bytes of ferry_host_api_t up to and including `member`: a plugin reads a field only when
  * host->struct_size is at least this. */
 #define FERRY_HOST_API_SIZE_UNTIL(member) (offsetof(ferry_host_api_t, member) + sizeof(((ferry_host_api_t *)0)->member))
+
+/* ---- ABI 1.2: options that document themselves ----
+ * A plugin may publish the keys its `create` and `probe` accept (ferry_plugin_v1_t.options), so
+ * `ferry-info --options` can list them, with default, range and help, without reading its source.
+ * Publishing changes nothing about parsing: the plugin still checks every key and value itself
+ * and fails `create` with -EINVAL and a message naming the key for anything it refuses. */
+typedef enum ferry_option_type {
+    FERRY_OPTION_UINT = 0,        /* unsigned decimal integer in [min, max] */
+    FERRY_OPTION_SIZE = 1,        /* bytes in [min, max]; a k/m/g suffix (KiB, MiB, GiB) is allowed */
+    FERRY_OPTION_DURATION_MS = 2, /* milliseconds in [min, max] */
+    FERRY_OPTION_BOOL = 3,        /* true/false, 1/0, yes/no, on/off */
+    FERRY_OPTION_STRING = 4,      /* free text; `accepted` says what passes */
+    FERRY_OPTION_ENUM = 5,        /* one of the words in `values` */
+    FERRY_OPTION_SECRET = 6       /* key material: hosts never print, log or echo its value */
+} ferry_option_type_t;
+
+/* One option a plugin accepts. All strings are static, NUL-terminated and owned by the plugin. */
+typedef struct ferry_option_desc {
+    const char *name;         /* the key, without the host's "<plugin>." prefix, e.g. "lanes" */
+    uint32_t type;            /* ferry_option_type_t */
+    uint32_t flags;           /* zero (reserved) */
+    const char *default_text; /* the default as a user writes it, or words ("auto: ..."); "" when none */
+    uint64_t min;             /* UINT, SIZE, DURATION_MS: the accepted range, inclusive; else 0 */
+    uint64_t max;
+    const char *values;   /* ENUM: the accepted words separated by '|', e.g. "256|512|1024"; else NULL */
+    const char *accepted; /* what passes, in words, where type and range do not say it all; may be NULL */
+    const char *help;     /* one line: what the option does */
+} ferry_option_desc_t;
+
+/* Bytes of ferry_option_desc_t up to and including `member` (see option_desc_size). */
+#define FERRY_OPTION_DESC_SIZE_UNTIL(member) \
+    (offsetof(ferry_option_desc_t, member) + sizeof(((ferry_option_desc_t *)0)->member))
 
 /* Result of `probe`. */
 typedef struct ferry_probe_result {
@@ -268,6 +304,14 @@ typedef struct ferry_plugin_v1 {
      * sleep in poll(2)/epoll instead of spinning. Owned by the plugin; the host never reads
      * or closes it. Returns -ENOTSUP when the plugin has none. */
     int (*completion_fd)(ferry_transport_t *transport, int *fd, ferry_error_t *err);
+
+    /* ---- ABI 1.2 (read only when struct_size covers them; a 1.0/1.1 plugin has none) ---- */
+    /* The options this plugin accepts, `n_options` of them, or NULL and 0 when it does not say.
+     * `option_desc_size` is sizeof(ferry_option_desc_t) as the plugin was compiled: the host
+     * steps through the array by it and reads only the fields it covers. */
+    const ferry_option_desc_t *options;
+    uint32_t n_options;
+    uint32_t option_desc_size;
 } ferry_plugin_v1_t;
 
 /* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a

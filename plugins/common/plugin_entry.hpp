@@ -166,6 +166,9 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
         E::submit,
         E::poll,
         E::completion_fd,
+        nullptr,  // options, n_options, option_desc_size: with_options() (option_table.hpp) sets them
+        0,
+        0,
     };
 }
 

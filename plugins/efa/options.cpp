@@ -12,19 +12,8 @@ namespace ferry_efa {
 
 namespace {
 
-constexpr const char *kKnownKeys = "provider, node, connect_timeout_ms, op_timeout_ms, max_mr_size, busy_poll, spin_us";
-
-int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
-    return set_error(err, -EINVAL, "efa: invalid value '%s' for option '%s': expected %s", value ? value : "(null)",
-                     key, accepted);
-}
-
-bool in_range(const char *value, bool sizes, uint64_t lo, uint64_t hi, uint64_t *out) {
-    uint64_t v = 0;
-    if (!parse_u64(value, sizes, &v) || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
+using ferry_plugin::OptionValue;
+using ferry_plugin::store;
 
 bool is_name(const char *s) {
     if (s == nullptr || *s == '\0' || strlen(s) > 64) return false;
@@ -37,7 +26,49 @@ bool ip_provider(const std::string &p) {
     return p == "tcp" || p == "udp" || p == "sockets" || p.rfind("tcp;", 0) == 0 || p.rfind("udp;", 0) == 0;
 }
 
+bool store_provider(Config &c, const OptionValue &v) {
+    if (!is_name(v.text)) return false;
+    c.provider = v.text;
+    c.provider_chosen = true;
+    return true;
+}
+
+// node_set: an empty Config::node after parsing means "not given" only if no option named it.
+bool store_node(Config &c, const OptionValue &v) {
+    if (strlen(v.text) > 255) return false;
+    c.node = v.text;
+    c.node_set = true;
+    return true;
+}
+
+bool store_max_mr_size(Config &c, const OptionValue &v) {
+    if (v.number != 0 && v.number < 4096) return false;
+    c.max_mr_size = v.number;
+    return true;
+}
+
 }  // namespace
+
+// clang-format off
+constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugin::make_options<Config>("efa",
+    ferry_plugin::string_option<Config>("provider", "$FERRY_EFA_PROVIDER or efa",
+        "a libfabric provider name such as efa or tcp",
+        "libfabric provider; tcp runs the same code over TCP (tcp;ofi_rxm) without EFA", store_provider),
+    ferry_plugin::string_option<Config>("node", "127.0.0.1 for IP providers, else none",
+        "an address for fi_getinfo, e.g. 127.0.0.1", "fi_getinfo node: the source address to bind", store_node),
+    ferry_plugin::duration_option<Config>("connect_timeout_ms", "5000", 1, 3600000,
+        "connect() and import_mem() queries to a peer", store<&Config::connect_timeout_ms>),
+    ferry_plugin::duration_option<Config>("op_timeout_ms", "30000", 0, 86400000, "an op not done this long fails",
+        store<&Config::op_timeout_ms>, "milliseconds from 0 (never) to 86400000"),
+    ferry_plugin::size_option<Config>("max_mr_size", "0", 0, UINT64_MAX,
+        "split registrations above this; 0: the provider's limit", store_max_mr_size,
+        "0 (the provider's limit) or a size of at least 4k (suffixes k, m, g)"),
+    ferry_plugin::bool_option<Config>("busy_poll", "false",
+        "the progress thread spins instead of sleeping on the completion queue", store<&Config::busy_poll>),
+    ferry_plugin::uint_option<Config>("spin_us", "auto: 1000 with >= 4 CPUs, else 0", 0, 1000000,
+        "after any work, keep polling this long (microseconds) before sleeping", store<&Config::spin_us>,
+        "microseconds from 0 to 1000000"));
+// clang-format on
 
 // The progress thread's spin after work pays off only with a CPU to spare: the application's
 // thread, this progress thread and, on one host, the peer's pair all want one. Below 4 CPUs it
@@ -57,41 +88,8 @@ int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t
         cfg.provider = env;
         cfg.provider_chosen = true;
     }
-    bool node_set = false;
-    for (size_t i = 0; i < n; ++i) {
-        const char *key = options[i].key ? options[i].key : "";
-        const char *value = options[i].value;
-        uint64_t v = 0;
-        if (strcmp(key, "provider") == 0) {
-            if (!is_name(value)) return bad(err, key, value, "a libfabric provider name such as efa or tcp");
-            cfg.provider = value;
-            cfg.provider_chosen = true;
-        } else if (strcmp(key, "node") == 0) {
-            if (value == nullptr || strlen(value) > 255)
-                return bad(err, key, value, "an address for fi_getinfo, e.g. 127.0.0.1");
-            cfg.node = value;
-            node_set = true;
-        } else if (strcmp(key, "connect_timeout_ms") == 0) {
-            if (!in_range(value, false, 1, 3600000, &v)) return bad(err, key, value, "milliseconds from 1 to 3600000");
-            cfg.connect_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "op_timeout_ms") == 0) {
-            if (!in_range(value, false, 0, 86400000, &v))
-                return bad(err, key, value, "milliseconds from 0 (never) to 86400000");
-            cfg.op_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "max_mr_size") == 0) {
-            if (!in_range(value, true, 0, UINT64_MAX, &v) || (v != 0 && v < 4096))
-                return bad(err, key, value, "0 (the provider's limit) or a size of at least 4k (suffixes k, m, g)");
-            cfg.max_mr_size = v;
-        } else if (strcmp(key, "spin_us") == 0) {
-            if (!in_range(value, false, 0, 1000000, &v)) return bad(err, key, value, "microseconds from 0 to 1000000");
-            cfg.spin_us = static_cast<unsigned>(v);
-        } else if (strcmp(key, "busy_poll") == 0) {
-            if (!parse_bool(value, &cfg.busy_poll)) return bad(err, key, value, "true or false");
-        } else {
-            return set_error(err, -EINVAL, "efa: unknown option '%s' (known: %s)", key, kKnownKeys);
-        }
-    }
-    if (!node_set && ip_provider(cfg.provider)) cfg.node = "127.0.0.1";
+    if (int rc = kOptions.parse(options, n, cfg, err)) return rc;
+    if (!cfg.node_set && ip_provider(cfg.provider)) cfg.node = "127.0.0.1";
     *out = cfg;
     return 0;
 }

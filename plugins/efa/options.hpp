@@ -3,6 +3,8 @@
 
 #include <ferry/plugin.h>
 
+#include "option_table.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,6 +19,7 @@ struct Config {
     // fi_getinfo node, i.e. the source address to bind: 127.0.0.1 by default for the IP
     // providers (tcp, udp, sockets), nothing for the others (EFA picks its device address).
     std::string node;
+    bool node_set = false;               // named by the option (even as ""), not the default
     unsigned connect_timeout_ms = 5000;  // connect() and import_mem() queries
     unsigned op_timeout_ms = 30000;      // an op not done this long fails; 0: never
     uint64_t max_mr_size = 0;            // split registrations above this; 0: the provider's limit
@@ -24,6 +27,10 @@ struct Config {
     unsigned spin_us = 1000;             // after any work, keep polling this long before sleeping;
                                          // parse_config defaults it to 0 below 4 CPUs (options.cpp)
 };
+
+// Every option: parser, messages and what `ferry-info --options efa` prints (options.cpp).
+inline constexpr size_t kOptionCount = 7;
+extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL
 // and a message naming the key and what is accepted.

@@ -40,6 +40,7 @@ typedef struct region {
 struct ferry_transport {
     uint64_t id;
     const ferry_host_api_t *host;
+    uint64_t max_regions; /* option max_regions */
     pthread_mutex_t lock; /* guards regions and the completion queue */
     region_t regions[MAX_REGIONS];
     ferry_completion_t *done; /* completion queue (grown as needed) */
@@ -74,6 +75,44 @@ static void log_line(ferry_transport_t *t, int level, const char *message) {
     if (level <= __atomic_load_n(&h->log_level, __ATOMIC_RELAXED)) h->log(h->ctx, level, "example", message);
 }
 
+/* The options this transport accepts, published in ferry_plugin_v1 (plugin ABI 1.2) so that
+ * `ferry-info --options example` lists them with default, range and help. create() parses
+ * against the same table, so the documentation cannot drift from the parser. */
+static const ferry_option_desc_t example_options[] = {
+    {.name = "max_regions",
+     .type = FERRY_OPTION_UINT,
+     .default_text = "256",
+     .min = 1,
+     .max = MAX_REGIONS,
+     .help = "regions one instance may have registered at once"},
+};
+#define N_OPTIONS (sizeof example_options / sizeof example_options[0])
+
+/* Unknown keys and bad values fail with -EINVAL and a message naming the key and what is accepted. */
+static int parse_options(const ferry_kv_t *options, size_t n, ferry_transport_t *t, ferry_error_t *err) {
+    t->max_regions = MAX_REGIONS;
+    for (size_t i = 0; i < n; ++i) {
+        const char *key = options[i].key ? options[i].key : "(null)", *value = options[i].value;
+        const ferry_option_desc_t *d = NULL;
+        for (size_t k = 0; k < N_OPTIONS; ++k)
+            if (strcmp(key, example_options[k].name) == 0) d = &example_options[k];
+        if (!d)
+            return fail(err, -EINVAL,
+                        "example: unknown option '%.64s'; known: max_regions (ferry-info --options example)", key);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = value && *value >= '0' && *value <= '9' ? strtoull(value, &end, 10) : 0;
+        if (!end || *end != '\0' || errno || v < d->min || v > d->max)
+            return fail(err, -EINVAL,
+                        "example: invalid value '%.40s%s' for option '%s': expected an integer from %" PRIu64
+                        " to %" PRIu64 " (default %s)", /* a long value is cut: the key must fit */
+                        value ? value : "(null)", value && strlen(value) > 40 ? "..." : "", d->name, d->min, d->max,
+                        d->default_text);
+        t->max_regions = v; /* the table's only option */
+    }
+    return 0;
+}
+
 static int example_probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result) {
     (void)options;
     (void)n;
@@ -84,9 +123,13 @@ static int example_probe(const ferry_kv_t *options, size_t n, ferry_probe_result
 
 static int example_create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, ferry_transport_t **out,
                           ferry_error_t *err) {
-    if (n > 0) return fail(err, -EINVAL, "unknown option '%s': the example transport takes no options", options[0].key);
     ferry_transport_t *t = calloc(1, sizeof *t);
     if (!t) return fail(err, -ENOMEM, "out of memory");
+    int rc = parse_options(options, n, t, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
     t->host = host;
     pthread_mutex_init(&t->lock, NULL);
     t->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -145,7 +188,7 @@ static int example_export_endpoint(ferry_transport_t *t, void *buf, size_t *len,
 static int example_register(ferry_transport_t *t, const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
     if (r->kind != FERRY_MEM_HOST) return fail(err, -ENOTSUP, "only host memory");
     pthread_mutex_lock(&t->lock);
-    for (uint64_t i = 0; i < MAX_REGIONS; ++i) {
+    for (uint64_t i = 0; i < t->max_regions; ++i) {
         if (t->regions[i].used) continue;
         t->regions[i].r = *r;
         t->regions[i].used = 1;
@@ -154,7 +197,7 @@ static int example_register(ferry_transport_t *t, const ferry_mem_region_t *r, u
         return 0;
     }
     pthread_mutex_unlock(&t->lock);
-    return fail(err, -ENOSPC, "more than %d regions registered", MAX_REGIONS);
+    return fail(err, -ENOSPC, "more than %" PRIu64 " regions registered (option max_regions)", t->max_regions);
 }
 
 static int example_deregister(ferry_transport_t *t, uint64_t handle, ferry_error_t *err) {
@@ -371,4 +414,7 @@ FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = {
     .submit = example_submit,
     .poll = example_poll,
     .completion_fd = example_completion_fd,
+    .options = example_options,
+    .n_options = N_OPTIONS,
+    .option_desc_size = sizeof(ferry_option_desc_t),
 };

@@ -9,6 +9,7 @@
 
 #include "ferry/plugin.h"
 #include "ipc_transport.hpp"
+#include "option_table.hpp"
 #include "plugin_entry.hpp"
 
 #ifndef FERRY_GPU_PLUGIN_NAME
@@ -17,6 +18,15 @@
 
 namespace ferry_gpu {
 namespace {
+
+struct Options {
+    size_t streams = 4;
+};
+
+constexpr auto kOptions = ferry_plugin::make_options<Options>(
+    FERRY_GPU_PLUGIN_NAME,
+    ferry_plugin::uint_option<Options>("streams", "4", 1, 64, "copy streams per device; ops are spread over them",
+                                       ferry_plugin::store<&Options::streams>));
 
 // The kit's Transport shape around IpcTransport: the ABI's calls are IpcTransport's methods.
 class Transport : public IpcTransport {
@@ -42,19 +52,9 @@ public:
 
     static int create(const ferry_kv_t *options, size_t n, const ferry_host_api_t *host, Transport **out,
                       ferry_error_t *err) {
-        size_t streams = 4;
-        for (size_t i = 0; i < n; ++i) {
-            std::string key = options[i].key, value = options[i].value;
-            if (key == "streams") {
-                char *end = nullptr;
-                unsigned long v = strtoul(value.c_str(), &end, 10);
-                if (!*value.c_str() || *end || v == 0 || v > 64)
-                    return fail(err, -EINVAL, "option streams='" + value + "': use 1..64 streams per device");
-                streams = v;
-            } else {
-                return fail(err, -EINVAL, "unknown option '" + key + "'; " FERRY_GPU_PLUGIN_NAME " takes: streams");
-            }
-        }
+        Options opts;
+        if (int rc = kOptions.parse(options, n, opts, err)) return rc;
+        const size_t streams = opts.streams;
         auto rt = make_runtime();
         bool available = false;
         std::string reason;
@@ -79,5 +79,6 @@ private:
 }  // namespace ferry_gpu
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
-    ferry_plugin::entry_table<ferry_gpu::Transport>(FERRY_GPU_PLUGIN_VERSION,
-                                                    FERRY_GPU_PLUGIN_CAPS | FERRY_CAP_INTRA_NODE);
+    ferry_plugin::with_options(ferry_plugin::entry_table<ferry_gpu::Transport>(
+                                   FERRY_GPU_PLUGIN_VERSION, FERRY_GPU_PLUGIN_CAPS | FERRY_CAP_INTRA_NODE),
+                               ferry_gpu::kOptions);

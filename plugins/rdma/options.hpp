@@ -3,6 +3,8 @@
 
 #include <ferry/plugin.h>
 
+#include "option_table.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -52,6 +54,10 @@ struct Config {
     // connections are refused unless both ends hold the same key (control.hpp). Never logged.
     std::string auth_key;
 };
+
+// Every option: parser, messages and what `ferry-info --options rdma` prints (options.cpp).
+inline constexpr size_t kOptionCount = 27;
+extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL
 // and a message naming the key and what is accepted.

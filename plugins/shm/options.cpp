@@ -9,66 +9,47 @@ namespace ferry_shm {
 
 namespace {
 
-constexpr const char *kKnownKeys =
-    "copy_threads, chunk_size, inline_size, connect_timeout_ms, op_timeout_ms, ptracer_any, adopt_memfd, "
-    "max_connections, max_connections_per_user, auth_key";
+using ferry_plugin::OptionValue;
+using ferry_plugin::store;
 
-int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
-    return set_error(err, -EINVAL, "shm: invalid value '%s' for option '%s': expected %s", value ? value : "(null)",
-                     key, accepted);
-}
-
-bool in_range(const char *value, bool sizes, uint64_t lo, uint64_t hi, uint64_t *out) {
-    uint64_t v = 0;
-    if (!parse_u64(value, sizes, &v) || v < lo || v > hi) return false;
-    *out = v;
+// Only its presence matters here (options.hpp).
+bool store_auth_key(Config &c, const OptionValue &) {
+    c.same_user_only = true;
     return true;
 }
 
 }  // namespace
 
+// clang-format off
+constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugin::make_options<Config>("shm",
+    ferry_plugin::uint_option<Config>("copy_threads", "2", 1, 64, "serving-side copy workers",
+        store<&Config::copy_threads>),
+    ferry_plugin::size_option<Config>("chunk_size", "1m", 4096, 1ull << 30,
+        "a larger op is copied in pieces of this size, spread over the workers", store<&Config::chunk_size>),
+    ferry_plugin::size_option<Config>("inline_size", "64k", 0, 16ull << 20,
+        "ops up to this size are copied by the I/O thread itself", store<&Config::inline_size>),
+    ferry_plugin::duration_option<Config>("connect_timeout_ms", "5000", 1, 3600000,
+        "connect(): handshake and access probe; also a served connection's time to say Hello",
+        store<&Config::connect_timeout_ms>),
+    ferry_plugin::duration_option<Config>("op_timeout_ms", "30000", 0, 86400000,
+        "an op unanswered this long fails with -ETIMEDOUT", store<&Config::op_timeout_ms>,
+        "milliseconds from 0 (never) to 86400000"),
+    ferry_plugin::bool_option<Config>("ptracer_any", "false",
+        "Yama ptrace_scope=1: PR_SET_PTRACER_ANY on this process, so peers may attach", store<&Config::ptracer_any>),
+    ferry_plugin::bool_option<Config>("adopt_memfd", "false",
+        "move registered anonymous regions into memfds, and map initiators' memfds when they offer theirs",
+        store<&Config::adopt_memfd>),
+    ferry_plugin::uint_option<Config>("max_connections", "1024", 1, 1u << 20,
+        "serving side: connections at once, all initiators", store<&Config::max_connections>),
+    ferry_plugin::uint_option<Config>("max_connections_per_user", "128", 1, 1u << 20,
+        "serving side: connections at once from the processes of one uid", store<&Config::max_connections_per_user>),
+    ferry_plugin::secret_option<Config>("auth_key", "a non-empty value (the host derives it from auth_secret)",
+        "set by the host when the cluster has a secret: serve only processes of our own user", store_auth_key));
+// clang-format on
+
 int parse_config(const ferry_kv_t *options, size_t n, Config *out, ferry_error_t *err) {
     Config cfg;
-    for (size_t i = 0; i < n; ++i) {
-        const char *key = options[i].key ? options[i].key : "";
-        const char *value = options[i].value;
-        uint64_t v = 0;
-        if (strcmp(key, "copy_threads") == 0) {
-            if (!in_range(value, false, 1, 64, &v)) return bad(err, key, value, "an integer from 1 to 64");
-            cfg.copy_threads = static_cast<unsigned>(v);
-        } else if (strcmp(key, "chunk_size") == 0) {
-            if (!in_range(value, true, 4096, 1ull << 30, &v))
-                return bad(err, key, value, "a size from 4k to 1g (suffixes k, m, g)");
-            cfg.chunk_size = v;
-        } else if (strcmp(key, "inline_size") == 0) {
-            if (!in_range(value, true, 0, 16ull << 20, &v))
-                return bad(err, key, value, "a size from 0 to 16m (suffixes k, m, g)");
-            cfg.inline_size = v;
-        } else if (strcmp(key, "connect_timeout_ms") == 0) {
-            if (!in_range(value, false, 1, 3600000, &v)) return bad(err, key, value, "milliseconds from 1 to 3600000");
-            cfg.connect_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "op_timeout_ms") == 0) {
-            if (!in_range(value, false, 0, 86400000, &v))
-                return bad(err, key, value, "milliseconds from 0 (never) to 86400000");
-            cfg.op_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "max_connections") == 0) {
-            if (!in_range(value, false, 1, 1u << 20, &v)) return bad(err, key, value, "an integer from 1 to 1048576");
-            cfg.max_connections = static_cast<unsigned>(v);
-        } else if (strcmp(key, "max_connections_per_user") == 0) {
-            if (!in_range(value, false, 1, 1u << 20, &v)) return bad(err, key, value, "an integer from 1 to 1048576");
-            cfg.max_connections_per_user = static_cast<unsigned>(v);
-        } else if (strcmp(key, "adopt_memfd") == 0) {
-            if (!parse_bool(value, &cfg.adopt_memfd)) return bad(err, key, value, "true or false");
-        } else if (strcmp(key, "auth_key") == 0) {
-            // Only its presence matters here (options.hpp); never echoed, it is a secret.
-            if (value == nullptr || *value == '\0') return set_error(err, -EINVAL, "shm: option 'auth_key' is empty");
-            cfg.same_user_only = true;
-        } else if (strcmp(key, "ptracer_any") == 0) {
-            if (!parse_bool(value, &cfg.ptracer_any)) return bad(err, key, value, "true or false");
-        } else {
-            return set_error(err, -EINVAL, "shm: unknown option '%s' (known: %s)", key, kKnownKeys);
-        }
-    }
+    if (int rc = kOptions.parse(options, n, cfg, err)) return rc;
     *out = cfg;
     return 0;
 }

@@ -3,6 +3,8 @@
 
 #include <ferry/plugin.h>
 
+#include "option_table.hpp"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +26,10 @@ struct Config {
     // nothing; anyone else (an unprivileged user against a root engine) is refused.
     bool same_user_only = false;
 };
+
+// Every option: parser, messages and what `ferry-info --options shm` prints (options.cpp).
+inline constexpr size_t kOptionCount = 10;
+extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with -EINVAL
 // and a message naming the key and what is accepted.

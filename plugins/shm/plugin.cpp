@@ -2,8 +2,10 @@
 // ferry_shm::Transport.
 #include "transport.hpp"
 
+#include "option_table.hpp"
 #include "plugin_entry.hpp"
 
-extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
+extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = ferry_plugin::with_options(
     ferry_plugin::entry_table<ferry_shm::Transport>(
-        "1.0.0", FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE);
+        "1.0.0", FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE),
+    ferry_shm::kOptions);

@@ -11,131 +11,94 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 
 namespace ferry_tcp {
 
 namespace {
 
-constexpr const char *kKnownKeys =
-    "bind_ip, advertise_ip, port, lanes, slice_size, io_threads, connect_timeout_ms, "
-    "op_timeout_ms, sndbuf, rcvbuf, zerocopy, auth_key, handshake_timeout_ms, max_handshakes, "
-    "max_handshakes_per_ip, max_connections, max_connections_per_ip";
+using ferry_plugin::OptionValue;
+using ferry_plugin::store;
 
 bool is_ip_literal(const char *s) {
     unsigned char buf[16];
     return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
 }
 
-// Unsigned decimal, optionally with a binary size suffix (k/K = KiB, m/M = MiB, g/G = GiB)
-// when `sizes` is set. Rejects signs, spaces, empty strings and overflow.
-bool parse_u64(const char *s, bool sizes, uint64_t *out) {
-    if (s == nullptr || *s == '\0') return false;
-    uint64_t v = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; ++p) {
-        uint64_t d = static_cast<uint64_t>(*p - '0');
-        if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    if (p == s) return false;
-    if (*p != '\0') {
-        if (!sizes || p[1] != '\0') return false;
-        unsigned shift = 0;
-        switch (*p) {
-            case 'k':
-            case 'K': shift = 10; break;
-            case 'm':
-            case 'M': shift = 20; break;
-            case 'g':
-            case 'G': shift = 30; break;
-            default: return false;
-        }
-        if (v > (std::numeric_limits<uint64_t>::max() >> shift)) return false;
-        v <<= shift;
-    }
-    *out = v;
+template <std::string Config::*Member>
+bool store_ip(Config &c, const OptionValue &v) {
+    if (!is_ip_literal(v.text)) return false;
+    c.*Member = v.text;
     return true;
 }
 
-int bad(ferry_error_t *err, const char *key, const char *value, const char *accepted) {
-    return set_error(err, -EINVAL, "tcp: invalid value '%s' for option '%s': expected %s", value ? value : "(null)",
-                     key, accepted);
+template <unsigned Config::*Member>
+bool store_sockbuf(Config &c, const OptionValue &v) {
+    if (v.number != 0 && v.number < 4096) return false;
+    c.*Member = static_cast<unsigned>(v.number);
+    return true;
 }
+
+bool store_auth_key(Config &c, const OptionValue &v) {
+    std::string raw;
+    if (strlen(v.text) < 32 || !ferry_crypto::from_hex(v.text, raw)) return false;
+    c.auth_key = std::move(raw);
+    return true;
+}
+
+constexpr const char *kIpAccepted = "a numeric IPv4 or IPv6 address such as 127.0.0.1";
+constexpr const char *kSockbufAccepted = "0 (kernel autotuning) or a size from 4096 to 1g bytes (suffixes k, m, g)";
 
 }  // namespace
 
+// clang-format off
+constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugin::make_options<Config>("tcp",
+    ferry_plugin::string_option<Config>("bind_ip", "127.0.0.1", kIpAccepted,
+        "address the listener binds; a wildcard (0.0.0.0, ::) needs advertise_ip", store_ip<&Config::bind_ip>),
+    ferry_plugin::string_option<Config>("advertise_ip", "bind_ip", kIpAccepted,
+        "address written into the endpoint peers connect to", store_ip<&Config::advertise_ip>),
+    ferry_plugin::uint_option<Config>("port", "0", 0, 65535, "listening port (0: ephemeral)", store<&Config::port>,
+        "a TCP port 0..65535 (0 = ephemeral)"),
+    ferry_plugin::uint_option<Config>("lanes", "2", 1, 64, "connections per peer; ops are sliced over them",
+        store<&Config::lanes>),
+    ferry_plugin::size_option<Config>("slice_size", "1m", 4096, 64ull << 20,
+        "ops are cut into slices of this size, spread over the least-loaded lanes", store<&Config::slice_size>),
+    ferry_plugin::uint_option<Config>("io_threads", "0", 0, 64,
+        "epoll threads of this instance; 0 = auto: min(lanes, usable CPUs), at least 1", store<&Config::io_threads>,
+        "an integer 0..64 (0 = auto)"),
+    ferry_plugin::duration_option<Config>("connect_timeout_ms", "5000", 1, 3600000,
+        "connecting a lane and its HELLO exchange", store<&Config::connect_timeout_ms>),
+    ferry_plugin::duration_option<Config>("op_timeout_ms", "30000", 0, 86400000,
+        "no progress on a busy connection this long fails its ops", store<&Config::op_timeout_ms>,
+        "milliseconds 0..86400000 (0 = no timeout)"),
+    ferry_plugin::size_option<Config>("sndbuf", "0", 0, 1ull << 30, "SO_SNDBUF of each connection (0: kernel autotuning)",
+        store_sockbuf<&Config::sndbuf>, kSockbufAccepted),
+    ferry_plugin::size_option<Config>("rcvbuf", "0", 0, 1ull << 30, "SO_RCVBUF of each connection (0: kernel autotuning)",
+        store_sockbuf<&Config::rcvbuf>, kSockbufAccepted),
+    ferry_plugin::uint_option<Config>("zerocopy", "0", 0, 1,
+        "splice large WRITE payloads by reference instead of copying them (slower on loopback, docs/PERFORMANCE.md)",
+        store<&Config::zerocopy>, "0 (copy WRITE payloads) or 1 (splice them)"),
+    ferry_plugin::secret_option<Config>("auth_key",
+        "at least 32 hex digits (the host derives it from auth_secret)",
+        "cluster key set by the host from auth_secret: both ends prove it before any request is served",
+        store_auth_key),
+    ferry_plugin::duration_option<Config>("handshake_timeout_ms", "10000", 10, 3600000,
+        "a served connection that has not finished HELLO/AUTH by then is closed", store<&Config::handshake_timeout_ms>),
+    ferry_plugin::uint_option<Config>("max_handshakes", "128", 1, 65535,
+        "served connections not yet authenticated, in total", store<&Config::max_handshakes>),
+    ferry_plugin::uint_option<Config>("max_handshakes_per_ip", "64", 1, 65535,
+        "of those, from one peer address (>= lanes of one honest peer)", store<&Config::max_handshakes_per_ip>),
+    ferry_plugin::uint_option<Config>("max_connections", "0", 0, 65535,
+        "authenticated served connections, in total; 0 = auto: half of RLIMIT_NOFILE, 64..65535",
+        store<&Config::max_connections>, "an integer 0..65535 (0 = half of RLIMIT_NOFILE)"),
+    ferry_plugin::uint_option<Config>("max_connections_per_ip", "256", 1, 65535,
+        "of those, from one peer address", store<&Config::max_connections_per_ip>));
+// clang-format on
+
 int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry_error_t *err) {
     Config c;
-    if (options == nullptr && n_options != 0)
-        return set_error(err, -EINVAL, "tcp: options is NULL but n_options is %zu", n_options);
-    for (size_t i = 0; i < n_options; ++i) {
-        const char *key = options[i].key;
-        const char *val = options[i].value;
-        if (key == nullptr) return set_error(err, -EINVAL, "tcp: option #%zu has a NULL key", i);
-        uint64_t v = 0;
-        auto ranged = [&](uint64_t lo, uint64_t hi, bool sizes, const char *accepted) -> bool {
-            if (!parse_u64(val, sizes, &v) || v < lo || v > hi) {
-                bad(err, key, val, accepted);
-                return false;
-            }
-            return true;
-        };
-        if (strcmp(key, "bind_ip") == 0 || strcmp(key, "advertise_ip") == 0) {
-            if (val == nullptr || !is_ip_literal(val))
-                return bad(err, key, val, "a numeric IPv4 or IPv6 address such as 127.0.0.1");
-            (key[0] == 'b' ? c.bind_ip : c.advertise_ip) = val;
-        } else if (strcmp(key, "port") == 0) {
-            if (!ranged(0, 65535, false, "a TCP port 0..65535 (0 = ephemeral)")) return -EINVAL;
-            c.port = static_cast<uint16_t>(v);
-        } else if (strcmp(key, "lanes") == 0) {
-            if (!ranged(1, 64, false, "an integer 1..64 (connections per peer)")) return -EINVAL;
-            c.lanes = static_cast<unsigned>(v);
-        } else if (strcmp(key, "slice_size") == 0) {
-            if (!ranged(4096, 64ull << 20, true, "a size 4096..64M bytes (suffix k/m allowed)")) return -EINVAL;
-            c.slice_size = v;
-        } else if (strcmp(key, "io_threads") == 0) {
-            if (!ranged(0, 64, false, "an integer 0..64 (0 = auto)")) return -EINVAL;
-            c.io_threads = static_cast<unsigned>(v);
-        } else if (strcmp(key, "connect_timeout_ms") == 0) {
-            if (!ranged(1, 3600000, false, "milliseconds 1..3600000")) return -EINVAL;
-            c.connect_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "op_timeout_ms") == 0) {
-            if (!ranged(0, 86400000, false, "milliseconds 0..86400000 (0 = no timeout)")) return -EINVAL;
-            c.op_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "handshake_timeout_ms") == 0) {
-            if (!ranged(10, 3600000, false, "milliseconds 10..3600000")) return -EINVAL;
-            c.handshake_timeout_ms = static_cast<unsigned>(v);
-        } else if (strcmp(key, "max_handshakes") == 0 || strcmp(key, "max_handshakes_per_ip") == 0 ||
-                   strcmp(key, "max_connections_per_ip") == 0) {
-            if (!ranged(1, 65535, false, "an integer 1..65535 (connections)")) return -EINVAL;
-            (strcmp(key, "max_handshakes") == 0          ? c.max_handshakes
-             : strcmp(key, "max_handshakes_per_ip") == 0 ? c.max_handshakes_per_ip
-                                                         : c.max_connections_per_ip) = static_cast<unsigned>(v);
-        } else if (strcmp(key, "max_connections") == 0) {
-            if (!ranged(0, 65535, false, "an integer 0..65535 (0 = half of RLIMIT_NOFILE)")) return -EINVAL;
-            c.max_connections = static_cast<unsigned>(v);
-        } else if (strcmp(key, "sndbuf") == 0 || strcmp(key, "rcvbuf") == 0) {
-            if (!ranged(0, 1ull << 30, true, "a size 0..1G bytes (0 = kernel autotuning)")) return -EINVAL;
-            if (v != 0 && v < 4096) return bad(err, key, val, "0 (kernel autotuning) or at least 4096 bytes");
-            (key[0] == 's' ? c.sndbuf : c.rcvbuf) = static_cast<unsigned>(v);
-        } else if (strcmp(key, "auth_key") == 0) {
-            // Never echoed: it is a secret.
-            std::string raw;
-            if (val == nullptr || strlen(val) < 32 || !ferry_crypto::from_hex(val, raw))
-                return set_error(err, -EINVAL,
-                                 "tcp: invalid value for option 'auth_key': expected at least 32 "
-                                 "hex digits (the host derives it from auth_secret)");
-            c.auth_key = std::move(raw);
-            if (!ferry_crypto::available())
-                return set_error(err, -ENOENT, "tcp: option 'auth_key': %s", ferry_crypto::load_error().c_str());
-        } else if (strcmp(key, "zerocopy") == 0) {
-            if (!ranged(0, 1, false, "0 (copy WRITE payloads) or 1 (splice them)")) return -EINVAL;
-            c.zerocopy = v != 0;
-        } else {
-            return set_error(err, -EINVAL, "tcp: unknown option '%s' (accepted: %s)", key, kKnownKeys);
-        }
-    }
+    if (int rc = kOptions.parse(options, n_options, c, err)) return rc;
+    if (!c.auth_key.empty() && !ferry_crypto::available())
+        return set_error(err, -ENOENT, "tcp: option 'auth_key': %s", ferry_crypto::load_error().c_str());
     if (c.io_threads == 0) {
         cpu_set_t set;
         unsigned cpus = 1;

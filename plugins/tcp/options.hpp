@@ -3,6 +3,8 @@
 
 #include <ferry/plugin.h>
 
+#include "option_table.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -53,6 +55,10 @@ struct Config {
     unsigned max_connections = 0;         // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
     unsigned max_connections_per_ip = 256;
 };
+
+// Every option: parser, messages and what `ferry-info --options tcp` prints (options.cpp).
+inline constexpr size_t kOptionCount = 17;
+extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with
 // -EINVAL and a message naming the key and what is accepted.

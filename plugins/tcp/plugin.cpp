@@ -2,6 +2,7 @@
 // ferry_tcp::Transport.
 #include "transport.hpp"
 
+#include "option_table.hpp"
 #include "plugin_entry.hpp"
 
 int ferry_tcp::Transport::probe(const ferry_kv_t *, size_t, ferry_probe_result_t *result) {
@@ -11,6 +12,7 @@ int ferry_tcp::Transport::probe(const ferry_kv_t *, size_t, ferry_probe_result_t
 }
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 =
-    ferry_plugin::entry_table<ferry_tcp::Transport>("1.0.0", FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE |
-                                                                 FERRY_CAP_INTER_NODE | FERRY_CAP_AUTH_KEY |
-                                                                 FERRY_CAP_STAGED_DEVICE);
+    ferry_plugin::with_options(ferry_plugin::entry_table<ferry_tcp::Transport>(
+                                   "1.0.0", FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE |
+                                                FERRY_CAP_AUTH_KEY | FERRY_CAP_STAGED_DEVICE),
+                               ferry_tcp::kOptions);

@@ -96,6 +96,11 @@ def test_console_commands():
     import ferry_te as ferry
     plugins = os.path.join(ferry.package_root(), "lib", "ferry", "plugins")
     assert plugins in info.stdout and "tcp" in info.stdout
+    # The console command passes its arguments through: tcp.so's option table (plugin ABI 1.2).
+    options = subprocess.run([bin_of(sys.executable, "ferry-info"), "--options", "tcp"], capture_output=True,
+                             text=True, timeout=60, env=clean_env())
+    assert options.returncode == 0, options.stderr
+    assert "  lanes = 2\n" in options.stdout, options.stdout
     bench = subprocess.run(
         [bin_of(sys.executable, "transfer_engine_bench"), "--loopback", "--protocol=tcp",
          "--operation=write", "--buffer_size=16777216", "--block_size=65536", "--batch_size=16",

@@ -8,6 +8,7 @@
  *   FAKE_STRUCT_SIZE struct_size to claim
  *   FAKE_NEEDS_DEP   calls into a library that the tests do not put on the loader's path
  *   FAKE_VERSION     version string (the variant tests tell copies apart by it)
+ *   FAKE_OPTIONS     publishes an option table (ABI 1.2) with entries larger than this header's
  * The transport functions are real enough to create and destroy an instance.
  */
 #include <errno.h>
@@ -154,6 +155,25 @@ typedef ferry_plugin_v1_t plugin_struct_t;
 #define BASE(...) __VA_ARGS__
 #endif
 
+#ifdef FAKE_OPTIONS
+/* An option table (ABI 1.2) from a newer header: each entry carries a field this host does not
+ * know, so the host must step by option_desc_size. FAKE_N_OPTIONS: the count to claim. */
+typedef struct {
+    ferry_option_desc_t d;
+    uint64_t future;
+} fake_desc_t;
+static const fake_desc_t fake_options[] = {
+    {{"depth", FERRY_OPTION_UINT, 0, "8", 1, 64, NULL, NULL, "queue depth"}, 1},
+    {{"mode", FERRY_OPTION_ENUM, 0, "fast", 0, 0, "fast|safe", NULL, "how to go"}, 2},
+};
+#ifndef FAKE_N_OPTIONS
+#define FAKE_N_OPTIONS 2
+#endif
+#define INIT_OPTIONS , &fake_options[0].d, FAKE_N_OPTIONS, sizeof(fake_desc_t)
+#else
+#define INIT_OPTIONS
+#endif
+
 #ifndef FAKE_STRUCT_SIZE
 #define FAKE_STRUCT_SIZE sizeof(plugin_struct_t)
 #endif
@@ -162,7 +182,7 @@ typedef ferry_plugin_v1_t plugin_struct_t;
 FERRY_PLUGIN_EXPORT const plugin_struct_t FAKE_SYMBOL = {
     BASE(FAKE_ABI, FAKE_STRUCT_SIZE, FAKE_NAME, FAKE_VERSION, FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE, fake_probe,
          fake_create, fake_destroy, fake_export, fake_register, fake_deregister, fake_export_mem, fake_connect,
-         fake_disconnect, fake_import, fake_release, fake_submit, fake_poll, NULL) INIT_EXTRA};
+         fake_disconnect, fake_import, fake_release, fake_submit, fake_poll, NULL INIT_OPTIONS) INIT_EXTRA};
 #else
 FERRY_PLUGIN_EXPORT int ferry_something_else = 1;
 #endif
