@@ -12,11 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 namespace ferry_test {
@@ -151,6 +154,32 @@ std::vector<std::string> child_args(const char *flag, const StagedParam &p) {
     std::vector<std::string> a = {flag, p.path};
     for (const auto &[k, v] : p.options) a.push_back(k + "=" + v);
     return a;
+}
+
+// The sockets this process holds. tcp.so and shm.so close a peer's connection only once none
+// of its copies runs (so that its EOF means "nothing touches your memory"): the target is done
+// with a dead peer when the connections it accepted from it are gone. (efa.so lands a peer's
+// bytes only in buffers it granted, and so lent, before the peer died.)
+std::set<std::string> sockets() {
+    std::set<std::string> s;
+    std::error_code ec;
+    for (const auto &e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+        std::error_code bad;
+        std::string t = std::filesystem::read_symlink(e.path(), bad).string();
+        if (!bad && t.rfind("socket:", 0) == 0) s.insert(t);
+    }
+    return s;
+}
+
+// Until every socket open now was open at `before`; false after `limit`.
+bool wait_sockets_back_to(const std::set<std::string> &before, std::chrono::seconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        const std::set<std::string> now = sockets();
+        if (std::includes(before.begin(), before.end(), now.begin(), now.end())) return true;
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polls the kernel's view
+    }
 }
 
 class StagedDevice : public ::testing::TestWithParam<StagedParam> {
@@ -341,7 +370,9 @@ TEST_P(StagedDevice, LocalDeviceRegionIsRefusedAsInitiator) {
 // target keeps serving.
 TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     ASSERT_NO_FATAL_FAILURE(start());
+    const std::set<std::string> before = sockets();  // the child's connections come after these
     host_->set_copy_delay(std::chrono::milliseconds(20));
+    host_->set_release_delay(std::chrono::milliseconds(30));  // wide gaps between slices
     auto args = child_args(kInitiatorFlag, GetParam());
     args.insert(args.begin() + 2,
                 {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
@@ -353,13 +384,22 @@ TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     ASSERT_GE(host_->stats().copies, 3u);
     ASSERT_GT(host_->stats().held, 0u) << "not mid-pipeline";
     child.kill_now();
+    // Nothing lent can be a gap between two slices while the dead peer's WRITE payload, sent
+    // before the kill, still waits in the target's socket: the target is done with the peer
+    // once it closed the peer's connections, which it does only when none of its copies runs.
+    EXPECT_TRUE(wait_sockets_back_to(before, std::chrono::seconds(60)))
+        << "the target kept the dead initiator's connections";
     EXPECT_TRUE(host_->wait_idle(std::chrono::seconds(60))) << "buffers not returned after the peer died";
+    auto late = std::make_shared<std::atomic<int>>(0);
+    host_->on_copy([late](bool to_device, uint64_t, uint64_t) { late->fetch_add(to_device ? 1 : 0); });
     host_->set_copy_delay(std::chrono::milliseconds(0));
+    host_->set_release_delay(std::chrono::milliseconds(0));
     fill_pattern(dev_->alias(), kMiB, 41);
     auto got = run({op(FERRY_OP_READ, 0, kMiB, 1)});
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].status, 0) << got[0].message;
     EXPECT_EQ(find_mismatch(local_->data(), kMiB, 41), SIZE_MAX);
+    EXPECT_EQ(late->load(), 0) << "the dead initiator's WRITE reached device memory after the target was done with it";
 }
 
 // The target dies mid-pipeline: every op fails with an error, none hangs.
