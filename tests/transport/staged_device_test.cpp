@@ -201,12 +201,14 @@ protected:
     }
 
     // Target: device region of `dev_len` bytes on a staging host; initiator: host memory.
-    void start(uint64_t max_bytes = 4 * kSlice, size_t dev_len = 8 * kMiB) {
+    void start(uint64_t max_bytes = 4 * kSlice, size_t dev_len = 8 * kMiB, const Options &target_extra = {}) {
         host_ = std::make_unique<StagingHost>(kSlice, max_bytes);
         dev_ = std::make_unique<DeviceMemory>(dev_len);
         host_->add_device(*dev_);
         local_ = std::make_unique<Buffer>(dev_len);
-        target_ = std::make_unique<Instance>(*plugin_, GetParam().options, host_->api());
+        Options to = GetParam().options;
+        to.insert(to.end(), target_extra.begin(), target_extra.end());
+        target_ = std::make_unique<Instance>(*plugin_, to, host_->api());
         ASSERT_EQ(target_->create_rc(), 0) << target_->last_error();
         ASSERT_EQ(
             target_->register_mem(reinterpret_cast<void *>(dev_->addr()), dev_len, kRW, &dev_mem_, FERRY_MEM_CUDA), 0)
@@ -400,6 +402,36 @@ TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     EXPECT_EQ(got[0].status, 0) << got[0].message;
     EXPECT_EQ(find_mismatch(local_->data(), kMiB, 41), SIZE_MAX);
     EXPECT_EQ(late->load(), 0) << "the dead initiator's WRITE reached device memory after the target was done with it";
+}
+
+// The target is destroyed while it still copies for an initiator that died: a copy ending
+// meanwhile must not reach a deleted connection (tcp.so: dispose_all, then the kick).
+TEST_P(StagedDevice, TargetDestroyedWhileCopyingForADeadInitiator) {
+    // tcp.so: the dead peer's connections on one reactor, so that one's teardown (slow releases)
+    // runs while copies of the other end.
+    Options one_reactor;
+    if (GetParam().name.rfind("tcp", 0) == 0) one_reactor.push_back({"io_threads", "1"});
+    for (int round = 0; round < 4; ++round) {
+        ASSERT_NO_FATAL_FAILURE(start(4 * kSlice, 8 * kMiB, one_reactor));
+        host_->set_copy_delay(std::chrono::milliseconds(5));
+        host_->set_release_delay(std::chrono::milliseconds(10));  // slow teardowns: copies end meanwhile
+        auto args = child_args(kInitiatorFlag, GetParam());
+        args.insert(args.begin() + 2,
+                    {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
+        Child child(args);
+        ASSERT_EQ(child.line(), "SUBMITTED");
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (host_->stats().copies < 3 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        child.kill_now();
+        initiator_.reset();
+        target_.reset();  // copies for the dead peer still queued
+        host_->set_release_delay(std::chrono::milliseconds(0));
+        ASSERT_TRUE(host_->wait_idle(std::chrono::seconds(60))) << "buffers not returned by the destroyed target";
+        StagingStats st = host_->stats();
+        EXPECT_EQ(st.acquired, st.released);
+        for (const auto &m : st.misuse) ADD_FAILURE() << "staging misuse: " << m;
+    }
 }
 
 // The target dies mid-pipeline: every op fails with an error, none hangs.
