@@ -65,6 +65,10 @@ public:
     void kick(Handler *h) noexcept;
     void post(std::function<void()> fn);
     void run_sync(std::function<void()> fn);  // post and wait; inline on the loop thread
+    // Drops a queued kick. A handler that other threads kick calls it once they no longer can
+    // (before it is freed): dispose() unkicks too, but a kick may land between that and the end
+    // of the iteration, when the handler is deleted.
+    void unkick(Handler *h);
     bool in_loop() const { return std::this_thread::get_id() == thread_.get_id(); }
 
 private:
@@ -74,7 +78,6 @@ private:
     void run_inbox();
     void run_ready();
     void run_timers(Clock::time_point now);
-    void unkick(Handler *h);  // drops a queued kick
     void flush();
 
     const Logger &log_;

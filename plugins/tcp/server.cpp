@@ -34,6 +34,9 @@ ServerConn::ServerConn(ServerContext &ctx, Reactor &reactor, int fd, std::string
 
 ServerConn::~ServerConn() {
     stage_teardown();
+    // dispose_all() (transport destroyed) unkicked this before its staging window was detached:
+    // a copy that ended since may have queued a kick, which must not reach a deleted handler.
+    reactor_.unkick(this);
     if (adm_.refused) ctx_.limits.release_refusal();
     else ctx_.limits.release(adm_.ip, established_);
     if (cur_ref_ != nullptr) ctx_.regions.release(cur_ref_);

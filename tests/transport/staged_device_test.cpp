@@ -12,11 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 namespace ferry_test {
@@ -153,6 +156,32 @@ std::vector<std::string> child_args(const char *flag, const StagedParam &p) {
     return a;
 }
 
+// The sockets this process holds. tcp.so and shm.so close a peer's connection only once none
+// of its copies runs (so that its EOF means "nothing touches your memory"): the target is done
+// with a dead peer when the connections it accepted from it are gone. (efa.so lands a peer's
+// bytes only in buffers it granted, and so lent, before the peer died.)
+std::set<std::string> sockets() {
+    std::set<std::string> s;
+    std::error_code ec;
+    for (const auto &e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+        std::error_code bad;
+        std::string t = std::filesystem::read_symlink(e.path(), bad).string();
+        if (!bad && t.rfind("socket:", 0) == 0) s.insert(t);
+    }
+    return s;
+}
+
+// Until every socket open now was open at `before`; false after `limit`.
+bool wait_sockets_back_to(const std::set<std::string> &before, std::chrono::seconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+        const std::set<std::string> now = sockets();
+        if (std::includes(before.begin(), before.end(), now.begin(), now.end())) return true;
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polls the kernel's view
+    }
+}
+
 class StagedDevice : public ::testing::TestWithParam<StagedParam> {
 protected:
     void SetUp() override {
@@ -172,12 +201,14 @@ protected:
     }
 
     // Target: device region of `dev_len` bytes on a staging host; initiator: host memory.
-    void start(uint64_t max_bytes = 4 * kSlice, size_t dev_len = 8 * kMiB) {
+    void start(uint64_t max_bytes = 4 * kSlice, size_t dev_len = 8 * kMiB, const Options &target_extra = {}) {
         host_ = std::make_unique<StagingHost>(kSlice, max_bytes);
         dev_ = std::make_unique<DeviceMemory>(dev_len);
         host_->add_device(*dev_);
         local_ = std::make_unique<Buffer>(dev_len);
-        target_ = std::make_unique<Instance>(*plugin_, GetParam().options, host_->api());
+        Options to = GetParam().options;
+        to.insert(to.end(), target_extra.begin(), target_extra.end());
+        target_ = std::make_unique<Instance>(*plugin_, to, host_->api());
         ASSERT_EQ(target_->create_rc(), 0) << target_->last_error();
         ASSERT_EQ(
             target_->register_mem(reinterpret_cast<void *>(dev_->addr()), dev_len, kRW, &dev_mem_, FERRY_MEM_CUDA), 0)
@@ -341,7 +372,9 @@ TEST_P(StagedDevice, LocalDeviceRegionIsRefusedAsInitiator) {
 // target keeps serving.
 TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     ASSERT_NO_FATAL_FAILURE(start());
+    const std::set<std::string> before = sockets();  // the child's connections come after these
     host_->set_copy_delay(std::chrono::milliseconds(20));
+    host_->set_release_delay(std::chrono::milliseconds(30));  // wide gaps between slices
     auto args = child_args(kInitiatorFlag, GetParam());
     args.insert(args.begin() + 2,
                 {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
@@ -353,13 +386,52 @@ TEST_P(StagedDevice, InitiatorKilledMidPipelineReturnsEveryBuffer) {
     ASSERT_GE(host_->stats().copies, 3u);
     ASSERT_GT(host_->stats().held, 0u) << "not mid-pipeline";
     child.kill_now();
+    // Nothing lent can be a gap between two slices while the dead peer's WRITE payload, sent
+    // before the kill, still waits in the target's socket: the target is done with the peer
+    // once it closed the peer's connections, which it does only when none of its copies runs.
+    EXPECT_TRUE(wait_sockets_back_to(before, std::chrono::seconds(60)))
+        << "the target kept the dead initiator's connections";
     EXPECT_TRUE(host_->wait_idle(std::chrono::seconds(60))) << "buffers not returned after the peer died";
+    auto late = std::make_shared<std::atomic<int>>(0);
+    host_->on_copy([late](bool to_device, uint64_t, uint64_t) { late->fetch_add(to_device ? 1 : 0); });
     host_->set_copy_delay(std::chrono::milliseconds(0));
+    host_->set_release_delay(std::chrono::milliseconds(0));
     fill_pattern(dev_->alias(), kMiB, 41);
     auto got = run({op(FERRY_OP_READ, 0, kMiB, 1)});
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].status, 0) << got[0].message;
     EXPECT_EQ(find_mismatch(local_->data(), kMiB, 41), SIZE_MAX);
+    EXPECT_EQ(late->load(), 0) << "the dead initiator's WRITE reached device memory after the target was done with it";
+}
+
+// The target is destroyed while it still copies for an initiator that died: a copy ending
+// meanwhile must not reach a deleted connection (tcp.so: dispose_all, then the kick).
+TEST_P(StagedDevice, TargetDestroyedWhileCopyingForADeadInitiator) {
+    // tcp.so: the dead peer's connections on one reactor, so that one's teardown (slow releases)
+    // runs while copies of the other end.
+    Options one_reactor;
+    if (GetParam().name.rfind("tcp", 0) == 0) one_reactor.push_back({"io_threads", "1"});
+    for (int round = 0; round < 4; ++round) {
+        ASSERT_NO_FATAL_FAILURE(start(4 * kSlice, 8 * kMiB, one_reactor));
+        host_->set_copy_delay(std::chrono::milliseconds(5));
+        host_->set_release_delay(std::chrono::milliseconds(10));  // slow teardowns: copies end meanwhile
+        auto args = child_args(kInitiatorFlag, GetParam());
+        args.insert(args.begin() + 2,
+                    {hex(target_->endpoint()), std::to_string(dev_->addr()), std::to_string(dev_->size())});
+        Child child(args);
+        ASSERT_EQ(child.line(), "SUBMITTED");
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (host_->stats().copies < 3 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        child.kill_now();
+        initiator_.reset();
+        target_.reset();  // copies for the dead peer still queued
+        host_->set_release_delay(std::chrono::milliseconds(0));
+        ASSERT_TRUE(host_->wait_idle(std::chrono::seconds(60))) << "buffers not returned by the destroyed target";
+        StagingStats st = host_->stats();
+        EXPECT_EQ(st.acquired, st.released);
+        for (const auto &m : st.misuse) ADD_FAILURE() << "staging misuse: " << m;
+    }
 }
 
 // The target dies mid-pipeline: every op fails with an error, none hangs.

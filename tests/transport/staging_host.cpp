@@ -72,6 +72,11 @@ void StagingHost::set_copy_delay(std::chrono::milliseconds d) {
     delay_ = d;
 }
 
+void StagingHost::set_release_delay(std::chrono::milliseconds d) {
+    std::lock_guard lk(mu_);
+    release_delay_ = d;
+}
+
 void StagingHost::on_copy(std::function<void(bool, uint64_t, uint64_t)> fn) {
     std::lock_guard lk(mu_);
     on_copy_ = std::move(fn);
@@ -126,6 +131,7 @@ int StagingHost::acquire_cb(void *ctx, uint32_t kind, int32_t, uint64_t bytes, v
 
 void StagingHost::release_cb(void *ctx, void *buf) {
     auto *h = static_cast<StagingHost *>(ctx);
+    std::chrono::milliseconds delay{0};
     {
         std::lock_guard lk(h->mu_);
         if (h->copying_.count(buf) != 0) h->st_.misuse.push_back("release of a buffer whose copy still runs");
@@ -134,9 +140,11 @@ void StagingHost::release_cb(void *ctx, void *buf) {
             return;
         }
         ++h->st_.released;
+        delay = h->release_delay_;
     }
     free(buf);
     h->cv_.notify_all();
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);  // the plugin's thread, preempted
 }
 
 int StagingHost::copy_cb(void *ctx, uint32_t, int32_t, uint64_t addr, void *buf, uint64_t bytes, int to_device,

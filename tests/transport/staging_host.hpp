@@ -57,6 +57,10 @@ public:
     // The copy numbered n (0 = the next one started) completes with `status` and a message.
     void fail_copy(uint64_t n, int status = -EIO);
     void set_copy_delay(std::chrono::milliseconds d);  // each copy takes at least this long
+    // Each release returns to the plugin this long after the buffer was given back (a plugin
+    // thread preempted there): widens the gap between two slices, where "nothing lent" does not
+    // yet mean "done with that peer".
+    void set_release_delay(std::chrono::milliseconds d);
     // Runs in the copy thread just before each copy's bytes move (to_device, device addr, len).
     void on_copy(std::function<void(bool, uint64_t, uint64_t)> fn);
     StagingStats stats() const;
@@ -94,6 +98,7 @@ private:
     int fail_status_ = -EIO;
     uint64_t next_seq_ = 0;
     std::chrono::milliseconds delay_{0};
+    std::chrono::milliseconds release_delay_{0};
     std::function<void(bool, uint64_t, uint64_t)> on_copy_;
     StagingStats st_;
     std::thread thread_;
