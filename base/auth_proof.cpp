@@ -58,4 +58,11 @@ std::string transport_key_hex(std::string_view secret) {
     return hex;
 }
 
+bool transport_key_from_hex(std::string_view hex, std::string &out) {
+    std::string raw;
+    if (hex.size() < 32 || !ferry_crypto::from_hex(hex, raw)) return false;
+    out = std::move(raw);
+    return true;
+}
+
 }  // namespace ferry_auth

@@ -60,4 +60,8 @@ bool fill_random(std::span<uint8_t> out);
 // sees the cluster secret and a leaked transport key does not reveal it.
 std::string transport_key_hex(std::string_view secret);
 
+// The plugins' side of it: an auth_key option is at least 32 hex digits; false (out untouched)
+// otherwise.
+bool transport_key_from_hex(std::string_view hex, std::string &out);
+
 }  // namespace ferry_auth

@@ -91,44 +91,6 @@ std::string errno_string(int e) {
     return std::string(s ? s : "unknown error");
 }
 
-bool parse_u64(const char *s, bool sizes, uint64_t *out) {
-    if (s == nullptr || *s == '\0') return false;
-    uint64_t v = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; ++p) {
-        uint64_t d = static_cast<uint64_t>(*p - '0');
-        if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return false;
-        v = v * 10 + d;
-    }
-    if (p == s) return false;
-    if (*p != '\0') {
-        if (!sizes || p[1] != '\0') return false;
-        unsigned shift = 0;
-        switch (*p) {
-            case 'k':
-            case 'K': shift = 10; break;
-            case 'm':
-            case 'M': shift = 20; break;
-            case 'g':
-            case 'G': shift = 30; break;
-            default: return false;
-        }
-        if (v > (std::numeric_limits<uint64_t>::max() >> shift)) return false;
-        v <<= shift;
-    }
-    *out = v;
-    return true;
-}
-
-bool parse_bool(const char *s, bool *out) {
-    if (s == nullptr) return false;
-    for (const char *t : {"1", "true", "yes", "on"})
-        if (strcmp(s, t) == 0) return *out = true, true;
-    for (const char *f : {"0", "false", "no", "off"})
-        if (strcmp(s, f) == 0) return *out = false, true;
-    return false;
-}
-
 ferry_completion_t make_completion(uint64_t user_data, int status, const std::string &message) {
     ferry_completion_t c{};
     c.user_data = user_data;

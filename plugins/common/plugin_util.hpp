@@ -50,10 +50,6 @@ void copy_message(char *dst, const char *msg);
 int set_error(ferry_error_t *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 std::string errno_string(int e);  // thread-safe strerror
 
-// Unsigned decimal; with `sizes`, an optional k/m/g suffix (KiB/MiB/GiB). False when malformed.
-bool parse_u64(const char *s, bool sizes, uint64_t *out);
-bool parse_bool(const char *s, bool *out);
-
 // Finished ops waiting for poll(). The eventfd is readable exactly while the queue is not empty:
 // it is written and read under the queue's lock, only on the transitions empty -> non-empty
 // (push) and non-empty -> empty (poll), so a host sleeping on it neither misses a completion nor

@@ -2,6 +2,7 @@
 
 #include "plugin_util.hpp"
 
+#include "auth_proof.hpp"
 #include "hmac_sha256.hpp"
 
 #include <arpa/inet.h>
@@ -93,12 +94,7 @@ bool store_max_mr_size(Config &c, const OptionValue &v) {
     return true;
 }
 
-bool store_auth_key(Config &c, const OptionValue &v) {
-    std::string raw;
-    if (strlen(v.text) < 32 || !ferry_crypto::from_hex(v.text, raw)) return false;
-    c.auth_key = std::move(raw);
-    return true;
-}
+bool store_auth_key(Config &c, const OptionValue &v) { return ferry_auth::transport_key_from_hex(v.text, c.auth_key); }
 
 }  // namespace
 

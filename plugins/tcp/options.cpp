@@ -2,6 +2,7 @@
 
 #include "plugin_util.hpp"
 
+#include "auth_proof.hpp"
 #include "hmac_sha256.hpp"
 
 #include <arpa/inet.h>
@@ -38,12 +39,7 @@ bool store_sockbuf(Config &c, const OptionValue &v) {
     return true;
 }
 
-bool store_auth_key(Config &c, const OptionValue &v) {
-    std::string raw;
-    if (strlen(v.text) < 32 || !ferry_crypto::from_hex(v.text, raw)) return false;
-    c.auth_key = std::move(raw);
-    return true;
-}
+bool store_auth_key(Config &c, const OptionValue &v) { return ferry_auth::transport_key_from_hex(v.text, c.auth_key); }
 
 constexpr const char *kIpAccepted = "a numeric IPv4 or IPv6 address such as 127.0.0.1";
 constexpr const char *kSockbufAccepted = "0 (kernel autotuning) or a size from 4096 to 1g bytes (suffixes k, m, g)";
