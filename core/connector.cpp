@@ -28,10 +28,14 @@ std::string prefix(const DeferredOp &d) {
     return cat("submit: op ", d.index, " (", op_name(d.request.opcode), " ", d.request.length, " bytes): ");
 }
 
-// One pass over a segment's deferred ops re-reads its descriptor at most once.
+// One pass over a segment's deferred ops re-reads its descriptor at most once, and tries each
+// transport's connect at most once: the ops after a failed connect fail with its error (or fall
+// back) at once, instead of each waiting out the plugin's connect timeout again (1024 ops to a
+// dead peer over a forced transport waited 1024 x 5 s).
 struct Round {
     bool refreshed = false;
     std::optional<Error> refresh_error;
+    std::vector<std::pair<size_t, std::string>> connect_failed;
 };
 
 // What route() asked for, copied out of the segment so the call can run without its mutex.
@@ -117,6 +121,7 @@ void Engine::Impl::serve_segment(RemoteSegment &seg) {
         Posting ready;
         for (auto &d : ops) {
             RouteAttempts attempts;
+            attempts.failed = round.connect_failed;
             for (int step = 0;; ++step) {
                 if (connector_stopping.load()) {
                     complete(*d.op, -ECANCELED, prefix(d) + "the engine was destroyed before the op could be posted");
@@ -183,6 +188,7 @@ void Engine::Impl::serve_segment(RemoteSegment &seg) {
                                               : got.error().message;
                         FERRY_WARN("segment ", seg.name, ": ", why, "; trying the next transport");
                         seg.unusable[n.transport] = {std::chrono::steady_clock::now() + kRetryUnusable, why};
+                        if (n.need == Route::Need::Connect) round.connect_failed.emplace_back(n.transport, why);
                         attempts.failed.emplace_back(n.transport, std::move(why));
                         continue;
                     }
