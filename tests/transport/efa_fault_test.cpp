@@ -239,11 +239,17 @@ TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
     uint64_t hb = 0;
     ASSERT_EQ(p.a.register_mem(back.data(), sz, 0, &hb), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // let whatever was queued arrive
-    ASSERT_EQ(p.a.submit(p.peer, {make_op(FERRY_OP_READ, back.addr(), hb, p.child.addr(), p.rmem, sz, 999)}), 0)
-        << p.a.last_error();
-    auto d = p.a.wait(1);
-    ASSERT_EQ(d.size(), 1u);
-    ASSERT_EQ(d[0].status, 0) << d[0].message;
+    // One MiB at a time: the pair's op timeout (500 ms) must not decide whether a 32 MiB READ
+    // fits in it on a loaded machine under TSan (it did not, once).
+    for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(p.a.submit(p.peer, {make_op(FERRY_OP_READ, back.addr() + i * kMiB, hb, p.child.addr() + i * kMiB,
+                                              p.rmem, kMiB, 1000 + i)}),
+                  0)
+            << p.a.last_error();
+        auto d = p.a.wait(1);
+        ASSERT_EQ(d.size(), 1u);
+        ASSERT_EQ(d[0].status, 0) << "READ back of MiB " << i << ": " << d[0].message;
+    }
     size_t reused_pages = 0;
     for (size_t off = 0; off < sz; off += 4096) {
         size_t k = 0;
