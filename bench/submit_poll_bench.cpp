@@ -1,6 +1,9 @@
 // Google Benchmark: what one op costs the engine (submit + completion), without bandwidth in the
 // way: 64-byte READs over the in-process example transport (engine overhead alone) and over
-// tcp.so on loopback (engine + transport + one round trip).
+// tcp.so on loopback (engine + transport + one round trip). The shm cases (wall time) run two
+// engines of this process over shm.so's real socket and serving side: 64-byte READs and WRITEs,
+// adjacent in memory or 4 KiB apart ("scattered", so no two ops share a page).
+// FERRY_BENCH_SHM_PLUGIN_DIR, when set, is searched first: another build's shm.so (a baseline).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -16,7 +19,10 @@ struct Pair {
     ferry::SegmentId seg = 0;
 
     explicit Pair(const std::string &transport) {
-        ferry::Config c{{"plugin_path", FERRY_BENCH_PLUGIN_PATH}, {"plugins", transport}};
+        std::string path = FERRY_BENCH_PLUGIN_PATH;
+        if (const char *d = std::getenv("FERRY_BENCH_SHM_PLUGIN_DIR"); d && *d && transport == "shm")
+            path = std::string(d) + ":" + path;
+        ferry::Config c{{"plugin_path", path}, {"plugins", transport}};
         auto t = ferry::Engine::create(c);
         auto i = ferry::Engine::create(c);
         if (!t || !i) std::abort();
@@ -52,8 +58,35 @@ void submit_and_wait(benchmark::State &state, const char *transport) {
     state.SetLabel(std::string(transport) + ", ops/s = per-op cost");
 }
 
+// shm.so: args are the batch and the distance between ops (64: adjacent, 4096: one page each).
+void shm_ops(benchmark::State &state, ferry::Opcode opcode) {
+    Pair p("shm");
+    const size_t batch = static_cast<size_t>(state.range(0)), stride = static_cast<size_t>(state.range(1));
+    std::vector<ferry::Request> reqs(batch);
+    for (size_t i = 0; i < batch; ++i)
+        reqs[i] = {opcode, p.local.data() + i * stride,
+                   p.seg,  reinterpret_cast<uintptr_t>(p.remote.data()) + i * stride,
+                   64,     ""};
+    for (auto _ : state) {
+        auto b = p.initiator->submit(reqs);
+        if (!b || !p.initiator->wait(*b)) {
+            state.SkipWithError("transfer failed");
+            break;
+        }
+        (void)p.initiator->free_batch(*b);
+    }
+    state.SetItemsProcessed(state.iterations() * batch);
+    state.SetLabel(std::string("shm ") + (opcode == ferry::Opcode::Read ? "READ" : "WRITE") +
+                   (stride == 64 ? " adjacent" : " scattered") + ", wall time per op = 1 / (ops/s)");
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(submit_and_wait, example, "example")->Arg(1)->Arg(32)->Arg(128);
 BENCHMARK_CAPTURE(submit_and_wait, tcp, "tcp")->Arg(1)->Arg(32)->Arg(128);
+BENCHMARK_CAPTURE(shm_ops, read, ferry::Opcode::Read)->ArgsProduct({{1, 128}, {64, 4096}})->UseRealTime()->MinTime(0.5);
+BENCHMARK_CAPTURE(shm_ops, write, ferry::Opcode::Write)
+    ->ArgsProduct({{1, 128}, {64, 4096}})
+    ->UseRealTime()
+    ->MinTime(0.5);
 BENCHMARK_MAIN();

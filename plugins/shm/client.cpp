@@ -278,21 +278,39 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     return 0;
 }
 
-void Transport::on_done(ClientConn &c, const Done &d, std::string_view message) {
-    Pending p;
+// Whole Done records of data (each followed by its message) are answered under one lock; *used
+// says how many bytes they took.
+void Transport::on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t *used) {
+    std::vector<ferry_completion_t> done;
+    std::vector<std::shared_ptr<Region>> unpin;
+    size_t at = 0;
     {
         std::lock_guard lock(c.mu);
-        auto it = c.pending.find(d.id);
-        if (it == c.pending.end()) return;
-        p = std::move(it->second);
-        c.pending.erase(it);
+        while (len - at >= sizeof(Done)) {
+            Done d;
+            memcpy(&d, data + at, sizeof d);
+            if (len - at - sizeof d < d.message_len) break;
+            std::string_view message(reinterpret_cast<const char *>(data + at + sizeof d), d.message_len);
+            at += sizeof d + d.message_len;
+            auto it = c.pending.find(d.id);
+            if (it == c.pending.end()) continue;
+            Pending &p = it->second;
+            unpin.push_back(std::move(p.local));
+            if (!p.reported) {
+                // A revoked op whose copy had finished before the gate closed did complete: say so.
+                if (p.revoked_status != 0 && d.status != 0)
+                    done.push_back(make_completion(p.user_data, p.revoked_status, p.revoked_message));
+                else
+                    done.push_back(
+                        make_completion(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message)));
+            }
+            c.pending.erase(it);
+        }
     }
-    p.local->unpin();
-    in_flight_.fetch_sub(1, std::memory_order_relaxed);
-    if (p.reported) return;
-    // A revoked op whose copy had finished before the gate closed did complete: say so.
-    if (p.revoked_status != 0 && d.status != 0) cq_.push(p.user_data, p.revoked_status, p.revoked_message);
-    else cq_.push(p.user_data, d.status, d.status == 0 ? std::string() : std::string(message));
+    *used = at;
+    for (auto &r : unpin) r->unpin();
+    in_flight_.fetch_sub(unpin.size(), std::memory_order_relaxed);
+    cq_.push(done);
 }
 
 void Transport::client_dead(ClientConn &c, const std::string &reason) {
@@ -331,14 +349,7 @@ void Transport::on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t e
         }
         c->rx.insert(c->rx.end(), buf, buf + n);
         size_t at = 0;
-        while (c->rx.size() - at >= sizeof(Done)) {
-            Done d;
-            memcpy(&d, c->rx.data() + at, sizeof d);
-            if (c->rx.size() - at < sizeof d + d.message_len) break;
-            on_done(*c, d,
-                    std::string_view(reinterpret_cast<const char *>(c->rx.data() + at + sizeof d), d.message_len));
-            at += sizeof d + d.message_len;
-        }
+        on_dones(*c, c->rx.data(), c->rx.size(), &at);
         c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
     }
 }

@@ -97,30 +97,34 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
 // first (wire.hpp) and is made only while the pidfd says the initiator still lives, so a pid
 // reused since is never copied to or from.
 int Transport::copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine) {
-    const pid_t pid = job.conn->pid;
-    if (!process_alive(job.conn->pidfd)) return -ESRCH;
-    if (mine == nullptr) mine = reinterpret_cast<uint8_t *>(job.req.remote_addr + off);
+    return copy(*job.conn, job.req, job.map.get(), off, len, mine);
+}
+
+int Transport::copy(const ServerConn &c, const Request &r, const PeerMapping *map, uint64_t off, uint64_t len,
+                    uint8_t *mine) {
+    const pid_t pid = c.pid;
+    if (!process_alive(c.pidfd)) return -ESRCH;
+    if (mine == nullptr) mine = reinterpret_cast<uint8_t *>(r.remote_addr + off);
     uint8_t gate_byte = 0;
-    iovec gate_local{&gate_byte, 1}, gate_remote{reinterpret_cast<void *>(job.req.gate_addr), 1};
+    iovec gate_local{&gate_byte, 1}, gate_remote{reinterpret_cast<void *>(r.gate_addr), 1};
     auto gate_open = [&] { return process_vm_readv(pid, &gate_local, 1, &gate_remote, 1, 0) == 1; };
-    if (job.map) {
+    if (map) {
         // memcpy is not one syscall with the gate: a check just before it is the best there is.
-        if (job.req.gate_addr != 0 && !gate_open()) return -ECANCELED;
-        uint8_t *theirs = job.map->ptr + (job.req.local_addr - job.req.local_base) + off;
-        if (job.req.opcode == FERRY_OP_WRITE) memcpy(mine, theirs, len);
+        if (r.gate_addr != 0 && !gate_open()) return -ECANCELED;
+        uint8_t *theirs = map->ptr + (r.local_addr - r.local_base) + off;
+        if (r.opcode == FERRY_OP_WRITE) memcpy(mine, theirs, len);
         else memcpy(theirs, mine, len);
         return 0;
     }
     // The gate byte first, in the same syscall: once the initiator revoked it, the kernel stops
     // at that iovec and not a byte of the buffer moves.
-    const int g = job.req.gate_addr != 0 ? 1 : 0;
+    const int g = r.gate_addr != 0 ? 1 : 0;
     iovec local[2] = {gate_local, {mine, len}};
-    iovec remote[2] = {gate_remote, {reinterpret_cast<void *>(job.req.local_addr + off), len}};
-    ssize_t n = job.req.opcode == FERRY_OP_WRITE
-                    ? process_vm_readv(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0)
-                    : process_vm_writev(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0);
+    iovec remote[2] = {gate_remote, {reinterpret_cast<void *>(r.local_addr + off), len}};
+    ssize_t n = r.opcode == FERRY_OP_WRITE ? process_vm_readv(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0)
+                                           : process_vm_writev(pid, local + 1 - g, 1 + g, remote + 1 - g, 1 + g, 0);
     int e = n < 0 ? errno : EFAULT;
-    if (!process_alive(job.conn->pidfd)) return -ESRCH;
+    if (!process_alive(c.pidfd)) return -ESRCH;
     if (n == static_cast<ssize_t>(len) + g) return 0;
     if (g && n <= 0 && !gate_open()) return -ECANCELED;
     return -e;
@@ -151,17 +155,28 @@ std::shared_ptr<PeerMapping> Transport::peer_mapping(ServerConn &c, const Reques
     return m;
 }
 
-void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::string &message) {
-    if (c.gone.load(std::memory_order_acquire)) return;
-    char buf[sizeof(Done) + FERRY_MESSAGE_MAX];
+void Transport::append_done(std::string &out, uint64_t id, int status, const std::string &message) {
     Done d{};
     d.id = id;
     d.status = status;
     size_t mlen = status == 0 ? 0 : std::min(message.size(), static_cast<size_t>(FERRY_MESSAGE_MAX - 1));
     d.message_len = static_cast<uint16_t>(mlen);
-    memcpy(buf, &d, sizeof d);
-    memcpy(buf + sizeof d, message.data(), mlen);
-    send(c, buf, sizeof d + mlen);
+    out.append(reinterpret_cast<const char *>(&d), sizeof d);
+    out.append(message.data(), mlen);
+}
+
+void Transport::send_done(ServerConn &c, uint64_t id, int status, const std::string &message) {
+    if (c.gone.load(std::memory_order_acquire)) return;
+    std::string buf;
+    append_done(buf, id, status, message);
+    send(c, buf.data(), buf.size());
+}
+
+std::string Transport::copy_failure_message(const ServerConn &c, const Request &r, int e) const {
+    return strprintf("shm: pid %d could not %s [0x%" PRIx64 ", +%" PRIu64 ") %s pid %d: %s (%s)", pid_,
+                     r.opcode == FERRY_OP_WRITE ? "copy into" : "copy out of", r.remote_addr, r.length,
+                     r.opcode == FERRY_OP_WRITE ? "from" : "to", c.pid, errno_string(e).c_str(),
+                     copy_failure(e).c_str());
 }
 
 // A piece of a job, in a worker: host memory is copied directly; a device region (never touched
@@ -198,13 +213,7 @@ void Transport::finish(Job &job) {
         std::lock_guard lock(job.why_mu);
         message = job.why;
     }
-    if (status != 0 && message.empty()) {
-        int e = job.sys_errno.load();
-        message = strprintf("shm: pid %d could not %s [0x%" PRIx64 ", +%" PRIu64 ") %s pid %d: %s (%s)", pid_,
-                            job.req.opcode == FERRY_OP_WRITE ? "copy into" : "copy out of", job.req.remote_addr,
-                            job.req.length, job.req.opcode == FERRY_OP_WRITE ? "from" : "to", job.conn->pid,
-                            errno_string(e).c_str(), copy_failure(e).c_str());
-    }
+    if (status != 0 && message.empty()) message = copy_failure_message(*job.conn, job.req, job.sys_errno.load());
     send_done(*job.conn, job.req.id, status, message);
     job.region->unpin();
     job.region.reset();
@@ -213,18 +222,19 @@ void Transport::finish(Job &job) {
         wake();  // the I/O thread closes it, or reads its requests again (resume_paused)
 }
 
-void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r) {
+void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r, std::string &reply,
+                           CopyGroup &group) {
     if (r.length == 0 || (r.opcode != FERRY_OP_READ && r.opcode != FERRY_OP_WRITE)) {
-        send_done(*c, r.id, -EINVAL,
-                  strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
+        append_done(reply, r.id, -EINVAL,
+                    strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
         return;
     }
     uint32_t need = r.opcode == FERRY_OP_READ ? FERRY_ACCESS_REMOTE_READ : FERRY_ACCESS_REMOTE_WRITE;
     std::shared_ptr<Region> region;
     int rc = regions_.lookup_pin(r.remote_addr, r.length, need, &region);
     if (rc != 0) {
-        send_done(
-            *c, r.id, rc,
+        append_done(
+            reply, r.id, rc,
             strprintf("shm: pid %d refused %s [0x%" PRIx64 ", +%" PRIu64 "): %s", pid_,
                       r.opcode == FERRY_OP_READ ? "READ of" : "WRITE to", r.remote_addr, r.length,
                       rc == -EACCES ? (r.opcode == FERRY_OP_READ ? "the region is not registered for remote read"
@@ -232,22 +242,31 @@ void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &
                                     : "not inside a registered region"));
         return;
     }
+    const bool small = r.length <= cfg_.inline_size && region->kind == FERRY_MEM_HOST;
+    auto map = peer_mapping(*c, r);
+    if (small && !map) {  // cross-memory attach, in one syscall with its neighbours (batch.cpp)
+        if (!group.ops.empty() &&
+            (group.ops.size() >= kMaxGroupOps || group.ops.front().req.opcode != r.opcode ||
+             group.ops.front().req.gate_addr != r.gate_addr || group.bytes + r.length > max_group_bytes()))
+            copy_group(*c, group, reply);
+        group.ops.push_back({r, std::move(region)});
+        group.bytes += r.length;
+        return;
+    }
+    copy_group(*c, group, reply);  // copies stay in request order
+    // Staged copies wait for the host: never on the I/O thread.
+    if (small) {
+        int e = copy(*c, r, map.get(), 0, r.length, nullptr);
+        region->unpin();
+        append_done(reply, r.id, copy_status(e), e == 0 ? std::string() : copy_failure_message(*c, r, -e));
+        return;
+    }
     auto job = std::make_shared<Job>();
     job->conn = c;
     job->region = std::move(region);
     job->req = r;
-    job->map = peer_mapping(*c, r);
+    job->map = std::move(map);
     c->active.fetch_add(1);
-    // Staged copies wait for the host: never on the I/O thread.
-    if (r.length <= cfg_.inline_size && job->region->kind == FERRY_MEM_HOST) {
-        int e = copy(*job, 0, r.length);
-        if (e != 0) {
-            job->status = e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e;
-            job->sys_errno = -e;
-        }
-        finish(*job);
-        return;
-    }
     uint64_t pieces = (r.length + cfg_.chunk_size - 1) / cfg_.chunk_size;
     job->left = static_cast<uint32_t>(pieces);
     {
@@ -274,10 +293,7 @@ void Transport::worker_loop() {
             int e = copy_piece(job, p.off, p.len);
             if (e != 0) {
                 int expected = 0;
-                if (job.status.compare_exchange_strong(expected, e == -ESRCH    ? -ECONNRESET
-                                                                 : e == -ENOMEM ? -EFAULT
-                                                                                : e))
-                    job.sys_errno = -e;
+                if (job.status.compare_exchange_strong(expected, copy_status(e))) job.sys_errno = -e;
             }
         }
         if (job.left.fetch_sub(1) == 1) finish(job);
@@ -350,11 +366,9 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
                 return;
             }
         }
-        for (; c->rx.size() - at >= sizeof(Request); at += sizeof(Request)) {
-            Request r;
-            memcpy(&r, c->rx.data() + at, sizeof r);
-            on_request(c, r);
-        }
+        const size_t whole = (c->rx.size() - at) / sizeof(Request) * sizeof(Request);
+        on_requests(c, c->rx.data() + at, whole);
+        at += whole;
         c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
         if (static_cast<size_t>(n) < sizeof buf) break;
     }

@@ -16,7 +16,9 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -36,6 +38,14 @@ inline constexpr size_t kMaxReplyBacklog = 256 << 10;                 // unsent 
 inline constexpr uint64_t kMaxActivePerConn = 256;                    // requests being copied before we stop reading
 inline constexpr auto kRevokeGrace = std::chrono::milliseconds(200);  // see check_timeouts
 inline constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+// One vectored copy (batch.cpp): the kernel takes at most UIO_MAXIOV = 1024 iovecs a side, and
+// the gate's byte comes first.
+inline constexpr size_t kMaxIov = 1024;
+inline constexpr size_t kMaxGroupOps = kMaxIov - 1;
+
+// An op's status from copy()'s result: the initiator reads -ECONNRESET when it was gone, -EFAULT
+// when the kernel could not pin its pages.
+inline int copy_status(int e) { return e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e; }
 
 // Yama's /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is not present (probe.cpp).
 int yama_ptrace_scope();
@@ -120,6 +130,17 @@ struct Piece {
     uint64_t off = 0, len = 0;
 };
 
+// The small cross-memory-attach ops of one read of requests that one copy syscall can take
+// (batch.cpp): same opcode, same gate, each op checked and its region pinned.
+struct CopyGroup {
+    struct Op {
+        Request req;
+        std::shared_ptr<Region> region;
+    };
+    std::vector<Op> ops;
+    uint64_t bytes = 0;
+};
+
 class Transport {
 public:
     static constexpr const char *kName = "shm";
@@ -163,21 +184,33 @@ private:
     // server.cpp: the serving side
     void on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t events);
     void on_hello(ServerConn &c, const Hello &h);
-    void on_request(const std::shared_ptr<ServerConn> &c, const Request &r);
+    // Answers are appended to `reply` (Done records) when known at once, else sent by finish().
+    void on_request(const std::shared_ptr<ServerConn> &c, const Request &r, std::string &reply, CopyGroup &group);
     void worker_loop();
     // mine: the bytes on this side (default: the region itself; a staging buffer for device memory)
     int copy(const Job &job, uint64_t off, uint64_t len, uint8_t *mine = nullptr);
+    int copy(const ServerConn &c, const Request &r, const PeerMapping *map, uint64_t off, uint64_t len, uint8_t *mine);
+    std::string copy_failure_message(const ServerConn &c, const Request &r, int sys_errno) const;
+
+    // batch.cpp: a read's worth of requests, small ones copied by few vectored syscalls
+    void on_requests(const std::shared_ptr<ServerConn> &c, const uint8_t *data, size_t n);
+    void copy_group(ServerConn &c, CopyGroup &group, std::string &reply);
+    // One syscall copies no more than a worker's piece would (or one op, when larger): it is
+    // what a revoked gate may still let through (client.cpp, kRevokeGrace).
+    uint64_t max_group_bytes() const { return std::max(cfg_.chunk_size, cfg_.inline_size); }
     int copy_piece(Job &job, uint64_t off, uint64_t len);  // a worker's piece, staged or not
     std::shared_ptr<PeerMapping> peer_mapping(ServerConn &c, const Request &r);
     void finish(Job &job);
     void send_done(ServerConn &c, uint64_t id, int status, const std::string &message);
+    static void append_done(std::string &out, uint64_t id, int status, const std::string &message);
     void server_gone(const std::shared_ptr<ServerConn> &c);
     void reap_idle_servers();
     std::string access_hint(uid_t them) const;
 
     // client.cpp: the initiating side
     void on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t events);
-    void on_done(ClientConn &c, const Done &d, std::string_view message);
+    // The answers of one read, under one lock, into the completion queue at once.
+    void on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t *used);
     void client_dead(ClientConn &c, const std::string &reason);
     void check_timeouts();
     // Revokes c's gate and every op that names it (c.mu held); they are reported later.
