@@ -42,7 +42,8 @@ void Transport::on_requests(const std::shared_ptr<ServerConn> &c, const uint8_t 
 // Copies every op of the group and answers each. One syscall moves ops [i, end) in request
 // order; when it stops short, the ops wholly before the byte it stopped at landed, the op it
 // stopped in is tried alone (so it fails, or not, with its own error) and the syscall goes on
-// from the next one. The pidfd is checked before and after each syscall, as copy() does.
+// from the next one (a peer whose every op faults costs two syscalls an op, as single copies
+// did). The pidfd is checked before and after each syscall, as copy() does.
 void Transport::copy_group(ServerConn &c, CopyGroup &group, std::string &reply) {
     if (group.ops.empty()) return;
     auto &ops = group.ops;
@@ -78,6 +79,11 @@ void Transport::copy_group(ServerConn &c, CopyGroup &group, std::string &reply) 
             break;
         }
         if (n == static_cast<ssize_t>(total) + g) break;  // all landed
+        if (n < 0 && errno != EFAULT) {                   // the call as a whole (EPERM, ENOMEM): each op alike
+            const int e = errno;
+            for (; i < ops.size(); ++i) status[i] = -e;
+            break;
+        }
         if (g && n <= 0) {
             iovec gl{&gate_byte, 1}, gr{reinterpret_cast<void *>(first.gate_addr), 1};
             if (process_vm_readv(c.pid, &gl, 1, &gr, 1, 0) != 1) {  // revoked: not a byte moved
