@@ -7,6 +7,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -30,6 +31,8 @@ void add_iov(std::vector<iovec> &v, uint64_t base, uint64_t len) {
 void Transport::on_requests(const std::shared_ptr<ServerConn> &c, const uint8_t *data, size_t n) {
     std::string reply;
     CopyGroup group;
+    reply.reserve(n / sizeof(Request) * sizeof(Done));
+    group.ops.reserve(std::min(n / sizeof(Request), kMaxGroupOps));
     for (size_t at = 0; at + sizeof(Request) <= n; at += sizeof(Request)) {
         Request r;
         memcpy(&r, data + at, sizeof r);

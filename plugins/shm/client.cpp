@@ -284,6 +284,8 @@ void Transport::on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t 
     std::vector<ferry_completion_t> done;
     std::vector<std::shared_ptr<Region>> unpin;
     size_t at = 0;
+    done.reserve(len / sizeof(Done));
+    unpin.reserve(len / sizeof(Done));
     {
         std::lock_guard lock(c.mu);
         while (len - at >= sizeof(Done)) {

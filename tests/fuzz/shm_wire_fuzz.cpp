@@ -9,7 +9,10 @@
 // selector may steer near the registered regions, into this process's local buffer, its
 // sealed memfd, an unmapped guard, or leave raw (see steer()). Local addresses are always kept
 // inside memory this target owns (a READ writes there), so only the serving side's own checks
-// decide what is copied.
+// decide what is copied. Every run is one send, so the serving side reads many records at once
+// and copies its small ones in vectored groups (plugins/shm/batch.cpp): steer() may make a
+// length small and may place a record's ranges right after the previous record's, so groups
+// with merged ranges, gate changes and single failing ops within them all occur.
 //
 // Invariants: no crash, no hang (5 s guard per read); bytes around the registered regions and
 // around the local buffers never change; the region registered without REMOTE_WRITE never
@@ -79,15 +82,22 @@ uint64_t g_memfd_ino = 0;
 uint8_t *g_gate_open = nullptr, *g_gate_closed = nullptr;
 alignas(16) uint64_t g_probe[2] = {0x9e3779b97f4a7c15ull, 0x9e3779b97f4a7c15ull};
 
-Request steer(uint8_t s, Request r) {
+// Where the previous record of the input ended (adjacent ranges merge into one iovec).
+struct Prev {
+    uint64_t remote_end = 0, local_end = 0;
+};
+
+Request steer(uint8_t s, Request r, Prev &prev) {
     const uint64_t raw_remote = r.remote_addr, raw_len = r.length, raw_local = r.local_addr;
     switch (s & 3) {
         case 1: r.remote_addr = g_rw.addr() + raw_remote % (kLen + 256) - 128; break;
         case 2: r.remote_addr = g_ro.addr() + raw_remote % (kLen + 256) - 128; break;
-        case 3: r.remote_addr = g_rw.addr() + raw_remote % kLen; break;
+        case 3:
+            r.remote_addr = (raw_remote >> 63) && prev.remote_end ? prev.remote_end : g_rw.addr() + raw_remote % kLen;
+            break;
         default: break;  // raw
     }
-    if (s & 4) r.length = raw_len % (kLen + 256);
+    if (s & 4) r.length = (raw_len >> 63) ? raw_len % 257 : raw_len % (kLen + 256);
     if (s & 0x40) r.opcode = (r.opcode & 1) ? FERRY_OP_READ : FERRY_OP_WRITE;
     const bool raw_fd = s & 0x80;
     uint64_t base;
@@ -109,7 +119,12 @@ Request steer(uint8_t s, Request r) {
     }
     if (base == 0 || r.length > kLen)
         r.local_addr = g_guard.addr();  // any length: the first page faults, nothing moves
+    else if ((raw_local >> 63) && base == g_local.addr() && prev.local_end >= base &&
+             prev.local_end - base <= kLen - r.length)
+        r.local_addr = prev.local_end;  // right after the previous record's, still inside
     else r.local_addr = base + raw_local % (kLen - r.length + 1);
+    prev.remote_end = r.remote_addr + r.length;
+    prev.local_end = r.local_addr + r.length;
     r.gate_addr = (s & 0x20) ? reinterpret_cast<uint64_t>(g_gate_closed) : reinterpret_cast<uint64_t>(g_gate_open);
     return r;
 }
@@ -226,10 +241,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     out.append(reinterpret_cast<const char *>(&h), sizeof h);
     size_t requests = 0;
+    Prev prev;
     for (; size - at >= 1 + sizeof(Request); at += 1 + sizeof(Request), ++requests) {
         Request r;
         memcpy(&r, data + at + 1, sizeof r);
-        r = steer(data[at], r);
+        r = steer(data[at], r, prev);
         out.append(reinterpret_cast<const char *>(&r), sizeof r);
     }
     out.append(reinterpret_cast<const char *>(data + at), size - at);  // a cut record, or nothing
