@@ -186,10 +186,12 @@ TEST_F(ShmBatchTest, OneBadOpInABatchOf128FailsAloneWithItsOwnError) {
                 EXPECT_EQ(find_mismatch(loc.data() + i * 64, 64, 5, i * 64), SIZE_MAX) << "op " << i;
             else EXPECT_EQ(find_mismatch(tgt.data() + i * 64, 64, 6, i * 64), SIZE_MAX) << "op " << i;
         }
-        if (round.opcode == FERRY_OP_READ && round.bad == 57)  // the failed READ's own bytes stay
+        if (round.opcode == FERRY_OP_READ && round.bad == 57) {  // the failed READ's own bytes stay
             EXPECT_EQ(find_mismatch(loc.data() + 57 * 64, 64, 6, 57 * 64), SIZE_MAX);
-        if (round.opcode == FERRY_OP_WRITE && round.bad == 100)
+        }
+        if (round.opcode == FERRY_OP_WRITE && round.bad == 100) {
             EXPECT_EQ(find_mismatch(tgt.data() + 100 * 64, 64, 5, 100 * 64), SIZE_MAX);
+        }
     }
 }
 
