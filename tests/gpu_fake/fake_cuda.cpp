@@ -13,6 +13,13 @@
 //                                 recorded on its stream completes with CUDA_ERROR_ILLEGAL_ADDRESS
 //   FERRY_FAKE_CUDA_COPY_DELAY_US=us  each async copy takes at least this long
 //   FERRY_FAKE_CUDA_HEAP_MB=mb    size of the device heap (default 2048, sparse)
+//   FERRY_FAKE_CUDA_EVENT_LINGER_US=us  a stream's worker takes this long after completing an
+//                                 event before it is done with it (a worker preempted there on a
+//                                 loaded host: a caller that synchronised meanwhile may destroy
+//                                 the event)
+// A destroyed event's memory is overwritten at once (as a reuse of the block would) and kept out of
+// the heap for the next 256 destroys, so any use of an event after cuEventDestroy, by the caller or
+// by this fake, shows (a broadcast on those bytes blocks for good).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -78,6 +85,9 @@ struct State {
     std::atomic<uint64_t> copies{0};
     std::atomic<uint64_t> fail_copy{0};
     std::atomic<unsigned> delay_us{0};
+    std::atomic<unsigned> linger_us{0};
+    std::mutex quarantine_m;
+    std::deque<void *> quarantine;  // destroyed events, poisoned
 } g;
 
 int g_context_tag;
@@ -150,6 +160,7 @@ void Stream::run() {
                 if (t.generation > t.event->completed) t.event->completed = t.generation;
                 t.event->status = status;
             }
+            if (g.linger_us) std::this_thread::sleep_for(std::chrono::microseconds(g.linger_us.load()));
             t.event->cv.notify_all();
             lock.lock();
         }
@@ -187,6 +198,7 @@ FAKE_API CUresult cuInit(unsigned) {
     g.heap = env_u64("FERRY_FAKE_CUDA_HEAP_MB", 2048) << 20;
     g.fail_copy = env_u64("FERRY_FAKE_CUDA_FAIL_COPY", 0);
     g.delay_us = static_cast<unsigned>(env_u64("FERRY_FAKE_CUDA_COPY_DELAY_US", 0));
+    g.linger_us = static_cast<unsigned>(env_u64("FERRY_FAKE_CUDA_EVENT_LINGER_US", 0));
     g.fd = memfd_create("fake-cuda-heap", MFD_CLOEXEC);
     if (g.fd < 0 || ftruncate(g.fd, static_cast<off_t>(g.heap)) != 0) return kOutOfMemory;
     void *d = mmap(nullptr, g.heap, PROT_NONE, MAP_SHARED | MAP_NORESERVE, g.fd, 0);
@@ -408,7 +420,19 @@ FAKE_API CUresult cuEventSynchronize(void *event) {
 }
 
 FAKE_API CUresult cuEventDestroy_v2(void *event) {
-    delete static_cast<Event *>(event);
+    auto *e = static_cast<Event *>(event);
+    e->~Event();
+    std::memset(static_cast<void *>(e), 0xa5, sizeof *e);
+    void *evicted = nullptr;
+    {
+        std::lock_guard lock(g.quarantine_m);
+        g.quarantine.push_back(e);
+        if (g.quarantine.size() > 256) {
+            evicted = g.quarantine.front();
+            g.quarantine.pop_front();
+        }
+    }
+    ::operator delete(evicted);
     return kSuccess;
 }
 
@@ -458,3 +482,5 @@ FAKE_API uint64_t ferry_fake_cuda_copies() { return g.copies.load(); }
 FAKE_API void ferry_fake_cuda_fail_copy(uint64_t n) { g.fail_copy = n ? g.copies.load() + n : 0; }
 // As FERRY_FAKE_CUDA_COPY_DELAY_US, from now on (0: no delay).
 FAKE_API void ferry_fake_cuda_copy_delay_us(unsigned us) { g.delay_us = us; }
+// As FERRY_FAKE_CUDA_EVENT_LINGER_US, from now on (0: none).
+FAKE_API void ferry_fake_cuda_event_linger_us(unsigned us) { g.linger_us = us; }
