@@ -56,11 +56,15 @@ struct Task {
     uint64_t generation = 0;
 };
 
+// Held by its handle and by every record still queued on a stream (the real driver lets an event
+// be destroyed while pending, or right after a wait on it returned: the stream's worker may still
+// be finishing with it then).
 struct Event {
     std::mutex m;
     std::condition_variable cv;
     uint64_t recorded = 0, completed = 0;
     int status = kSuccess;
+    std::atomic<unsigned> refs{1};
 };
 
 struct Stream {
@@ -135,6 +139,23 @@ bool translate(uintptr_t p, size_t n, uintptr_t &out) {
     return true;
 }
 
+// Drops one hold on e; the last one poisons it into the quarantine.
+void event_unref(Event *e) {
+    if (e->refs.fetch_sub(1) != 1) return;
+    e->~Event();
+    std::memset(static_cast<void *>(e), 0xa5, sizeof *e);
+    void *evicted = nullptr;
+    {
+        std::lock_guard lock(g.quarantine_m);
+        g.quarantine.push_back(e);
+        if (g.quarantine.size() > 256) {
+            evicted = g.quarantine.front();
+            g.quarantine.pop_front();
+        }
+    }
+    ::operator delete(evicted);
+}
+
 void Stream::run() {
     std::unique_lock lock(m);
     for (;;) {
@@ -162,6 +183,7 @@ void Stream::run() {
             }
             if (g.linger_us) std::this_thread::sleep_for(std::chrono::microseconds(g.linger_us.load()));
             t.event->cv.notify_all();
+            event_unref(t.event);  // the record's hold: its handle may be gone already
             lock.lock();
         }
         cv.notify_all();
@@ -394,6 +416,7 @@ FAKE_API CUresult cuEventRecord(void *event, void *stream) {
     if (!have_context()) return kInvalidContext;
     Task t;
     t.event = e;
+    e->refs.fetch_add(1);  // the queued record's hold
     {
         std::lock_guard el(e->m);
         t.generation = ++e->recorded;
@@ -420,19 +443,8 @@ FAKE_API CUresult cuEventSynchronize(void *event) {
 }
 
 FAKE_API CUresult cuEventDestroy_v2(void *event) {
-    auto *e = static_cast<Event *>(event);
-    e->~Event();
-    std::memset(static_cast<void *>(e), 0xa5, sizeof *e);
-    void *evicted = nullptr;
-    {
-        std::lock_guard lock(g.quarantine_m);
-        g.quarantine.push_back(e);
-        if (g.quarantine.size() > 256) {
-            evicted = g.quarantine.front();
-            g.quarantine.pop_front();
-        }
-    }
-    ::operator delete(evicted);
+    if (!event) return kInvalidHandle;
+    event_unref(static_cast<Event *>(event));  // a pending record still holds it
     return kSuccess;
 }
 
