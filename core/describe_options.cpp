@@ -12,19 +12,6 @@
 namespace ferry {
 namespace {
 
-const char *type_word(uint32_t type) {
-    switch (type) {
-        case FERRY_OPTION_UINT: return "uint";
-        case FERRY_OPTION_SIZE: return "size";
-        case FERRY_OPTION_DURATION_MS: return "duration_ms";
-        case FERRY_OPTION_BOOL: return "bool";
-        case FERRY_OPTION_STRING: return "string";
-        case FERRY_OPTION_ENUM: return "enum";
-        case FERRY_OPTION_SECRET: return "secret";
-    }
-    return "unknown";
-}
-
 std::string size_word(uint64_t v) {
     if (v != 0 && v % (1ull << 30) == 0) return cat(v >> 30, "g");
     if (v != 0 && v % (1ull << 20) == 0) return cat(v >> 20, "m");
@@ -80,7 +67,7 @@ void text_plugin(std::ostringstream &out, const PluginRecord &p) {
     if (p.options.empty()) out << "  " << p.options_note << "\n";
     for (const auto &o : p.options) {
         out << "  " << o.name << " = " << (o.default_text.empty() ? "(none)" : o.default_text) << "\n";
-        out << "      " << type_word(o.type) << ": " << accepted(o) << "\n";
+        out << "      " << ferry_option_type_name(o.type) << ": " << accepted(o) << "\n";
         if (!o.help.empty()) out << "      " << o.help << "\n";
     }
 }
@@ -92,7 +79,7 @@ void json_plugin(JsonWriter &j, const PluginRecord &p) {
     j.key("options").begin_array();
     for (const auto &o : p.options) {
         j.begin_object();
-        j.field("name", o.name).field("type", type_word(o.type)).field("default", o.default_text);
+        j.field("name", o.name).field("type", ferry_option_type_name(o.type)).field("default", o.default_text);
         j.field("min", o.min).field("max", o.max).field("values", o.values);
         j.field("accepted", accepted(o)).field("help", o.help);
         j.end_object();

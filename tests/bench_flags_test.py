@@ -366,6 +366,26 @@ class UseVramOnAFakeDriver(unittest.TestCase):
         self.assertIn("gpu_staging_max_bytes = 0", err)
         self.assertLess(time.monotonic() - start, 30, err)
 
+    def test_gpu_target_served_while_the_drivers_stream_workers_lag(self):
+        # The fake driver's stream workers pause 2 ms after completing each event, as one
+        # preempted there on a loaded host (where CI once stalled this case: the target's staging
+        # thread destroyed an event its worker still used, the worker blocked for good, the
+        # initiator's lanes saw no progress and the target never exited). Both ends go on, every
+        # byte verified, and the target exits at once on SIGTERM.
+        env = dict(self.env, FERRY_FAKE_CUDA_EVENT_LINGER_US="2000")
+        t = Target("--mode=target", "--protocol=tcp", "--use_vram", BUF, "--local_server_name=127.0.0.1", env=env)
+        try:
+            rc, out, err = run("--mode=initiator", "--protocol=tcp", "--segment_id=" + t.segment, "--use_vram",
+                               SHORT, BUF, "--verify", "--json", env=env)
+            self.assertEqual(rc, 0, err)
+            r = json.loads(out)
+            self.assertEqual((r["initiator_memory"], r["target_memory"], r["verified"]), ("cuda:0", "cuda:0", True))
+        finally:
+            start = time.monotonic()
+            rc = t.stop()
+        self.assertEqual(rc, 0, "target exited %d after SIGTERM" % rc)
+        self.assertLess(time.monotonic() - start, 30, "the target took this long to exit after SIGTERM")
+
 if __name__ == "__main__":
     BENCH = sys.argv.pop(1)
     unittest.main(verbosity=2)

@@ -180,6 +180,20 @@ typedef enum ferry_option_type {
     FERRY_OPTION_SECRET = 6       /* key material: hosts never print, log or echo its value */
 } ferry_option_type_t;
 
+/* The type's word as `ferry-info --options` prints it ("uint", "size", ...); "unknown" otherwise. */
+static inline const char *ferry_option_type_name(uint32_t type) {
+    switch (type) {
+        case FERRY_OPTION_UINT: return "uint";
+        case FERRY_OPTION_SIZE: return "size";
+        case FERRY_OPTION_DURATION_MS: return "duration_ms";
+        case FERRY_OPTION_BOOL: return "bool";
+        case FERRY_OPTION_STRING: return "string";
+        case FERRY_OPTION_ENUM: return "enum";
+        case FERRY_OPTION_SECRET: return "secret";
+    }
+    return "unknown";
+}
+
 /* One option a plugin accepts. All strings are static, NUL-terminated and owned by the plugin. */
 typedef struct ferry_option_desc {
     const char *name;         /* the key, without the host's "<plugin>." prefix, e.g. "lanes" */

@@ -1,25 +1,14 @@
 #include "option_table.hpp"
 
+#include "plugin_util.hpp"
+
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 namespace ferry_plugin {
 namespace {
-
-int set_message(ferry_error_t *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int set_message(ferry_error_t *err, int code, const char *fmt, ...) {
-    if (err != nullptr) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 // Unsigned decimal; with `sizes`, one optional k/m/g suffix (KiB/MiB/GiB). Rejects signs,
 // spaces, empty strings and overflow.
@@ -107,23 +96,10 @@ int options_detail::invalid(const char *plugin, const ferry_option_desc_t &d, co
     std::string accepted = accepted_text(d);
     std::string def = d.default_text && *d.default_text ? std::string(" (default ") + d.default_text + ")" : "";
     if (d.type == FERRY_OPTION_SECRET)  // never echoed
-        return set_message(err, -EINVAL, "%s: invalid value for option '%s': expected %s", plugin, d.name,
-                           accepted.c_str());
-    return set_message(err, -EINVAL, "%s: invalid value '%s' for option '%s': expected %s%s", plugin,
-                       shown(value).c_str(), d.name, accepted.c_str(), def.c_str());
-}
-
-const char *type_name(uint32_t type) {
-    switch (type) {
-        case FERRY_OPTION_UINT: return "uint";
-        case FERRY_OPTION_SIZE: return "size";
-        case FERRY_OPTION_DURATION_MS: return "duration_ms";
-        case FERRY_OPTION_BOOL: return "bool";
-        case FERRY_OPTION_STRING: return "string";
-        case FERRY_OPTION_ENUM: return "enum";
-        case FERRY_OPTION_SECRET: return "secret";
-    }
-    return "unknown";
+        return set_error(err, -EINVAL, "%s: invalid value for option '%s': expected %s", plugin, d.name,
+                         accepted.c_str());
+    return set_error(err, -EINVAL, "%s: invalid value '%s' for option '%s': expected %s%s", plugin,
+                     shown(value).c_str(), d.name, accepted.c_str(), def.c_str());
 }
 
 std::string accepted_text(const ferry_option_desc_t &d) {
@@ -189,12 +165,12 @@ int unknown(const char *plugin, const ferry_option_desc_t *descs, size_t n, cons
     }
     std::string hint = guess.empty() ? "" : " (did you mean '" + guess + "'?)";
     // The list goes last: FERRY_MESSAGE_MAX may cut it, never the key or the hint.
-    return set_message(err, -EINVAL, "%s: unknown option '%s'%s; `ferry-info --options %s` describes each; known: %s",
-                       plugin, shown(key).c_str(), hint.c_str(), plugin, known.c_str());
+    return set_error(err, -EINVAL, "%s: unknown option '%s'%s; `ferry-info --options %s` describes each; known: %s",
+                     plugin, shown(key).c_str(), hint.c_str(), plugin, known.c_str());
 }
 
 int null_key(const char *plugin, size_t index, ferry_error_t *err) {
-    return set_message(err, -EINVAL, "%s: option #%zu has a NULL key (or the options array is NULL)", plugin, index);
+    return set_error(err, -EINVAL, "%s: option #%zu has a NULL key (or the options array is NULL)", plugin, index);
 }
 
 }  // namespace options_detail

@@ -2,7 +2,8 @@
 // goes. The same table parses `create`'s key/values (unknown keys, malformed and out-of-range
 // values fail with -EINVAL and a message naming the key, the value, what is accepted and the
 // default) and is published to the host as plain C (ferry_plugin_v1_t.options, ABI 1.2), from
-// which `ferry-info --options` prints the documentation. Builds against plugin.h alone.
+// which `ferry-info --options` prints the documentation. Builds against plugin.h and the kit's
+// plugin_util (set_error).
 //
 //   constexpr auto kOptions = ferry_plugin::make_options<Config>("tcp",
 //       ferry_plugin::uint_option<Config>("lanes", "2", 1, 64, "connections per peer",
@@ -113,7 +114,6 @@ int null_key(const char *plugin, size_t index, ferry_error_t *err);
 
 // What `values`/`accepted`/type and range say is accepted, in words ("an integer from 1 to 64").
 std::string accepted_text(const ferry_option_desc_t &d);
-const char *type_name(uint32_t type);  // "uint", "size", "duration_ms", ...
 
 template <class Config, size_t N>
 class OptionTable {

@@ -13,6 +13,13 @@
 //                                 recorded on its stream completes with CUDA_ERROR_ILLEGAL_ADDRESS
 //   FERRY_FAKE_CUDA_COPY_DELAY_US=us  each async copy takes at least this long
 //   FERRY_FAKE_CUDA_HEAP_MB=mb    size of the device heap (default 2048, sparse)
+//   FERRY_FAKE_CUDA_EVENT_LINGER_US=us  a stream's worker takes this long after completing an
+//                                 event before it is done with it (a worker preempted there on a
+//                                 loaded host: a caller that synchronised meanwhile may destroy
+//                                 the event)
+// A destroyed event's memory is overwritten at once (as a reuse of the block would) and kept out of
+// the heap for the next 256 destroys, so any use of an event after cuEventDestroy, by the caller or
+// by this fake, shows (a broadcast on those bytes blocks for good).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -49,11 +56,15 @@ struct Task {
     uint64_t generation = 0;
 };
 
+// Held by its handle and by every record still queued on a stream (the real driver lets an event
+// be destroyed while pending, or right after a wait on it returned: the stream's worker may still
+// be finishing with it then).
 struct Event {
     std::mutex m;
     std::condition_variable cv;
     uint64_t recorded = 0, completed = 0;
     int status = kSuccess;
+    std::atomic<unsigned> refs{1};
 };
 
 struct Stream {
@@ -78,6 +89,9 @@ struct State {
     std::atomic<uint64_t> copies{0};
     std::atomic<uint64_t> fail_copy{0};
     std::atomic<unsigned> delay_us{0};
+    std::atomic<unsigned> linger_us{0};
+    std::mutex quarantine_m;
+    std::deque<void *> quarantine;  // destroyed events, poisoned
 } g;
 
 int g_context_tag;
@@ -125,6 +139,23 @@ bool translate(uintptr_t p, size_t n, uintptr_t &out) {
     return true;
 }
 
+// Drops one hold on e; the last one poisons it into the quarantine.
+void event_unref(Event *e) {
+    if (e->refs.fetch_sub(1) != 1) return;
+    e->~Event();
+    std::memset(static_cast<void *>(e), 0xa5, sizeof *e);
+    void *evicted = nullptr;
+    {
+        std::lock_guard lock(g.quarantine_m);
+        g.quarantine.push_back(e);
+        if (g.quarantine.size() > 256) {
+            evicted = g.quarantine.front();
+            g.quarantine.pop_front();
+        }
+    }
+    ::operator delete(evicted);
+}
+
 void Stream::run() {
     std::unique_lock lock(m);
     for (;;) {
@@ -150,7 +181,9 @@ void Stream::run() {
                 if (t.generation > t.event->completed) t.event->completed = t.generation;
                 t.event->status = status;
             }
+            if (g.linger_us) std::this_thread::sleep_for(std::chrono::microseconds(g.linger_us.load()));
             t.event->cv.notify_all();
+            event_unref(t.event);  // the record's hold: its handle may be gone already
             lock.lock();
         }
         cv.notify_all();
@@ -187,6 +220,7 @@ FAKE_API CUresult cuInit(unsigned) {
     g.heap = env_u64("FERRY_FAKE_CUDA_HEAP_MB", 2048) << 20;
     g.fail_copy = env_u64("FERRY_FAKE_CUDA_FAIL_COPY", 0);
     g.delay_us = static_cast<unsigned>(env_u64("FERRY_FAKE_CUDA_COPY_DELAY_US", 0));
+    g.linger_us = static_cast<unsigned>(env_u64("FERRY_FAKE_CUDA_EVENT_LINGER_US", 0));
     g.fd = memfd_create("fake-cuda-heap", MFD_CLOEXEC);
     if (g.fd < 0 || ftruncate(g.fd, static_cast<off_t>(g.heap)) != 0) return kOutOfMemory;
     void *d = mmap(nullptr, g.heap, PROT_NONE, MAP_SHARED | MAP_NORESERVE, g.fd, 0);
@@ -382,6 +416,7 @@ FAKE_API CUresult cuEventRecord(void *event, void *stream) {
     if (!have_context()) return kInvalidContext;
     Task t;
     t.event = e;
+    e->refs.fetch_add(1);  // the queued record's hold
     {
         std::lock_guard el(e->m);
         t.generation = ++e->recorded;
@@ -408,7 +443,8 @@ FAKE_API CUresult cuEventSynchronize(void *event) {
 }
 
 FAKE_API CUresult cuEventDestroy_v2(void *event) {
-    delete static_cast<Event *>(event);
+    if (!event) return kInvalidHandle;
+    event_unref(static_cast<Event *>(event));  // a pending record still holds it
     return kSuccess;
 }
 
@@ -458,3 +494,5 @@ FAKE_API uint64_t ferry_fake_cuda_copies() { return g.copies.load(); }
 FAKE_API void ferry_fake_cuda_fail_copy(uint64_t n) { g.fail_copy = n ? g.copies.load() + n : 0; }
 // As FERRY_FAKE_CUDA_COPY_DELAY_US, from now on (0: no delay).
 FAKE_API void ferry_fake_cuda_copy_delay_us(unsigned us) { g.delay_us = us; }
+// As FERRY_FAKE_CUDA_EVENT_LINGER_US, from now on (0: none).
+FAKE_API void ferry_fake_cuda_event_linger_us(unsigned us) { g.linger_us = us; }
