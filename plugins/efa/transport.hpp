@@ -129,7 +129,8 @@ inline constexpr size_t kMaxQueuedAnswers = 4096;    // all peers together (answ
 inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
 inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
 inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
-inline constexpr int kActiveWaitMs = 20;  // the progress thread's longest sleep while ops are in flight
+inline constexpr int kActiveWaitMs = 20;                  // the progress thread's longest sleep while ops are in flight
+inline constexpr uint64_t kQuietSubmitBytes = 256 << 10;  // submits up to this size do not wake it
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
