@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # efa.so over libfabric's tcp provider next to tcp.so and fi_pingpong, in the same run.
-#   bench/efa_vs_fi_pingpong.sh [build-dir]        (DURATION=5 seconds per row, REPEAT=1 runs per row)
+#   bench/efa_vs_fi_pingpong.sh [build-dir]        (DURATION=5 seconds per row, REPEAT=1 runs per row,
+#                                                   BLOCKS="65536 1048576 4194304", PROTOS="efa tcp")
 # Prints a Markdown table at 64 KiB, 1 MiB and 4 MiB:
 #   - fi_pingpong -p tcp -e rdm (libfabric-bin): one message in flight, its MB/sec (1e6 B/s);
 #   - transfer_engine_bench --protocol=efa (efa.provider=tcp) with target and initiator in two
@@ -86,11 +87,11 @@ echo "date: $(date -u +%Y-%m-%dT%H:%MZ), ${duration}s per run, best of ${REPEAT:
 echo
 echo "| what | block | in flight | GB/s | vs fi_pingpong |"
 echo "|---|---|---|---|---|"
-for block in 65536 1048576 4194304; do
+for block in ${BLOCKS:-65536 1048576 4194304}; do
   label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
   p=$(pingpong "$block")
   echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $p | 1.00 |"
-  for proto in efa tcp; do
+  for proto in ${PROTOS:-efa tcp}; do
     for op in write read; do
       for batch in 1 128; do
         [ "$op" = read ] && [ "$batch" = 1 ] && continue

@@ -137,16 +137,7 @@ void Transport::stage_on_ack(Remote &r, const CtrlHeader &h, const uint8_t *text
 void Transport::stage_sub_done(SubOp &s, const fi_cq_err_entry *e) {
     Op &op = *s.op;
     Remote &r = *op.remote;
-    s.done = true;
-    --op.outstanding;
-    --r.outstanding;
-    if (e != nullptr) {
-        int status = -EIO;
-        std::string msg = describe_error(*e, r, &status);
-        fail_op(op, status,
-                strprintf("efa: staged %s of %" PRIu64 " bytes failed: %s", op_name(op.opcode), s.len, msg.c_str()));
-        if (r.state == Remote::State::Up) ping(r);
-    } else if (!op.doomed) {
+    if (!sub_returned(s, e) && !op.doomed) {
         auto g = std::find_if(op.st.open.begin(), op.st.open.end(),
                               [&](const StagedInit::Grant &x) { return x.slice == s.slice; });
         if (g != op.st.open.end() && --g->left == 0) {

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,13 +102,16 @@ int Transport::start(ferry_error_t *err) {
     post_recvs();
 
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (wake_fd_ < 0 || epoll_fd_ < 0)
-        return set_error(err, -errno, "efa: eventfd/epoll: %s", errno_string(errno).c_str());
+    if (wake_fd_ < 0 || timer_fd_ < 0 || epoll_fd_ < 0)
+        return set_error(err, -errno, "efa: eventfd/timerfd/epoll: %s", errno_string(errno).c_str());
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = wake_fd_;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    for (int fd : {wake_fd_, timer_fd_}) {
+        ev.data.fd = fd;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    }
     if (fab_.wait_fd >= 0) {
         ev.data.fd = fab_.wait_fd;
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fab_.wait_fd, &ev);
@@ -141,7 +145,7 @@ Transport::~Transport() {
     if (ctrl_mr_) fi_close(&ctrl_mr_->fid);
     for (auto &[p, op] : ops_)
         if (op->pin) op->pin->unpin();
-    for (int fd : {wake_fd_, epoll_fd_})
+    for (int fd : {wake_fd_, timer_fd_, epoll_fd_})
         if (fd >= 0) close(fd);
 }
 
@@ -278,6 +282,15 @@ int Transport::export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t
     return 0;
 }
 
+// A submit to an idle instance: the progress thread sleeps on the CQ's wait object, which the
+// provider signals for the new op, but without a deadline; the timer gives it one, so that the
+// op's timeout is checked, without waking it now.
+void Transport::arm_timer() {
+    itimerspec t{};
+    t.it_value.tv_nsec = kActiveWaitMs * 1000000L;
+    if (timerfd_settime(timer_fd_, 0, &t, nullptr) != 0) wake();
+}
+
 void Transport::wake() {
     uint64_t one = 1;
     if (write(wake_fd_, &one, sizeof one) < 0 && errno != EAGAIN)
@@ -339,6 +352,7 @@ void Transport::progress_loop() {
         bool busy = false;
         {
             std::lock_guard lock(mu_);
+            parked_ = false;
             busy |= run_remotes();
             busy |= post_ctrl_sends();
             busy |= stage_progress();
@@ -382,6 +396,7 @@ void Transport::idle_wait() {
         active = !ops_.empty() || !ctrl_out_.empty() || stage_active() || stage_kick_.load();
         for (auto &[t, r] : remotes_)
             if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting) active = true;
+        parked_ = !active;  // from here until the loop's next pass
     }
     // Right after work (ours, or a wake-up by the provider: a peer's RMA into us also needs our
     // polling) more usually follows within microseconds: poll a little longer before paying for
@@ -390,7 +405,7 @@ void Transport::idle_wait() {
         sched_yield();
         return;
     }
-    int timeout = active ? 20 : -1;
+    int timeout = active ? kActiveWaitMs : -1;
     if (fab_.wait_fd >= 0) {
         fid *fids[1] = {&fab_.cq->fid};
         int rc;
@@ -412,9 +427,9 @@ void Transport::idle_wait() {
     int n = epoll_wait(epoll_fd_, ev, 4, timeout);
     if (n > 0) last_work_ = Clock::now();
     for (int i = 0; i < n; ++i)
-        if (ev[i].data.fd == wake_fd_) {
+        if (ev[i].data.fd == wake_fd_ || ev[i].data.fd == timer_fd_) {
             uint64_t v;
-            (void)!read(wake_fd_, &v, sizeof v);
+            (void)!read(ev[i].data.fd, &v, sizeof v);
         }
 }
 

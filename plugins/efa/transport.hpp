@@ -129,6 +129,8 @@ inline constexpr size_t kMaxQueuedAnswers = 4096;    // all peers together (answ
 inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
 inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
 inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
+inline constexpr int kActiveWaitMs = 20;                  // the progress thread's longest sleep while ops are in flight
+inline constexpr uint64_t kQuietSubmitBytes = 256 << 10;  // submits up to this size do not wake it
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
@@ -195,6 +197,7 @@ private:
     void progress_loop();
     void idle_wait();
     void wake();
+    void arm_timer();
     void on_completion(const fi_cq_msg_entry &e);
     void on_error(const fi_cq_err_entry &e);
     void post_recvs();
@@ -231,6 +234,7 @@ private:
     bool post_ops();
     int post(SubOp &s);
     void sub_done(SubOp &s, const fi_cq_err_entry *e);
+    bool sub_returned(SubOp &s, const fi_cq_err_entry *e);  // false: it succeeded
     void fail_op(Op &op, int status, const std::string &message);
     void maybe_finish(Op &op);
     void settle(Remote &r);
@@ -289,7 +293,7 @@ private:
     std::condition_variable cv_;
     std::atomic<bool> stop_{false};
     std::thread progress_;
-    int wake_fd_ = -1, epoll_fd_ = -1;
+    int wake_fd_ = -1, timer_fd_ = -1, epoll_fd_ = -1;
 
     std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_;  // by handle
     uint64_t next_region_ = 1;
@@ -307,6 +311,7 @@ private:
     unsigned revoking_ = 0;  // revoke() calls waiting (they hold Remote pointers: no eviction)
     Clock::time_point next_timeout_scan_;
     Clock::time_point last_work_;  // progress thread only: when it last found something to do
+    bool parked_ = false;          // the progress thread may sleep without a deadline: submit wakes it
 
     // Staged device memory (staged.hpp). The Stager counts the host's buffers we hold; destroy
     // waits for all to come back.
