@@ -2,14 +2,19 @@
 // cudaMemcpyAsync device-to-device copy of the same sizes, in the same run.
 //
 //   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
-//                 [--bytes-gib 16 | --seconds S] [--op write|read] [--option cuda_ipc.streams=N]
+//                 [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--breakdown]
+//                 [--option cuda_ipc.streams=N]
 //
 // The initiator (this process) starts the target as a child process (same binary, --target),
 // opens its segment over the P2P handshake, and times batches of `batch` ops from first submit
 // to last completion. Throughput is bytes copied per second (10^9), the figure cudaMemcpy's
 // baseline uses too; each size moves at least --bytes-gib (or runs --seconds). The baseline is
 // the same number of raw batches: `batch` cudaMemcpyAsync calls on one stream, then a sync. Each
-// cell is three alternating rounds of both; the table gives the medians.
+// cell is --rounds alternating rounds of both; the table gives the medians.
+//
+// --breakdown adds, in the same alternation, the raw variants of gpu_raw_batches.hpp on the very
+// addresses Ferry copies between (the target's allocation opened through CUDA IPC here too), and
+// where a Ferry batch's time goes on the host: submit(), wait() and free_batch() per batch.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include "../tests/gpu/cuda_util.hpp"
 #include "../tests/peer_process.hpp"
 #include "ferry/engine.hpp"
+#include "gpu_raw_batches.hpp"
 
 namespace {
 
@@ -44,8 +50,14 @@ int run_target(uint64_t bytes, int gpu) {
         std::printf("ERROR %s\n", r.error().message.c_str());
         return 1;
     }
-    std::printf("READY %s %" PRIxPTR " %" PRIu64 "\n", (*engine)->segment_name().c_str(),
-                reinterpret_cast<uintptr_t>(dev), bytes);
+    cudaIpcMemHandle_t h;  // for --breakdown's raw copies on the same mapping
+    CUDA_OR_DIE(cudaIpcGetMemHandle(&h, dev));
+    std::string hex;
+    for (size_t i = 0; i < sizeof h; ++i)
+        hex += "0123456789abcdef"[reinterpret_cast<uint8_t *>(&h)[i] >> 4],
+            hex += "0123456789abcdef"[reinterpret_cast<uint8_t *>(&h)[i] & 15];
+    std::printf("READY %s %" PRIxPTR " %" PRIu64 " %s\n", (*engine)->segment_name().c_str(),
+                reinterpret_cast<uintptr_t>(dev), bytes, hex.c_str());
     std::fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin)) {  // until the initiator closes our stdin
@@ -89,7 +101,8 @@ int main(int argc, char **argv) {
     uint64_t bytes_gib = 16;
     double seconds = 0;
     std::string op = "write";
-    int target_gpu = 0;
+    int target_gpu = 0, rounds = 3;
+    bool breakdown = false;
     ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -104,6 +117,8 @@ int main(int argc, char **argv) {
         else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
         else if (a == "--batch" && i + 1 < argc) batches_list = parse_list(argv[++i], 1);
         else if (a == "--op" && i + 1 < argc) op = argv[++i];
+        else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
+        else if (a == "--breakdown") breakdown = true;
         else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
             std::string kv = argv[++i];
             options[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
@@ -111,7 +126,8 @@ int main(int argc, char **argv) {
             std::fprintf(
                 stderr,
                 "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,...]]\n"
-                "                     [--bytes-gib 16 | --seconds S] [--op write|read] [--target-gpu N]\n"
+                "                     [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--target-gpu N]\n"
+                "                     [--breakdown (raw variants on the same mapping, Ferry's host time)]\n"
                 "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
         }
@@ -132,11 +148,17 @@ int main(int argc, char **argv) {
     self[n] = '\0';
     ferry::test::PeerProcess target({"--target", std::to_string(span), std::to_string(target_gpu)}, self);
     uint64_t remote = 0;
+    cudaIpcMemHandle_t handle{};
     {
-        char seg[256];
-        if (sscanf(target.ready_line.c_str(), "READY %255s %" SCNxPTR, seg, &remote) != 2) {
+        char seg[256], hex[2 * sizeof handle + 1] = "";
+        unsigned long long bytes = 0;
+        if (sscanf(target.ready_line.c_str(), "READY %255s %" SCNxPTR " %llu %128s", seg, &remote, &bytes, hex) < 2) {
             std::fprintf(stderr, "target failed: %s\n", target.ready_line.c_str());
             return 1;
+        }
+        for (size_t i = 0; i < sizeof handle && hex[2 * i] && hex[2 * i + 1]; ++i) {
+            char b[3] = {hex[2 * i], hex[2 * i + 1], 0};
+            reinterpret_cast<uint8_t *>(&handle)[i] = static_cast<uint8_t>(std::strtoul(b, nullptr, 16));
         }
         target.segment = seg;
     }
@@ -171,51 +193,100 @@ int main(int argc, char **argv) {
         "GPU: %s; CUDA runtime %d, driver %d; initiator on GPU 0, target on GPU %d; op: %s; "
         "FERRY_GPU_IPC_BATCH_COPY=%s; GB/s = 10^9 bytes copied per second\n",
         prop.name, runtime, driver, target_gpu, op.c_str(), batch_env ? batch_env : "(unset)");
+    // --breakdown: the target's allocation opened here too (the driver hands out the mapping
+    // cuda_ipc.so opened, reference counted), so the raw variants copy between the same addresses.
+    uint8_t *mapped = nullptr;
+    if (breakdown) {
+        if (target_gpu != 0) breakdown = false, std::printf("--breakdown: one GPU only; left out\n");
+        else if (cudaError_t rc =
+                     cudaIpcOpenMemHandle(reinterpret_cast<void **>(&mapped), handle, cudaIpcMemLazyEnablePeerAccess);
+                 rc != cudaSuccess)
+            breakdown = false, cudaGetLastError(),
+            std::printf("--breakdown: cudaIpcOpenMemHandle: %s; left out\n", cudaGetErrorString(rc));
+    }
+    const bool batched = gpu_raw::has_batched();
     std::printf(
-        "| block | batch | cuda_ipc.so (2 processes) GB/s | kops/s | %s batches (1 process) GB/s | kops/s | ratio |\n"
-        "|---|---|---|---|---|---|---|\n",
-        target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D");
+        "| block | batch | cuda_ipc.so (2 processes) GB/s | kops/s | %s batches (1 process) GB/s | kops/s | ratio |%s\n"
+        "|---|---|---|---|---|---|---|%s\n",
+        target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D",
+        breakdown
+            ? " raw on the IPC mapping GB/s | raw batched (cuMemcpyBatchAsync) | raw + event + completion thread + "
+              "eventfd | Ferry us/batch | raw us/batch | submit us | wait us | free us | GPU us (events) | "
+              "enqueue us |"
+            : "",
+        breakdown ? "---|---|---|---|---|---|---|---|---|---|" : "");
     const ferry::Opcode opcode = op == "read" ? ferry::Opcode::Read : ferry::Opcode::Write;
+    auto median = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
     for (uint64_t batch : batches_list) {
         for (uint64_t block : sizes) {
             std::vector<ferry::Request> reqs;
             for (uint64_t i = 0; i < batch; ++i)
                 reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
+            double submit_us = 0, wait_us = 0, free_us = 0;
             auto one_batch = [&] {
+                auto t0 = Clock::now();
                 auto b = (*engine)->submit(reqs);
+                auto t1 = Clock::now();
                 if (!b || !(*engine)->wait(*b)) {
                     std::fprintf(stderr, "transfer failed\n");
                     std::exit(1);
                 }
+                auto t2 = Clock::now();
                 (void)(*engine)->free_batch(*b);
+                auto t3 = Clock::now();
+                submit_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+                wait_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+                free_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
             };
             one_batch();  // warm-up: maps the peer's allocation, creates streams and events
-            // Three rounds, Ferry and the raw batches alternating; the medians are reported, so
-            // a clock or load change during the run does not favour either side.
-            uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch) / 3);
-            std::vector<double> f, r;
-            for (int round = 0; round < 3; ++round) {
+            submit_us = wait_us = free_us = 0;
+            // Rounds of Ferry and the raw batches alternating; the medians are reported, so a
+            // clock or load change during the run does not favour either side.
+            uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch) / rounds);
+            uint64_t total = 0;
+            std::vector<double> f, r, ri, rb, rh;
+            // The raw variants' addresses: the same as the Ferry ops' (READ: mapping -> local).
+            uint8_t *dst = opcode == ferry::Opcode::Read ? local : mapped;
+            const uint8_t *src = opcode == ferry::Opcode::Read ? mapped : local;
+            for (int round = 0; round < rounds; ++round) {
                 auto t0 = Clock::now();
                 uint64_t done = 0;
                 if (seconds > 0) {
-                    while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds / 3) one_batch(), ++done;
+                    while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds / rounds)
+                        one_batch(), ++done;
                     batches = done;
                 } else {
                     for (uint64_t k = 0; k < batches; ++k) one_batch();
                 }
+                total += batches;
                 double secs = std::chrono::duration<double>(Clock::now() - t0).count();
                 f.push_back(static_cast<double>(block) * batch * batches / secs / 1e9);
                 r.push_back(baseline_gbps(scratch, target_gpu, local, block, batch, batches));
+                if (!breakdown) continue;
+                ri.push_back(gpu_raw::run(gpu_raw::Variant::Plain, dst, src, block, batch, batches));
+                if (batched) rb.push_back(gpu_raw::run(gpu_raw::Variant::Batched, dst, src, block, batch, batches));
+                rh.push_back(gpu_raw::run(gpu_raw::Variant::Handoff, dst, src, block, batch, batches));
             }
-            std::sort(f.begin(), f.end());
-            std::sort(r.begin(), r.end());
-            double ferry_gbps = f[1], base = r[1];
+            double ferry_gbps = median(f), base = median(r);
             auto kops = [&](double gbps) { return gbps * 1e9 / static_cast<double>(block) / 1e3; };
-            std::printf("| %" PRIu64 " KiB | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.3f |\n", block >> 10, batch,
+            std::printf("| %" PRIu64 " KiB | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.3f |", block >> 10, batch,
                         ferry_gbps, kops(ferry_gbps), base, kops(base), ferry_gbps / base);
+            if (breakdown) {
+                auto us = [&](double gbps) { return static_cast<double>(block) * batch / gbps / 1e3; };
+                auto bt = gpu_raw::batch_times(dst, src, block, batch);
+                std::printf(" %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |", median(ri),
+                            median(rb), median(rh), us(ferry_gbps), us(base), submit_us / total, wait_us / total,
+                            free_us / total, bt.gpu_us, bt.enqueue_us);
+            }
+            std::printf("\n");
             std::fflush(stdout);
         }
     }
+    if (mapped) cudaIpcCloseMemHandle(mapped);
     cudaFree(local);
     cudaFree(scratch);
     return 0;

@@ -131,6 +131,13 @@ void CompletionQueue::push(std::vector<ferry_completion_t> &batch) {
     batch.clear();
 }
 
+void CompletionQueue::signal() {
+    std::lock_guard lock(mu_);
+    if (signaled_) return;
+    uint64_t one = 1;
+    if (write(efd_, &one, sizeof one) == static_cast<ssize_t>(sizeof one)) signaled_ = true;
+}
+
 size_t CompletionQueue::poll(ferry_completion_t *out, size_t max) {
     std::lock_guard lock(mu_);
     size_t n = q_.size() < max ? q_.size() : max;

@@ -66,6 +66,9 @@ public:
     void push(std::vector<ferry_completion_t> &batch);
     // Moves up to max entries out.
     size_t poll(ferry_completion_t *out, size_t max);
+    // Makes the fd readable with nothing queued (until the next poll): the plugin asks its
+    // host to call poll() again soon, for completions it finds only by polling.
+    void signal();
 
 private:
     void signal_locked();

@@ -49,11 +49,12 @@ uint64_t get64(const uint8_t *&p) {
 }  // namespace
 
 IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
-                           size_t streams_per_device)
+                           size_t streams_per_device, std::chrono::microseconds poll_window)
     : rt_(std::move(runtime)),
       log_(host, name),
       name_(name),
       streams_per_device_(streams_per_device),
+      poll_window_(poll_window),
       pid_(static_cast<uint64_t>(getpid())) {}
 
 IpcTransport::~IpcTransport() {
@@ -376,9 +377,14 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
     }
     {
         std::lock_guard pl(pending_mu_);
-        for (auto &q : queued) pending_.push_back(std::move(q));
+        for (auto &q : queued) {
+            q.seq = next_seq_++;
+            pending_.push_back(std::move(q));
+        }
+        if (!queued.empty() && poll_window_.count() > 0) poll_until_ = Clock::now() + poll_window_;
     }
     pending_cv_.notify_all();
+    if (!queued.empty() && poll_window_.count() > 0) cq_.signal();  // the engine's wait polls from the start
     return 0;
 }
 
@@ -435,11 +441,13 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
 void IpcTransport::completion_loop() {
     for (;;) {
         Event event;
+        uint64_t seq = 0;
         {
             std::unique_lock lock(pending_mu_);
             pending_cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
             if (pending_.empty()) return;  // stopping with nothing left
             event = pending_.front().event;
+            seq = pending_.front().seq;
         }
         // Even when stopping: the copies are on the GPU already, and their memory must outlive them.
         std::string e;
@@ -447,6 +455,8 @@ void IpcTransport::completion_loop() {
         Pending done;
         {
             std::lock_guard lock(pending_mu_);
+            // poll() reported this run meanwhile (its event may even be in use again): next one.
+            if (pending_.empty() || pending_.front().seq != seq) continue;
             done = std::move(pending_.front());
             pending_.pop_front();
             free_events_.push_back(done.event);
@@ -454,6 +464,33 @@ void IpcTransport::completion_loop() {
         push_completions(done.user_data, rc, e);
         pending_cv_.notify_all();  // release_mem may be waiting for the queue to drain
     }
+}
+
+bool IpcTransport::reap_finished() {
+    std::vector<Pending> done;
+    std::vector<int> codes;
+    std::vector<std::string> errors;
+    bool keep_polling = false;
+    {
+        std::lock_guard lock(pending_mu_);
+        auto poll_more = [&] { return !pending_.empty() && Clock::now() < poll_until_; };
+        while (!pending_.empty()) {
+            std::string e;
+            int q = rt_->event_query(pending_.front().event, e);
+            if (q == 0) break;  // still copying; so are the runs behind it, as far as we report
+            done.push_back(std::move(pending_.front()));
+            pending_.pop_front();
+            free_events_.push_back(done.back().event);
+            codes.push_back(q < 0 ? q : 0);
+            errors.push_back(std::move(e));
+        }
+        keep_polling = poll_more();
+    }
+    if (!done.empty()) {
+        for (size_t i = 0; i < done.size(); ++i) push_completions(done[i].user_data, codes[i], errors[i]);
+        pending_cv_.notify_all();
+    }
+    return keep_polling;
 }
 
 // All of them under one lock and at most one eventfd signal: the engine wakes once per run.
@@ -464,6 +501,17 @@ void IpcTransport::push_completions(const std::vector<uint64_t> &user_data, int 
     cq_.push(batch);
 }
 
-int IpcTransport::poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
+int IpcTransport::poll(ferry_completion_t *out, size_t max) {
+    size_t n = cq_.poll(out, max);
+    if (n == 0) {
+        bool keep_polling = reap_finished();
+        n = cq_.poll(out, max);
+        // Copies in flight within the poll window: the fd stays readable, so a host sleeping
+        // in poll(2) on it calls again at once and sees the run the moment its event completes
+        // (no wakeup from the completion thread). After the window, the thread reports it.
+        if (keep_polling) cq_.signal();
+    }
+    return static_cast<int>(n);
+}
 
 }  // namespace ferry_gpu

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -44,8 +45,12 @@ inline constexpr uint64_t kSpreadOpBytes = 4 << 20;
 
 class IpcTransport {
 public:
+    using Clock = std::chrono::steady_clock;
+    // poll_window: how long after a submit the completion fd stays readable while copies are in
+    // flight, so the host keeps calling poll() (which queries the events itself) instead of
+    // sleeping until the completion thread wakes it; 0: never.
     IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
-                 size_t streams_per_device);
+                 size_t streams_per_device, std::chrono::microseconds poll_window = {});
     ~IpcTransport();
 
     int start(ferry_error_t *err);
@@ -87,6 +92,7 @@ private:
     struct Pending {
         Event event = nullptr;
         std::vector<uint64_t> user_data;
+        uint64_t seq = 0;  // tells the completion thread whether poll() reported the run meanwhile
     };
     struct Planned {
         void *dst;
@@ -105,11 +111,16 @@ private:
         push_completions({user_data}, status, message);
     }
     void completion_loop();
+    // Reports the runs at the head of the queue whose events have completed, without waiting:
+    // the caller of poll() sees a finished run at once, with no handoff from the completion
+    // thread. True while copies are still in flight within the poll window.
+    bool reap_finished();
 
     std::unique_ptr<Runtime> rt_;
     const Logger log_;
     const char *name_;
     const size_t streams_per_device_;
+    const std::chrono::microseconds poll_window_;
     const uint64_t pid_;
 
     std::mutex mu_;  // regions, peers, imports, mappings, streams, peer access
@@ -126,6 +137,8 @@ private:
     std::mutex pending_mu_;
     std::condition_variable pending_cv_;
     std::deque<Pending> pending_;
+    uint64_t next_seq_ = 1;
+    Clock::time_point poll_until_{};  // end of the poll window of the last submit
     std::vector<Event> free_events_;
     bool stopping_ = false;
     std::thread completion_thread_;

@@ -91,6 +91,15 @@ public:
     std::atomic<bool> fail_async{false};  // copies queued from now on fail on the "GPU"
     std::atomic<int> copy_delay_ms{0};
 
+    // While held, event_wait (the completion thread's) blocks before it looks at the event.
+    void hold_event_waits(bool hold) {
+        {
+            std::lock_guard g(gate_mu_);
+            hold_waits_ = hold;
+        }
+        gate_cv_.notify_all();
+    }
+
     const char *name() const override { return "TEST"; }
     uint32_t memory_kind() const override { return FERRY_MEM_CUDA; }
     void probe(bool &available, std::string &) override { available = true; }
@@ -137,6 +146,10 @@ public:
         return ev->state;
     }
     int event_wait(Event e, std::string &error) override {
+        {
+            std::unique_lock g(gate_mu_);
+            gate_cv_.wait(g, [&] { return !hold_waits_; });
+        }
         auto *ev = static_cast<TestEvent *>(e);
         std::unique_lock l(ev->mu);
         ev->cv.wait(l, [&] { return ev->state != 0; });
@@ -176,6 +189,9 @@ private:
     }
     Counters &c_;
     bool batch_;
+    std::mutex gate_mu_;
+    std::condition_variable gate_cv_;
+    bool hold_waits_ = false;
 };
 
 // One transport connected to itself (same process: the peer's memory is our own), a source and
@@ -183,10 +199,12 @@ private:
 class GpuIpcBatch : public ::testing::TestWithParam<bool> {
 protected:
     static constexpr size_t kStreams = 4;
-    void SetUp() override {
+    void SetUp() override { make({}); }
+    // The transport under test, with the given poll window (IpcTransport).
+    void make(std::chrono::microseconds poll_window) {
         auto rt = std::make_unique<TestRuntime>(counters, GetParam());
         rt_ = rt.get();
-        t_ = std::make_unique<IpcTransport>(std::move(rt), nullptr, "test_ipc", kStreams);
+        t_ = std::make_unique<IpcTransport>(std::move(rt), nullptr, "test_ipc", kStreams, poll_window);
         ferry_error_t err{};
         ASSERT_EQ(t_->start(&err), 0) << err.message;
         src.assign(16 << 20, 0);
@@ -211,13 +229,14 @@ protected:
     }
     void TearDown() override {
         if (t_) {
+            rt_->hold_event_waits(false);
             ferry_error_t err{};
             t_->release_mem(peer_, dst_h_, &err);
         }
         t_.reset();
     }
-    // n WRITEs of `len` bytes from src into dst, op i at offset i * len; user_data = i.
-    int submit(size_t n, size_t len) {
+    // n WRITEs of `len` bytes from src into dst, op i at offset i * len; user_data = first + i.
+    int submit(size_t n, size_t len, uint64_t first = 0) {
         std::vector<ferry_xfer_op_t> ops(n);
         for (size_t i = 0; i < n; ++i)
             ops[i] = {FERRY_OP_WRITE,
@@ -227,7 +246,7 @@ protected:
                       reinterpret_cast<uint64_t>(dst.data()) + i * len,
                       dst_h_,
                       len,
-                      i};
+                      first + i};
         ferry_error_t err{};
         return t_->submit(peer_, ops.data(), n, &err);
     }
@@ -333,6 +352,75 @@ TEST_P(GpuIpcBatch, WithoutAnEventTheOpsAreReportedOnlyAfterTheirStreamDrained) 
     for (auto &[u, c] : got) EXPECT_EQ(c.status, -EIO) << "op " << u;
     EXPECT_EQ(landed, 8 * 4096) << "every queued copy ended before its op was reported";
     EXPECT_GT(counters.stream_waits.load(), 0);
+}
+
+// Calls poll() (never sleeping on the fd) until it returned n completions or 30 s passed;
+// `each` runs after every call that returned none.
+std::vector<ferry_completion_t> poll_for(
+    IpcTransport &t, size_t n, const std::function<void()> &each = [] {}) {
+    std::vector<ferry_completion_t> got, buf(256);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+        int k = t.poll(buf.data(), buf.size());
+        got.insert(got.end(), buf.begin(), buf.begin() + k);
+        if (k == 0) {
+            each();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    return got;
+}
+
+bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+}
+
+TEST_P(GpuIpcBatch, PollReportsAFinishedRunItselfAndTheCompletionThreadNeverReportsItAgain) {
+    // Before: only the completion thread reported a run, so a host that polled saw nothing until
+    // that thread woke and handed it over (a thread wakeup per batch on the critical path).
+    rt_->hold_event_waits(true);  // the completion thread cannot report anything meanwhile
+    ASSERT_EQ(submit(64, 4096), 0);
+    auto first = poll_for(*t_, 64);
+    ASSERT_EQ(first.size(), 64u) << "poll() queries the run's event and reports it";
+    for (auto &c : first) EXPECT_EQ(c.status, 0) << c.message;
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+    std::vector<ferry_completion_t> buf(128);
+    // The completion thread wakes on the event it was waiting for: that run is gone, so it must
+    // report only the next one, exactly once.
+    rt_->hold_event_waits(false);
+    ASSERT_EQ(submit(8, 4096, 1000), 0);
+    auto got = collect(8);
+    for (auto &[u, c] : got) EXPECT_GE(u, 1000u) << "op " << u << " of the first run reported twice";
+    EXPECT_EQ(t_->poll(buf.data(), buf.size()), 0) << "nothing reported twice";
+}
+
+TEST_P(GpuIpcBatch, WithinThePollWindowTheFdStaysReadableUntilTheRunIsReported) {
+    // Without a window, the fd is readable only once a completion is queued (none is: the
+    // completion thread is held, and only poll() reports).
+    rt_->hold_event_waits(true);
+    ASSERT_EQ(submit(4, 4096), 0);
+    EXPECT_FALSE(readable(t_->completion_fd())) << "window 0: the host may sleep";
+    EXPECT_EQ(poll_for(*t_, 4, [&] { EXPECT_FALSE(readable(t_->completion_fd())); }).size(), 4u);
+    // With one, the host keeps polling while the copies are in flight, and stops once reported.
+    rt_->hold_event_waits(false);
+    ferry_error_t err{};
+    t_->release_mem(peer_, dst_h_, &err);
+    t_.reset();
+    make(std::chrono::seconds(60));
+    rt_->hold_event_waits(true);
+    rt_->copy_delay_ms = 100;
+    ASSERT_EQ(submit(4, 4096), 0);
+    EXPECT_TRUE(readable(t_->completion_fd())) << "readable from the submit on";
+    int empty_polls = 0;
+    auto got = poll_for(*t_, 4, [&] {
+        ++empty_polls;
+        EXPECT_TRUE(readable(t_->completion_fd())) << "still readable after a poll() that found nothing";
+    });
+    EXPECT_EQ(got.size(), 4u) << "reported by poll(), not by the held completion thread";
+    EXPECT_GT(empty_polls, 0) << "100 ms copies: some poll() found them in flight";
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 4 * 4096));
+    EXPECT_FALSE(readable(t_->completion_fd())) << "nothing in flight: the host may sleep again";
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyPath, GpuIpcBatch, ::testing::Values(false, true),
