@@ -7,11 +7,15 @@
 // time.
 //
 //   registration_bench [--plugin-path DIR[:DIR]] [--plugins tcp] [--regions 1000,10000,100000]
-//                      [--budget-s 60] [--ops 200000]
+//                      [--budget-s 60] [--ops 200000] [--etcd HOST:PORT [--batch]]
+//
+// --etcd publishes both engines through that etcd (under a prefix of this process's own) instead
+// of P2PHANDSHAKE; --batch registers the N regions with one register_memory_batch call.
 //
 // A register loop that runs past --budget-s stops there and says how far it got (the quadratic
 // code needs minutes at 100k).
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +46,8 @@ struct Args {
     std::vector<size_t> counts{1000, 10000, 100000};
     double budget_s = 60;
     size_t ops = 200000;
+    std::string etcd;  // host:port; empty: P2PHANDSHAKE
+    bool batch = false;
 };
 
 // Per-op wall time of READ batches whose ops hit the regions `pick` chooses.
@@ -71,7 +77,14 @@ double per_op_ns(ferry::Engine &initiator, ferry::SegmentId seg, uint8_t *local,
 
 int run(const Args &a, size_t n) {
     ferry::Config c{{"plugin_path", a.plugin_path}, {"plugins", a.plugins}};
-    auto target = ferry::Engine::create(c);
+    ferry::Config tc = c;
+    if (!a.etcd.empty()) {
+        std::string url = "etcd://" + a.etcd + "/ferry-bench-" + std::to_string(getpid()) + "-" + std::to_string(n);
+        c["metadata"] = tc["metadata"] = url;
+        tc["local_server_name"] = "target";
+        c["local_server_name"] = "initiator";
+    }
+    auto target = ferry::Engine::create(tc);
     auto initiator = ferry::Engine::create(c);
     if (!target || !initiator) {
         fprintf(stderr, "engine: %s\n", (!target ? target.error() : initiator.error()).message.c_str());
@@ -82,6 +95,15 @@ int run(const Args &a, size_t n) {
 
     auto t0 = Clock::now();
     size_t registered = 0;
+    if (a.batch) {
+        std::vector<ferry::MemoryRange> ranges;
+        for (size_t i = 0; i < n; ++i) ranges.push_back({remote.data() + i * kRegion, kRegion});
+        if (auto r = (*target)->register_memory_batch(ranges); !r) {
+            fprintf(stderr, "register_memory_batch: %s\n", r.error().message.c_str());
+            return 1;
+        }
+        registered = n;
+    }
     for (; registered < n; ++registered) {
         if (auto r = (*target)->register_memory(remote.data() + registered * kRegion, kRegion); !r) {
             fprintf(stderr, "register_memory: %s\n", r.error().message.c_str());
@@ -129,18 +151,22 @@ int run(const Args &a, size_t n) {
     return 0;
 }
 
-// The three lookups of one op, on n regions of 64 bytes, at random regions.
+// The three lookups of one op, on n regions of 64 bytes: at random regions, and in runs of
+// kRun ops to the same region (what submit's same-region check then skips).
 void lookup_figures(size_t n) {
     constexpr size_t kLookups = 1 << 20;
+    constexpr size_t kRun = 16;
     const uint64_t base = 1ull << 32;
-    std::map<uint64_t, ferry::LocalRegion> local;
+    ferry::RegionIndex local;
+    std::map<uint64_t, ferry::LocalRegion> main_local;  // main's type
     ferry::SegmentDescriptor d;
     d.name = "bench";
     d.transports.push_back({"tcp", std::vector<uint8_t>(24, 1)});
     for (size_t i = 0; i < n; ++i) {
         uint64_t a = base + i * kRegion;
         ferry::LocalRegion r{a, kRegion, FERRY_MEM_HOST, -1, 3, {uint64_t{i}}, {std::vector<uint8_t>(24, 2)}};
-        local.emplace(a, std::move(r));
+        main_local.emplace(a, r);
+        local.insert(std::move(r));
         d.regions.push_back({a, kRegion, FERRY_MEM_HOST, -1, 3, {{"tcp", std::vector<uint8_t>(24, 2)}}});
     }
     auto decoded = ferry::decode_descriptor(ferry::encode_descriptor(d));
@@ -153,8 +179,14 @@ void lookup_figures(size_t n) {
         main_imported[{0, base + i * kRegion}] = i;
     }
     std::mt19937_64 rng(7);
-    std::vector<uint64_t> addrs(kLookups);
+    std::vector<uint64_t> addrs(kLookups), runs(kLookups);
     for (auto &a : addrs) a = base + (rng() % n) * kRegion + 8;
+    for (size_t i = 0; i < kLookups; i += kRun) {
+        uint64_t r = base + (rng() % n) * kRegion;
+        for (size_t j = 0; j < kRun; ++j) runs[i + j] = r + (j % 7) * 8;
+    }
+    // The index is built by the finds that fall back to the map (as in an engine): warm it.
+    for (uint64_t a : addrs) (void)local.find(a, 8);
 
     uint64_t sink = 0;
     // This thread's CPU time: on a shared machine, wall time here measures the other tenants.
@@ -163,41 +195,68 @@ void lookup_figures(size_t n) {
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
         return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
     };
-    auto time = [&](auto &&one) {
+    auto time = [&](const std::vector<uint64_t> &which, auto &&one) {
         double best = 1e300;
         for (int round = 0; round < 3; ++round) {  // best of 3
             double t0 = cpu_ns();
-            for (uint64_t a : addrs) sink += one(a);
+            for (uint64_t a : which) sink += one(a);
             best = std::min(best, (cpu_ns() - t0) / kLookups);
         }
         return best;
     };
-    double local_ns = time([&](uint64_t a) -> uint64_t {
-        auto it = local.upper_bound(a);
-        return it == local.begin() ? 0 : std::prev(it)->second.addr;
-    });
-    double remote_ns = time([&](uint64_t a) -> uint64_t {
+    auto local_find = [&](uint64_t a) -> uint64_t {
+        auto *r = local.find(a, 8);
+        return r ? *r->handles[0] : 0;
+    };
+    auto main_local_find = [&](uint64_t a) -> uint64_t {
+        auto it = main_local.upper_bound(a);
+        return it == main_local.begin() ? 0 : *std::prev(it)->second.handles[0];
+    };
+    auto remote_find = [&](uint64_t a) -> uint64_t {
         auto *r = seg.descriptor.find_region(a, 8);
         return r ? r->addr + r->key_for("tcp")->key.size() : 0;
-    });
-    double import_ns = time([&](uint64_t a) -> uint64_t {
-        auto it = seg.imported.find({0, a - 8});
+    };
+    auto import_find = [&](uint64_t a) -> uint64_t {
+        auto it = seg.imported.find({0, a & ~uint64_t{kRegion - 1}});
         return it == seg.imported.end() ? 0 : it->second;
-    });
-    double main_import_ns = time([&](uint64_t a) -> uint64_t {
-        auto it = main_imported.find({0, a - 8});
+    };
+    auto main_import_find = [&](uint64_t a) -> uint64_t {
+        auto it = main_imported.find({0, a & ~uint64_t{kRegion - 1}});
         return it == main_imported.end() ? 0 : it->second;
-    });
-    double all_ns = time([&](uint64_t a) -> uint64_t {
-        auto it = local.upper_bound(a);
+    };
+    // All three as submit does them: the local region, the remote region and its imported handle.
+    auto all = [&](uint64_t a) -> uint64_t {
+        auto *lr = local.find(a, 8);
         auto *r = seg.descriptor.find_region(a, 8);
         auto im = seg.imported.find({0, r->addr});
-        return std::prev(it)->second.addr + r->key_for("tcp")->key.size() + im->second;
-    });
+        return *lr->handles[0] + r->key_for("tcp")->key.size() + im->second;
+    };
+    // With submit's check: an op inside the previous op's local and remote regions reuses its route.
+    const ferry::LocalRegion *prev_lr = nullptr;
+    const ferry::RegionDescriptor *prev_rr = nullptr;
+    uint64_t prev_handle = 0;
+    auto all_with_check = [&](uint64_t a) -> uint64_t {
+        if (prev_lr && prev_lr->holds(a, 8) && prev_rr->holds(a, 8)) return prev_handle;
+        prev_lr = local.find(a, 8);
+        prev_rr = seg.descriptor.find_region(a, 8);
+        auto im = seg.imported.find({0, prev_rr->addr});
+        prev_handle = *prev_lr->handles[0] + prev_rr->key_for("tcp")->key.size() + im->second;
+        return prev_handle;
+    };
+    double all_ns = time(addrs, all), all_checked_ns = time(addrs, all_with_check);
+    double local_ns = time(addrs, local_find), main_local_ns = time(addrs, main_local_find);
+    double remote_ns = time(addrs, remote_find);
+    double import_ns = time(addrs, import_find), main_import_ns = time(addrs, main_import_find);
+    double runs_ns = time(runs, all_with_check), runs_unchecked_ns = time(runs, all);
+    double main_all_ns =
+        time(addrs, [&](uint64_t a) -> uint64_t { return main_local_find(a) + remote_find(a) + main_import_find(a); });
     printf(
-        "%7zu regions: per-op lookups at random regions (thread CPU time, best of 3): all three %.0f ns (local region %.0f, remote region %.0f, "
-        "imported handle %.0f; main's std::map for it %.0f)%s\n",
-        n, all_ns, local_ns, remote_ns, import_ns, main_import_ns, sink == 42 ? " " : "");
+        "%7zu regions: per-op lookups (thread CPU time, best of 3): random regions: all three %.0f ns "
+        "(with the same-region check %.0f; local region %.0f, remote region %.0f, imported handle %.0f); "
+        "main's structures (std::map local and imported, same remote) %.0f ns (local %.0f, imported %.0f); "
+        "runs of %zu ops to one region: %.0f ns with the check, %.0f ns without%s\n",
+        n, all_ns, all_checked_ns, local_ns, remote_ns, import_ns, main_all_ns, main_local_ns, main_import_ns, kRun,
+        runs_ns, runs_unchecked_ns, sink == 42 ? " " : "");
     fflush(stdout);
 }
 
@@ -218,6 +277,8 @@ int main(int argc, char **argv) {
         else if (arg == "--plugins") a.plugins = value();
         else if (arg == "--budget-s") a.budget_s = std::atof(value().c_str());
         else if (arg == "--ops") a.ops = std::strtoull(value().c_str(), nullptr, 10);
+        else if (arg == "--etcd") a.etcd = value();
+        else if (arg == "--batch") a.batch = true;
         else if (arg == "--regions") {
             a.counts.clear();
             std::string list = value();
@@ -229,7 +290,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
-                    "[--budget-s 60] [--ops 200000]\n");
+                    "[--budget-s 60] [--ops 200000] [--etcd HOST:PORT [--batch]]\n");
             return 2;
         }
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ferry/result.hpp"
+#include "start_index.hpp"
 
 namespace ferry {
 
@@ -32,6 +33,8 @@ struct RegionDescriptor {
     std::vector<RegionTransportKey> keys;
 
     uint64_t end() const { return addr + length; }
+    // All of [a, a + len) lies inside.
+    bool holds(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
     const RegionTransportKey *key_for(std::string_view transport) const;
 };
 
@@ -42,10 +45,11 @@ struct SegmentDescriptor {
     std::vector<TransportEndpoint> transports;
     std::vector<RegionDescriptor> regions;  // sorted by addr, non-overlapping
     std::string control;                    // "ip:port" of the engine's control server; empty from older engines
-    // regions[i].addr, dense: find_region's binary search then reads 8 bytes a step instead of a
-    // whole RegionDescriptor (100k regions: 0.8 MB instead of 6.4 MB). Set by decode_descriptor
-    // and index(); find_region searches `regions` itself when the sizes differ.
-    std::vector<uint64_t> starts;
+    // regions[i].addr in a cache-friendly search index (start_index.hpp): find_region then
+    // reads about one cache line of starts per level instead of a whole RegionDescriptor per
+    // binary-search step. Set by decode_descriptor and index(); find_region searches `regions`
+    // itself when the sizes differ.
+    StartIndex starts;
     void index();
 
     const TransportEndpoint *endpoint_for(std::string_view transport) const;
@@ -66,5 +70,28 @@ inline constexpr size_t kMaxRegions = 1u << 20;
 
 std::vector<uint8_t> encode_descriptor(const SegmentDescriptor &descriptor);
 Result<SegmentDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
+
+// A descriptor stored in parts (etcd: one key per part, all written by one transaction and read
+// at one revision): a header, which is the descriptor without its regions (version 2: where
+// version 1 lists the regions it says how many chunks and regions there are in all), and chunks
+// of regions. A reader of version 1 refuses the header with "upgrade the older side".
+inline constexpr uint16_t kDescriptorPartsVersion = 2;
+inline constexpr uint32_t kChunkMagic = 0x43525346;  // "FSRC"
+inline constexpr uint16_t kChunkVersion = 1;
+struct DescriptorHeader {
+    SegmentDescriptor descriptor;  // regions empty
+    uint64_t epoch = 0;            // which set of chunks is this header's (the store's key names say)
+    uint32_t chunks = 0;
+    uint32_t regions = 0;
+};
+std::vector<uint8_t> encode_descriptor_header(const SegmentDescriptor &descriptor, uint64_t epoch, uint32_t chunks,
+                                              uint32_t regions);
+Result<DescriptorHeader> decode_descriptor_header(std::span<const uint8_t> bytes);
+std::vector<uint8_t> encode_region_chunk(std::span<const RegionDescriptor *const> regions);
+// Appends the chunk's regions to `out` (sorted and non-overlapping within the chunk).
+Result<void> decode_region_chunk(std::span<const uint8_t> bytes, std::vector<RegionDescriptor> &out);
+// The header's descriptor with every chunk's regions: checks the counts and sorts the regions.
+Result<SegmentDescriptor> assemble_descriptor(DescriptorHeader header, std::vector<RegionDescriptor> regions,
+                                              size_t chunks);
 
 }  // namespace ferry

@@ -180,6 +180,13 @@ std::optional<size_t> Engine::Impl::transport_index(std::string_view name) const
     return std::nullopt;
 }
 
+RegionDescriptor Engine::Impl::region_descriptor(const LocalRegion &r) const {
+    RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
+    for (size_t i = 0; i < transports.size(); ++i)
+        if (r.handles[i]) rd.keys.push_back({transports[i]->name(), r.keys[i]});
+    return rd;
+}
+
 SegmentDescriptor Engine::Impl::descriptor_locked() const {
     SegmentDescriptor d;
     d.name = metadata->segment_name();
@@ -188,12 +195,7 @@ SegmentDescriptor Engine::Impl::descriptor_locked() const {
     d.control = control->address();
     for (size_t i = 0; i < transports.size(); ++i) d.transports.push_back({transports[i]->name(), endpoints[i]});
     d.regions.reserve(regions.size());
-    for (const auto &[addr, r] : regions) {
-        RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
-        for (size_t i = 0; i < transports.size(); ++i)
-            if (r.handles[i]) rd.keys.push_back({transports[i]->name(), r.keys[i]});
-        d.regions.push_back(std::move(rd));
-    }
+    for (const auto &[addr, r] : regions.map()) d.regions.push_back(region_descriptor(r));
     return d;
 }
 
@@ -201,6 +203,32 @@ Result<void> Engine::Impl::publish_locked() {
     ++generation;
     if (on_demand) return {};
     return metadata->publish(descriptor_locked());
+}
+
+uint64_t Engine::Impl::queue_change_locked(RegionChange change) {
+    ++generation;
+    if (on_demand) return 0;
+    std::lock_guard lock(queue_mutex);
+    queued.push_back(std::move(change));
+    queued_generation = generation;
+    return ++queued_seq;
+}
+
+Result<void> Engine::Impl::publish_queued(uint64_t seq) {
+    if (seq == 0) return {};
+    std::lock_guard lock(publish_mutex);
+    if (published_seq >= seq) return {};  // another register's publish carried it
+    std::vector<RegionChange> changes;
+    uint64_t upto, gen;
+    {
+        std::lock_guard q(queue_mutex);
+        changes.swap(queued);
+        upto = queued_seq;
+        gen = queued_generation;
+    }
+    auto r = metadata->publish_changes(gen, changes);
+    published_seq = upto;
+    return r;
 }
 
 // What a peer's GET_DESCRIPTOR gets: every region registered before it asked. Encoded once per
@@ -251,8 +279,9 @@ static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_
     return options;
 }
 
-Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options_in) {
-    auto &im = *impl_;
+// Registers one range; returns the number of its queued change for publish_queued.
+static Result<uint64_t> register_unpublished(Engine::Impl &im, void *addr, uint64_t length,
+                                             const MemoryOptions &options_in) {
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
     if (!addr || length == 0) return fail(-EINVAL, "register_memory: address is null or length is 0");
     if (a + length < a) return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") wraps around"));
@@ -337,17 +366,37 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
         if (auto c = staged ? Result<void>{} : stager->check_device_memory(addr, length, options.device); !c)
             return fail(c.error().code, "register_memory: " + c.error().message);
     }
-    im.regions.emplace(a, std::move(region));
-    if (auto p = im.publish_locked(); !p) return p;
+    uint64_t seq = im.queue_change_locked({a, im.region_descriptor(region)});
+    im.regions.insert(std::move(region));
     FERRY_DEBUG("registered ", kind_name(kind), " region [", hex(a), ", +", length, ")");
-    return {};
+    return seq;
+}
+
+Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {
+    auto seq = register_unpublished(*impl_, addr, length, options);
+    if (!seq) return std::unexpected(seq.error());
+    return impl_->publish_queued(*seq);
+}
+
+Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, const MemoryOptions &options) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+        auto seq = register_unpublished(*impl_, ranges[i].addr, ranges[i].length, options);
+        if (!seq) {
+            (void)impl_->publish_queued(last);  // what was registered stays registered, and published
+            return fail(seq.error().code, cat("register_memory_batch: range ", i, " of ", ranges.size(), " (", i,
+                                              " before it registered): ", seq.error().message));
+        }
+        last = std::max(last, *seq);
+    }
+    return impl_->publish_queued(last);
 }
 
 Result<void> Engine::unregister_memory(void *addr) {
     auto &im = *impl_;
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
     std::unique_lock lock(im.regions_mutex);
-    auto it = im.regions.find(a);
+    auto it = im.regions.find_start(a);
     if (it == im.regions.end())
         return fail(-ENOENT, cat("unregister_memory: no region starts at ", hex(a),
                                  "; pass the address that was given to register_memory"));
@@ -357,7 +406,9 @@ Result<void> Engine::unregister_memory(void *addr) {
         if (auto r = im.transports[i]->deregister_mem(*it->second.handles[i]); !r && result) result = r;
     }
     im.regions.erase(it);
-    if (auto p = im.publish_locked(); !p && result) result = p;
+    uint64_t seq = im.queue_change_locked({a, std::nullopt});
+    lock.unlock();
+    if (auto p = im.publish_queued(seq); !p && result) result = p;
     return result;
 }
 

@@ -27,23 +27,11 @@
 #include "gpu_staging.hpp"
 #include "metadata.hpp"
 #include "plugin_loader.hpp"
+#include "region_index.hpp"
 #include "stage_service.hpp"
 #include "transport.hpp"
 
 namespace ferry {
-
-struct LocalRegion {
-    uint64_t addr = 0;
-    uint64_t length = 0;
-    uint32_t kind = 0;
-    int32_t device = -1;
-    uint32_t access = 0;
-    // Registration handle per transport index; nullopt where that transport cannot move it.
-    std::vector<std::optional<uint64_t>> handles;
-    std::vector<std::vector<uint8_t>> keys;
-
-    uint64_t end() const { return addr + length; }
-};
 
 struct OpRecord;
 
@@ -194,11 +182,22 @@ struct Engine::Impl {
     std::unique_ptr<MetadataBackend> metadata;
 
     std::shared_mutex regions_mutex;
-    std::map<uint64_t, LocalRegion> regions;  // by start address
+    RegionIndex regions;  // by start address; its lookup is flat (region_index.hpp)
     uint64_t generation = 0;
     // P2PHANDSHAKE serves the descriptor on request (encoded_descriptor), so registering is
     // O(log n); other backends get every change published.
     bool on_demand = false;
+    // Other backends (etcd) get each change: queued under regions_mutex (exclusive) in the
+    // order the changes happened, then written by publish_queued after that lock is released,
+    // so submits never wait behind the store's network I/O. One publisher at a time drains the
+    // queue in order (a later change is never overwritten by an earlier one); each register
+    // returns once its own change was written, often with others' in the same transaction.
+    std::mutex publish_mutex;    // held across the write; never taken with regions_mutex held
+    uint64_t published_seq = 0;  // guarded by publish_mutex
+    std::mutex queue_mutex;      // guards the three below; taken under regions_mutex (exclusive)
+    std::vector<RegionChange> queued;
+    uint64_t queued_seq = 0;
+    uint64_t queued_generation = 0;
     std::mutex encoded_mutex;  // guards the two below; taken under regions_mutex (shared)
     std::shared_ptr<const std::vector<uint8_t>> encoded;
     uint64_t encoded_generation = 0;
@@ -249,7 +248,12 @@ struct Engine::Impl {
     ~Impl();
 
     // engine.cpp
-    Result<void> publish_locked();  // regions changed: bump the generation, publish if the backend needs it
+    Result<void> publish_locked();  // the whole descriptor, at engine creation (regions_mutex held)
+    // A region changed (regions_mutex held exclusively): bumps the generation; for a backend that
+    // is published to, queues the change and returns its number for publish_queued (else 0).
+    uint64_t queue_change_locked(RegionChange change);
+    Result<void> publish_queued(uint64_t seq);  // without regions_mutex: writes up to `seq`
+    RegionDescriptor region_descriptor(const LocalRegion &region) const;
     SegmentDescriptor descriptor_locked() const;
     std::shared_ptr<const std::vector<uint8_t>> encoded_descriptor();
     std::optional<size_t> transport_index(std::string_view name) const;

@@ -1,7 +1,9 @@
 // etcd metadata backend over etcd's v3 JSON gateway (libcurl).
 //
-// Key layout: <prefix>/segments/<segment name> -> the encoded segment descriptor, attached to a
-// lease the engine keeps alive, so a crashed engine's segment disappears after the lease TTL.
+// Key layout: <prefix>/segments/<segment name> -> the segment descriptor's header, and its regions
+// in chunk keys after it (descriptor_parts.hpp: a register rewrites one chunk and the header in
+// one transaction; a fetch reads them at one revision), all attached to a lease the engine keeps
+// alive, so a crashed engine's segment disappears after the lease TTL.
 // A watch on <prefix>/segments/ tells the engine when a peer re-registers (restart with new
 // endpoints or keys), so cached descriptors are re-read. If etcd goes away and comes back (a
 // restart loses leases), the keep-alive loop registers the segment again. TLS and etcd's
@@ -18,6 +20,7 @@
 #include <thread>
 
 #include "base64.hpp"
+#include "descriptor_parts.hpp"
 #include "etcd_client.hpp"
 #include "log.hpp"
 #include "metadata.hpp"
@@ -53,7 +56,8 @@ public:
           prefix_(std::move(prefix)),
           name_(std::move(name)),
           key_(prefix_ + "/segments/" + name_),
-          client_(etcd_.tls()) {}
+          client_(etcd_.tls()),
+          parts_(key_) {}
 
     ~EtcdMetadata() override {
         {
@@ -105,36 +109,63 @@ public:
 
     Result<void> publish(const SegmentDescriptor &descriptor) override {
         std::lock_guard lock(mutex_);
-        descriptor_ = encode_descriptor(descriptor);
-        auto r = put_locked(client_);
-        if (!r) {
-            // The keep-alive loop puts it as soon as etcd answers again.
-            dirty_ = true;
-            FERRY_LOG(Warn, "etcd", "publishing segment ", name_, " failed (", r.error().message, "); will retry");
+        parts_.reset(descriptor);
+        published_ = true;
+        if (auto r = flush_locked(client_); !r) failed_locked(r.error());
+        return {};
+    }
+
+    Result<void> publish_changes(uint64_t generation, std::span<const RegionChange> changes) override {
+        std::lock_guard lock(mutex_);
+        parts_.set_generation(generation);
+        for (const auto &c : changes) {
+            parts_.apply(c);
+            // A transaction ends between two changes, so every one leaves a whole descriptor.
+            if (!dirty_ && parts_.pending_ops() >= kTxnOps)
+                if (auto r = flush_locked(client_); !r) failed_locked(r.error());
         }
+        if (!dirty_)
+            if (auto r = flush_locked(client_); !r) failed_locked(r.error());
         return {};
     }
 
     Result<SegmentDescriptor> fetch(const std::string &name) override {
-        std::string value;
+        const std::string header = prefix_ + "/segments/" + name;
+        std::vector<std::pair<std::string, std::vector<uint8_t>>> kvs;
         {
             std::lock_guard lock(mutex_);
-            auto body =
-                call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(prefix_ + "/segments/" + name), "\"}"));
-            if (!body)
-                return fail(body.error().code,
-                            cat("cannot fetch segment '", name, "' from etcd: ", body.error().message));
-            auto tree = parse_json(*body);
-            if (!tree) return std::unexpected(tree.error());
-            auto kvs = tree->get_child_optional("kvs");
-            if (!kvs || kvs->empty())
-                return fail(-ENOENT, cat("segment '", name, "' is not registered in etcd under ", prefix_,
-                                         "/segments/ (not started yet, or its engine died and its lease expired)"));
-            value = kvs->front().second.get<std::string>("value", "");
+            // [header, header\x01): the header and its chunks, page by page at one revision.
+            std::string from = header;
+            int64_t revision = 0;
+            for (;;) {
+                auto body = call(
+                    client_, "/v3/kv/range",
+                    cat("{\"key\":\"", base64_encode(from), "\",\"range_end\":\"", base64_encode(header + '\x01'),
+                        "\",\"limit\":", kFetchPage, revision ? cat(",\"revision\":\"", revision, "\"") : "", "}"));
+                if (!body)
+                    return fail(body.error().code,
+                                cat("cannot fetch segment '", name, "' from etcd: ", body.error().message));
+                auto tree = parse_json(*body);
+                if (!tree) return std::unexpected(tree.error());
+                if (revision == 0) revision = tree->get<int64_t>("header.revision", 0);
+                auto page = tree->get_child_optional("kvs");
+                if (!page || page->empty()) break;
+                for (auto &[_, kv] : *page) {
+                    auto key = base64_decode(kv.get<std::string>("key", ""));
+                    auto value = base64_decode(kv.get<std::string>("value", ""));
+                    if (!key || !value)
+                        return fail(-EPROTO, cat("segment '", name, "' in etcd holds a value that is not base64"));
+                    kvs.emplace_back(std::string(key->begin(), key->end()), std::move(*value));
+                }
+                if (!tree->get<bool>("more", false)) break;
+                from = kvs.back().first + '\0';
+            }
         }
-        auto bytes = base64_decode(value);
-        if (!bytes) return fail(-EPROTO, cat("segment '", name, "' in etcd holds a value that is not base64"));
-        return decode_descriptor(*bytes);
+        auto d = assemble_parts(header, kvs);
+        if (!d && d.error().code == -ENOENT)
+            return fail(-ENOENT, cat("segment '", name, "' is not registered in etcd under ", prefix_,
+                                     "/segments/ (not started yet, or its engine died and its lease expired)"));
+        return d;
     }
 
     void on_change(std::function<void(const std::string &)> listener) override {
@@ -157,14 +188,42 @@ private:
         return {};
     }
 
+    // Everything again (after an outage or with a new lease): a new epoch of chunks, header last.
     Result<void> put_locked(HttpClient &client) {
-        if (descriptor_.empty()) return {};
-        auto r = call(client, "/v3/kv/put",
-                      cat("{\"key\":\"", base64_encode(key_), "\",\"value\":\"", base64_encode(descriptor_),
-                          "\",\"lease\":\"", lease_, "\"}"));
-        if (!r) return std::unexpected(r.error());
+        if (!published_) return {};
+        parts_.rewrite_all();
+        if (auto r = flush_locked(client); !r) return r;
         dirty_ = false;
         return {};
+    }
+
+    // What the parts hold unwritten, one transaction at a time.
+    Result<void> flush_locked(HttpClient &client) {
+        while (parts_.pending()) {
+            auto w = parts_.take(kTxnOps, kTxnBytes);
+            std::string body = "{\"success\":[";
+            bool first = true;
+            for (auto &[k, v] : w.puts) {
+                body += cat(first ? "" : ",", "{\"request_put\":{\"key\":\"", base64_encode(k), "\",\"value\":\"",
+                            base64_encode(v), "\",\"lease\":\"", lease_, "\"}}");
+                first = false;
+            }
+            for (auto &[from, to] : w.deletes) {
+                body += cat(first ? "" : ",", "{\"request_delete_range\":{\"key\":\"", base64_encode(from),
+                            "\",\"range_end\":\"", base64_encode(to), "\"}}");
+                first = false;
+            }
+            body += "]}";
+            auto r = call(client, "/v3/kv/txn", body);
+            if (!r) return std::unexpected(r.error());
+        }
+        return {};
+    }
+
+    // The store may now hold part of a change: everything is written again once etcd answers.
+    void failed_locked(const Error &e) {
+        dirty_ = true;
+        FERRY_LOG(Warn, "etcd", "publishing segment ", name_, " failed (", e.message, "); will retry");
     }
 
     void keepalive_loop() {
@@ -264,6 +323,7 @@ private:
                     std::string name(key->begin(), key->end());
                     if (name.compare(0, dir.size(), dir) != 0) continue;
                     name = name.substr(dir.size());
+                    if (name.find('\0') != std::string::npos) continue;  // a chunk: its header changes with it
                     if (name == name_) continue;
                     FERRY_LOG(Debug, "etcd", "segment ", name, " changed in etcd");
                     std::lock_guard l(listener_mutex_);
@@ -311,12 +371,19 @@ private:
     std::string name_;
     std::string key_;
 
-    std::mutex mutex_;  // client_, lease_, descriptor_, dirty_, stop_
+    // A transaction stays under etcd's default --max-txn-ops (128) and --max-request-bytes
+    // (1.5 MiB, base64 makes values 4/3 larger); a fetch reads this many keys per page.
+    static constexpr size_t kTxnOps = 100;
+    static constexpr size_t kTxnBytes = 640u << 10;
+    static constexpr size_t kFetchPage = 512;
+
+    std::mutex mutex_;  // client_, lease_, parts_, published_, dirty_, stop_
     std::condition_variable stop_cv_;
     HttpClient client_;
     int64_t lease_ = 0;
-    std::vector<uint8_t> descriptor_;
-    bool dirty_ = false;
+    DescriptorParts parts_;
+    bool published_ = false;
+    bool dirty_ = false;  // etcd may hold a partial change: write everything again
     bool stop_ = false;
     std::atomic<bool> watch_stop_{false};
 

@@ -4,9 +4,12 @@
 // interface.
 #pragma once
 
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "descriptor.hpp"
@@ -35,6 +38,12 @@ struct MetadataSettings {
     EtcdSecurity etcd;
 };
 
+// A region registered (`region` set) or unregistered (nullopt) at `addr`.
+struct RegionChange {
+    uint64_t addr = 0;
+    std::optional<RegionDescriptor> region;
+};
+
 class MetadataBackend {
 public:
     virtual ~MetadataBackend() = default;
@@ -42,6 +51,14 @@ public:
     virtual const std::string &segment_name() const = 0;
     // Publish or replace this engine's descriptor.
     virtual Result<void> publish(const SegmentDescriptor &descriptor) = 0;
+    // Stores that keep the descriptor in parts (etcd) are told what changed since the last
+    // publish or publish_changes instead, in the order it happened, so a register costs O(1)
+    // there; `generation` is the descriptor's after the changes. Called one at a time.
+    virtual Result<void> publish_changes(uint64_t generation, std::span<const RegionChange> changes) {
+        (void)generation;
+        (void)changes;
+        return fail(-ENOTSUP, "this metadata backend takes whole descriptors only");
+    }
     // Backends that answer peers themselves (P2PHANDSHAKE: the engine's control server) take a
     // source they call per request instead, so registering memory costs nothing until a peer
     // asks, and a peer still sees every region registered before it asked. Returns true when

@@ -24,11 +24,7 @@ Result<const LocalRegion *> Engine::Impl::local_region(const Request &rq, size_t
     if (local + rq.length < local) return bad(-EINVAL, "local range wraps around");
     if (!rq.transport.empty() && !transport_index(rq.transport))
         return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
-    auto it = regions.upper_bound(local);
-    if (it != regions.begin()) {
-        auto &cand = std::prev(it)->second;
-        if (local >= cand.addr && local + rq.length <= cand.end()) return &cand;
-    }
+    if (const LocalRegion *r = regions.find(local, rq.length)) return r;
     return bad(-EFAULT, cat("local range [", hex(local), ", ", hex(local + rq.length),
                             ") is not inside one registered region; register the buffer first"));
 }

@@ -58,12 +58,25 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
         std::unique_lock<std::mutex> seg_lock;
+        // The previous op's checks and route: KV-cache batches hit the same local and remote
+        // regions for many ops in a row, and an op inside both takes them without a lookup. Valid
+        // while both locks are held (the route's region pointer lives in seg's descriptor).
+        const Request *prev = nullptr;  // passed local_region's checks
+        const LocalRegion *prev_lr = nullptr;
+        std::optional<Route> prev_route;  // prev's, when it was ready to post
         for (size_t i = 0; i < requests.size(); ++i) {
             const Request &rq = requests[i];
-            auto lr = local_region(rq, i);
-            if (!lr) return std::unexpected(lr.error());
+            uint64_t local = reinterpret_cast<uintptr_t>(rq.local);
+            bool like_prev = prev && rq.length != 0 && rq.opcode == prev->opcode && rq.transport == prev->transport;
+            const LocalRegion *lr = like_prev && prev_lr->holds(local, rq.length) ? prev_lr : nullptr;
+            if (!lr) {
+                auto found = local_region(rq, i);
+                if (!found) return std::unexpected(found.error());
+                lr = *found;
+            }
             if (!seg || seg->id != rq.segment) {
                 if (seg_lock.owns_lock()) seg_lock.unlock();
+                prev_route.reset();
                 seg = segment(rq.segment);
                 if (!seg)
                     return fail(-ENOENT,
@@ -71,18 +84,32 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                                     rq.segment, " is not open; call open_segment first"));
                 seg_lock = std::unique_lock(seg->mutex);
             }
+            bool same_route =
+                like_prev && lr == prev_lr && prev_route && prev_route->region->holds(rq.remote, rq.length);
+            prev = &rq;
+            prev_lr = lr;
             auto &op = batch->ops[i];
             // A descriptor the metadata backend says changed is re-read first: by the connector.
             if (seg->stale.load(std::memory_order_relaxed)) {
+                prev_route.reset();
                 deferred.add(seg, op, i, rq);
+                continue;
+            }
+            if (same_route) {
+                add_ready(ready, op, rq, *lr, *prev_route);
                 continue;
             }
             // What the cache already answers (no access, no transport that can carry it) fails
             // here; what only the peer can answer waits for the connector.
-            auto r = route(*seg, rq, i, **lr, RouteAttempts{});
+            auto r = route(*seg, rq, i, *lr, RouteAttempts{});
             if (!r) return std::unexpected(r.error());
-            if (r->need == Route::Need::Nothing) add_ready(ready, op, rq, **lr, *r);
-            else deferred.add(seg, op, i, rq);
+            if (r->need == Route::Need::Nothing) {
+                add_ready(ready, op, rq, *lr, *r);
+                prev_route = *r;
+            } else {
+                prev_route.reset();
+                deferred.add(seg, op, i, rq);
+            }
         }
     }
 

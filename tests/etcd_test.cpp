@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "ferry/engine.hpp"
@@ -237,4 +239,98 @@ TEST_F(EtcdTest, NotificationsReachPeersFoundThroughEtcd) {
     ASSERT_EQ(notes.size(), 1u);
     EXPECT_EQ(notes[0].from, "node-notified");
     EXPECT_EQ(std::string(notes[0].message.begin(), notes[0].message.end()), "back");
+}
+
+// Past the old limit: a whole descriptor of 25k regions (~2 MB) did not fit etcd's 1.5 MiB
+// request; in chunks it registers (one batch, one transaction per ~100 chunks), opens and
+// resolves its first, middle and last regions.
+TEST_F(EtcdTest, TwentyFiveThousandRegionsPublishInChunksAndResolve) {
+    auto target = Engine::create(config("many")), initiator = Engine::create(config("reader"));
+    ASSERT_TRUE(target && initiator) << (!target ? target.error() : initiator.error()).message;
+    constexpr size_t kRegions = 25000, kSize = 64;
+    std::vector<uint8_t> remote(kRegions * kSize), local(kSize);
+    for (size_t i = 0; i < remote.size(); ++i) remote[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::vector<MemoryRange> ranges;
+    for (size_t i = 0; i < kRegions; ++i) ranges.push_back({remote.data() + i * kSize, kSize});
+    ASSERT_TRUE((*target)->register_memory_batch(ranges));
+    ASSERT_TRUE((*initiator)->register_memory(local.data(), local.size()));
+    auto seg = (*initiator)->open_segment("many");
+    ASSERT_TRUE(seg) << seg.error().message;
+    auto regions = (*initiator)->segment_regions(*seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    ASSERT_EQ(regions->size(), kRegions);
+    for (size_t i : {size_t{0}, kRegions / 2, kRegions - 1}) {
+        uint64_t addr = reinterpret_cast<uintptr_t>(remote.data()) + i * kSize;
+        ASSERT_TRUE(read_all(**initiator, *seg, addr, local));
+        EXPECT_EQ(memcmp(local.data(), remote.data() + i * kSize, kSize), 0) << "region " << i;
+    }
+    // One more, registered singly after the open, is found by the re-fetch on a miss.
+    std::vector<uint8_t> extra(kSize, 0x5a);
+    ASSERT_TRUE((*target)->register_memory(extra.data(), extra.size()));
+    ASSERT_TRUE(read_all(**initiator, *seg, reinterpret_cast<uintptr_t>(extra.data()), local));
+    EXPECT_EQ(local, extra);
+}
+
+template <class... Args>
+std::string cat(Args &&...args) {
+    std::ostringstream out;
+    (out << ... << args);
+    return out.str();
+}
+
+// A reader racing a writer that registers regions 0..N-1 in order and then unregisters them in
+// order: every fetch is some whole state (a contiguous run [lo, hi) of regions, never a torn
+// mix of chunks), and never older than what had returned before the fetch began.
+TEST_F(EtcdTest, AReaderRacingRegistersAndUnregistersNeverSeesATornOrStaleDescriptor) {
+    auto writer = Engine::create(config("writer")), reader = Engine::create(config("racer"));
+    ASSERT_TRUE(writer && reader) << (!writer ? writer.error() : reader.error()).message;
+    constexpr size_t kRegions = 400, kSize = 64;  // ~13 chunks: splits while growing, empties while shrinking
+    std::vector<uint8_t> buf(kRegions * kSize);
+    const uint64_t base = reinterpret_cast<uintptr_t>(buf.data());
+    std::atomic<size_t> registered{0}, unregistered{0};
+    std::atomic<bool> done{false};
+    std::thread w([&] {
+        for (size_t i = 0; i < kRegions; ++i) {
+            if (!(*writer)->register_memory(buf.data() + i * kSize, kSize)) break;
+            registered = i + 1;
+        }
+        for (size_t i = 0; i < kRegions; ++i) {
+            if (!(*writer)->unregister_memory(buf.data() + i * kSize)) break;
+            unregistered = i + 1;
+        }
+        done = true;
+    });
+    auto seg = (*reader)->open_segment("writer");
+    ASSERT_TRUE(seg) << seg.error().message;
+    size_t fetches = 0, nonempty = 0;
+    std::string problem;
+    while (!done && problem.empty()) {
+        size_t r0 = registered, u0 = unregistered;
+        auto regions = (*reader)->segment_regions(*seg);
+        size_t r1 = registered, u1 = unregistered;
+        ++fetches;
+        if (!regions) {
+            problem = "fetch failed: " + regions.error().message;
+            break;
+        }
+        if (regions->empty()) {
+            if (r0 > 0 && u1 + 1 < kRegions)
+                problem = cat("empty after ", r0, " registers and only ", u1, " unregisters");
+            continue;
+        }
+        ++nonempty;
+        size_t lo = ((*regions)[0].addr - base) / kSize, hi = lo + regions->size();
+        for (size_t k = 0; k < regions->size() && problem.empty(); ++k)
+            if ((*regions)[k].addr != base + (lo + k) * kSize || (*regions)[k].length != kSize)
+                problem = cat("torn: region ", k, " of the fetch is not region ", lo + k);
+        if (problem.empty() && (hi < r0 || lo < u0))
+            problem = cat("stale: [", lo, ", ", hi, ") after ", r0, " registers and ", u0, " unregisters returned");
+        if (problem.empty() && (hi > r1 + 1 || lo > u1 + 1))
+            problem = cat("from the future: [", lo, ", ", hi, ") with ", r1, " registered and ", u1, " unregistered");
+    }
+    done = true;
+    w.join();
+    EXPECT_TRUE(problem.empty()) << problem << " (after " << fetches << " fetches)";
+    EXPECT_EQ(unregistered.load(), kRegions) << "the writer failed";
+    EXPECT_GT(nonempty, 0u) << "the reader never caught the writer mid-way; the race was not exercised";
 }

@@ -45,6 +45,11 @@ struct MemoryOptions {
     uint32_t access = kRemoteRead | kRemoteWrite;
 };
 
+struct MemoryRange {
+    void *addr = nullptr;
+    uint64_t length = 0;
+};
+
 struct Request {
     Opcode opcode = Opcode::Read;
     void *local = nullptr;
@@ -112,6 +117,10 @@ public:
     StagingStats staging_stats() const;
 
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
+    // Registers each range as register_memory does, and publishes them together (etcd: one
+    // transaction per ~100 chunks of regions instead of one per region). Stops at the first that
+    // fails: the ones before it stay registered; the error says which failed.
+    Result<void> register_memory_batch(std::span<const MemoryRange> ranges, const MemoryOptions &options = {});
     Result<void> unregister_memory(void *addr);
 
     // Fetches the segment's descriptor (the network: bounded by handshake_timeout_ms).
