@@ -6,10 +6,10 @@
 # (rounds, default 3), OPS (default "write read"), BLOCKS (default "1048576 65536"), BATCH
 # (default 128), MC_LANES (MC_TCP_LANES_PER_PEER values, default "1 4"), FERRY_LANES (tcp.lanes
 # values, default "2"), OPTIONS (extra key=value options for every tcp.so row), PORT (default
-# 24310; uses PORT..PORT+3).
+# 24310; Ferry uses PORT+2, PORT+3; Mooncake's handshake takes a random port in its namespace).
 #
 # Mooncake runs at its best measured configuration: MC_TCP_ENABLE_CONNECTION_POOL=1,
-# --threads=1, --metadata_server=P2PHANDSHAKE, --protocol=tcp, DRAM buffers. Its bench binds
+# --threads=1, --metadata_server=P2PHANDSHAKE, --protocol=tcp, DRAM buffers (a build without USE_CUDA has no --use_vram). Its bench binds
 # every interface, so both of its processes run inside a private network namespace
 # (`unshare -n`, only loopback up): nothing is reachable from outside. Ferry's bench runs as two
 # processes too (target and initiator, the same flags), in a namespace of its own, so both
@@ -35,23 +35,29 @@ extra=""
 for kv in ${OPTIONS:-}; do extra+=" --option $kv"; done
 
 # Runs "target command" and "initiator command" in one fresh network namespace; prints the
-# initiator's output. The target is stopped once the initiator has finished.
+# initiator's output. @PORT@ in the initiator's command becomes the port the target's log names
+# ("listening on 127.0.0.1:PORT": Mooncake's P2P handshake picks a random one), if it names one.
+# The target is stopped once the initiator has finished.
 in_netns() {
   unshare -n bash -c '
     ip link set lo up
-    bash -c "$1" >/dev/null 2>&1 &
+    log=$(mktemp)
+    bash -c "$1" >"$log" 2>&1 &
     target=$!
-    sleep 1.5
-    out=$(bash -c "$2" 2>&1) || { echo "$out" >&2; kill $target; exit 1; }
+    for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.1; done
+    sleep 0.5
+    p=$(sed -n "s/.*Transfer Engine RPC using .*listening on 127.0.0.1:\([0-9]*\).*/\1/p" "$log" | head -1)
+    out=$(bash -c "${2//@PORT@/$p}" 2>&1) || { echo "$out" >&2; cat "$log" >&2; kill $target; rm -f "$log"; exit 1; }
     kill $target 2>/dev/null; wait $target 2>/dev/null
+    rm -f "$log"
     echo "$out"' _ "$1" "$2"
 }
 
 mooncake() { # op block lanes -> GB/s
-  local common="--metadata_server=P2PHANDSHAKE --protocol=tcp --use_vram=false --buffer_size=1073741824"
+  local common="--metadata_server=P2PHANDSHAKE --protocol=tcp --buffer_size=1073741824"
   local env="MC_TCP_ENABLE_CONNECTION_POOL=1 MC_TCP_LANES_PER_PEER=$3 GLOG_logtostderr=1"
   in_netns "$env $mc --mode=target --local_server_name=127.0.0.1:$port $common" \
-    "$env $mc --mode=initiator --local_server_name=127.0.0.1:$((port + 1)) --segment_id=127.0.0.1:$port \
+    "$env $mc --mode=initiator --local_server_name=127.0.0.1:$((port + 1)) --segment_id=127.0.0.1:@PORT@ \
        $common --operation=$1 --block_size=$2 --batch_size=$batch --threads=1 --duration=$duration" |
     $py -c '
 import re, sys
