@@ -82,8 +82,9 @@ void shm_ops(benchmark::State &state, ferry::Opcode opcode) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(submit_and_wait, example, "example")->Arg(1)->Arg(32)->Arg(128);
-BENCHMARK_CAPTURE(submit_and_wait, tcp, "tcp")->Arg(1)->Arg(32)->Arg(128);
+// Wall time (UseRealTime): the transports' work runs on their own threads.
+BENCHMARK_CAPTURE(submit_and_wait, example, "example")->Arg(1)->Arg(32)->Arg(128)->UseRealTime();
+BENCHMARK_CAPTURE(submit_and_wait, tcp, "tcp")->Arg(1)->Arg(32)->Arg(128)->UseRealTime();
 BENCHMARK_CAPTURE(shm_ops, read, ferry::Opcode::Read)->ArgsProduct({{1, 128}, {64, 4096}})->UseRealTime()->MinTime(0.5);
 BENCHMARK_CAPTURE(shm_ops, write, ferry::Opcode::Write)
     ->ArgsProduct({{1, 128}, {64, 4096}})

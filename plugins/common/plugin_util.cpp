@@ -109,15 +109,15 @@ CompletionQueue::~CompletionQueue() {
 }
 
 void CompletionQueue::signal_locked() {
-    if (signaled_ || q_.empty()) return;
+    if (signaled_ || head_ == q_.size()) return;
     uint64_t one = 1;
     if (write(efd_, &one, sizeof one) == static_cast<ssize_t>(sizeof one)) signaled_ = true;
 }
 
 void CompletionQueue::push(uint64_t user_data, int status, const std::string &message) {
-    ferry_completion_t c = make_completion(user_data, status, message);
     std::lock_guard lock(mu_);
-    q_.push_back(c);
+    q_.push_back({user_data, status});
+    if (status != 0) copy_message(msgs_.emplace_back().data(), message.c_str());
     signal_locked();
 }
 
@@ -125,7 +125,10 @@ void CompletionQueue::push(std::vector<ferry_completion_t> &batch) {
     if (batch.empty()) return;
     {
         std::lock_guard lock(mu_);
-        q_.insert(q_.end(), batch.begin(), batch.end());
+        for (const ferry_completion_t &c : batch) {
+            q_.push_back({c.user_data, c.status});
+            if (c.status != 0) copy_message(msgs_.emplace_back().data(), c.message);
+        }
         signal_locked();
     }
     batch.clear();
@@ -140,12 +143,28 @@ void CompletionQueue::signal() {
 
 size_t CompletionQueue::poll(ferry_completion_t *out, size_t max) {
     std::lock_guard lock(mu_);
-    size_t n = q_.size() < max ? q_.size() : max;
+    const size_t waiting = q_.size() - head_;
+    size_t n = waiting < max ? waiting : max;
     for (size_t i = 0; i < n; ++i) {
-        out[i] = q_.front();
-        q_.pop_front();
+        const Entry &e = q_[head_++];
+        out[i].user_data = e.user_data;
+        out[i].status = e.status;
+        out[i].reserved = 0;
+        if (e.status != 0) {
+            memcpy(out[i].message, msgs_.front().data(), sizeof out[i].message);
+            msgs_.pop_front();
+        } else {
+            out[i].message[0] = '\0';
+        }
     }
-    if (q_.empty() && signaled_) {
+    if (head_ == q_.size()) {
+        q_.clear();
+        head_ = 0;
+    } else if (head_ >= 4096 && 2 * head_ >= q_.size()) {  // a consumer that never drains all
+        q_.erase(q_.begin(), q_.begin() + static_cast<std::ptrdiff_t>(head_));
+        head_ = 0;
+    }
+    if (head_ == q_.size() && signaled_) {
         uint64_t v;
         if (read(efd_, &v, sizeof v) == static_cast<ssize_t>(sizeof v) || errno == EAGAIN) signaled_ = false;
     }

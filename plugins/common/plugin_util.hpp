@@ -10,6 +10,7 @@
 
 #include "byte_order.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -71,11 +72,19 @@ public:
     void signal();
 
 private:
+    // Compact entries (a completion is 272 bytes, mostly its message: a deque of those allocated
+    // one node per completion); messages of failed ones wait in msgs_, in the same order.
+    struct Entry {
+        uint64_t user_data;
+        int32_t status;
+    };
     void signal_locked();
     int efd_ = -1;
     std::mutex mu_;
     bool signaled_ = false;  // the eventfd holds a count; guarded by mu_
-    std::deque<ferry_completion_t> q_;
+    std::vector<Entry> q_;   // [head_, size) waiting; storage reused once drained
+    size_t head_ = 0;
+    std::deque<std::array<char, FERRY_MESSAGE_MAX>> msgs_;
 };
 
 ferry_completion_t make_completion(uint64_t user_data, int status, const std::string &message);

@@ -27,6 +27,11 @@ namespace ferry_tcp {
 
 class Peer;
 
+// READ payloads up to this size are received into the lane's run buffer and copied out (one
+// recv for many responses); larger ones go straight from the socket into local memory.
+inline constexpr uint64_t kSmallPayload = 16 * 1024;
+inline constexpr size_t kRxBuf = 64 * 1024;
+
 class Lane final : public Handler, private TxSource {
 public:
     using Batch = std::list<std::vector<Slice>>;
@@ -68,14 +73,16 @@ private:
     ssize_t send_failed(int e);
     size_t tx_count() const override;
     TxItem tx_item(size_t i) const override;
+    // Receive path (lane_recv.cpp).
     ssize_t do_recv();  // bytes received, 0 when it would block, -1 when the lane failed
+    size_t run_bytes() const;
     bool consume(const uint8_t *p, size_t n);
+    void payload_done();
     bool on_header();
     bool on_message_done();
     bool on_hello_ack();  // HELLO_ACK's data is in msg_: check the server, queue AUTH
     void complete_front(int status, const char *message);
     bool needs_timer() const;
-    size_t front_write_acks() const;
 
     Peer &peer_;
     Reactor &reactor_;
@@ -119,7 +126,7 @@ private:
     uint64_t payload_left_ = 0;
     char msg_[kMaxErrorMsg + 1] = {};
     uint32_t msg_got_ = 0;
-    std::vector<uint8_t> staging_;  // runs of WRITE_ACK headers arrive in one recv
+    std::vector<uint8_t> rxbuf_;  // runs of small responses arrive in one recv (lane_recv.cpp)
 
     Clock::time_point connect_start_{};
     Clock::time_point last_progress_{};

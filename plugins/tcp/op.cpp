@@ -14,7 +14,8 @@ void finish_slice(Reactor &r, Op *op, int status, const char *message) {
     if (op->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     op->table->release(op->local);
     r.complete(op->user_data, op->status, op->message);
-    delete op;
+    OpBlock *block = op->block;
+    if (block->live.fetch_sub(1, std::memory_order_acq_rel) == 1) delete block;
 }
 
 }  // namespace ferry_tcp

@@ -8,20 +8,34 @@
 #include <ferry/plugin.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace ferry_tcp {
 
 class Reactor;
+struct OpBlock;
 
 struct Op {
     uint64_t user_data = 0;
     RegionTable *table = nullptr;
-    Region *local = nullptr;  // reference held until the op completes
+    Region *local = nullptr;   // reference held until the op completes
+    OpBlock *block = nullptr;  // the allocation this op lives in
     std::atomic<uint32_t> remaining{0};
     std::atomic<bool> failed{false};
-    int status = 0;                        // written by the first failing slice only
-    char message[FERRY_MESSAGE_MAX] = {};  // idem
+    int status = 0;                   // written by the first failing slice only
+    char message[FERRY_MESSAGE_MAX];  // idem (read only when status != 0: not cleared)
+};
+
+// The ops of one submit to one peer, allocated together (one allocation per batch, not per
+// op); freed when its last op completed.
+struct OpBlock {
+    explicit OpBlock(size_t n) : live(n), ops(new Op[n]) {
+        for (size_t i = 0; i < n; ++i) ops[i].block = this;
+    }
+    std::atomic<size_t> live;
+    std::unique_ptr<Op[]> ops;
 };
 
 struct Slice {

@@ -151,22 +151,29 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
         batches[l].emplace_back();
         load[l] = lanes_[l]->load();
     }
-    std::vector<Op *> built;
+    std::unique_ptr<OpBlock> block;
+    size_t best = 0;                   // lane taking the next slice
+    uint64_t given = cfg_.slice_size;  // bytes it took from this batch so far (full: pick again)
     try {
-        built.reserve(n_ops);
+        block = std::make_unique<OpBlock>(n_ops);
         for (size_t i = 0; i < n_ops; ++i) {
             const ferry_xfer_op_t &o = ops[i];
             const uint64_t slices = (o.length + cfg_.slice_size - 1) / cfg_.slice_size;
-            auto *op = new Op;
-            built.push_back(op);
+            Op *op = &block->ops[i];
             op->user_data = o.user_data;
             op->table = &regions_;
             op->local = locals[i];
             op->remaining.store(static_cast<uint32_t>(slices), std::memory_order_relaxed);
             for (uint64_t off = 0; off < o.length; off += cfg_.slice_size) {
-                size_t best = 0;
-                for (size_t l = 1; l < nl; ++l)
-                    if (load[l] < load[best]) best = l;
+                // Lanes are taken a slice's worth of bytes at a time: a batch of small ops goes
+                // to one lane (one wake-up and one send on each side instead of one per lane),
+                // large ops still spread over all of them.
+                if (given >= cfg_.slice_size) {
+                    best = 0;
+                    for (size_t l = 1; l < nl; ++l)
+                        if (load[l] < load[best]) best = l;
+                    given = 0;
+                }
                 Slice s;
                 s.op = op;
                 s.opcode = static_cast<uint8_t>(o.opcode);
@@ -174,14 +181,15 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
                 s.remote_addr = o.remote_addr + off;
                 s.len = std::min<uint64_t>(cfg_.slice_size, o.length - off);
                 load[best] += s.len;
+                given += s.len;
                 batches[best].front().push_back(s);
             }
         }
     } catch (...) {
-        for (Op *op : built) delete op;
-        release_all();
+        release_all();  // block frees the ops
         throw;
     }
+    if (n_ops > 0) (void)block.release();  // its ops own it from here on: the last to complete frees it
     // Phase 3: hand the batches over. Nothing here can fail.
     for (size_t l = 0; l < nl; ++l) {
         if (batches[l].front().empty()) continue;

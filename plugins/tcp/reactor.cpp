@@ -141,11 +141,10 @@ void Reactor::dispose_all() {
 }
 
 void Reactor::complete(uint64_t user_data, int status, const char *message) {
-    ferry_completion_t c{};
+    ferry_completion_t &c = done_.emplace_back();  // value-initialised: clears the message too
     c.user_data = user_data;
     c.status = status;
     if (status != 0) copy_message(c.message, message);
-    done_.push_back(c);
 }
 
 void Reactor::wake() noexcept {

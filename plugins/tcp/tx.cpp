@@ -5,12 +5,26 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstring>
+#include <memory>
+#include <new>
 
 namespace ferry_tcp {
 
 namespace {
-constexpr int kMaxIov = 64;  // iovecs per sendmsg: up to 32 messages per call
+constexpr int kMaxIov = 256;              // iovecs per sendmsg
+constexpr size_t kPackMax = 2048;         // pieces up to this size are copied into the pack buffer
+constexpr size_t kPackBytes = 64 * 1024;  // bytes packed per sendmsg
+
+// Small pieces (headers, small payloads) of consecutive messages are copied into one buffer and
+// sent as one iovec: the kernel's per-iovec cost exceeds a copy of a few dozen bytes. The
+// buffer is only used during one sendmsg, so one per thread (the reactors) serves every
+// connection; without it (allocation failed) every piece is its own iovec.
+uint8_t *pack_buffer() {
+    thread_local std::unique_ptr<uint8_t[]> buf(new (std::nothrow) uint8_t[kPackBytes]);
+    return buf.get();
 }
+}  // namespace
 
 void TxCursor::advance(const TxSource &src, uint64_t n, TxResult *r) {
     while (n > 0) {
@@ -51,26 +65,38 @@ ssize_t TxCursor::gather(int fd, const TxSource &src, size_t count, TxResult *r)
     int cnt = 0;
     size_t requested = 0;
     uint64_t off = off_;
+    uint8_t *const pack = pack_buffer();
+    size_t packed = 0;
+    bool last_packed = false;    // iov[cnt - 1] ends at pack + packed
+    UntrackedPayloadIo payload;  // the pack copies and sendmsg read payload memory
+    auto add = [&](const uint8_t *p, size_t len) {
+        if (pack != nullptr && len <= kPackMax && packed + len <= kPackBytes) {
+            memcpy(pack + packed, p, len);
+            if (last_packed) iov[cnt - 1].iov_len += len;
+            else iov[cnt++] = {pack + packed, len};
+            packed += len;
+            last_packed = true;
+        } else {
+            iov[cnt++] = {const_cast<uint8_t *>(p), len};
+            last_packed = false;
+        }
+    };
     for (size_t i = 0; i < count && cnt + 2 <= kMaxIov; ++i, off = 0) {
         const TxItem it = src.tx_item(i);
         if (i > 0 && it.by_ref) break;  // goes through the pipe
         const uint64_t hl = it.hdr != nullptr ? kHeaderSize : 0;
         if (off < hl) {
-            iov[cnt++] = {const_cast<uint8_t *>(it.hdr) + off, kHeaderSize - off};
-            if (it.len != 0) iov[cnt++] = {const_cast<uint8_t *>(it.payload), it.len};
+            add(it.hdr + off, kHeaderSize - off);
+            if (it.len != 0) add(it.payload, it.len);
         } else {
-            iov[cnt++] = {const_cast<uint8_t *>(it.payload) + (off - hl), it.len - (off - hl)};
+            add(it.payload + (off - hl), it.len - (off - hl));
         }
     }
     for (int i = 0; i < cnt; ++i) requested += iov[i].iov_len;
     msghdr mh{};
     mh.msg_iov = iov;
     mh.msg_iovlen = static_cast<size_t>(cnt);
-    ssize_t n;
-    {
-        UntrackedPayloadIo payload;
-        n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
         int e = errno;
         if (e == EAGAIN || e == EWOULDBLOCK) {

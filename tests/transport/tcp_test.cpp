@@ -480,6 +480,64 @@ TEST_F(TcpTest, ManyLargeReadsInFlightOnOneLane) {
     EXPECT_EQ(b->deregister_mem(hs), 0);  // every READ_DONE arrived: returns at once
 }
 
+// One lane, one batch: small READs (answered in runs, lane_recv.cpp), READs the server refuses
+// (ERROR frames much shorter than the READ_RESP they replace, so a run reads past them into the
+// next responses), and large READs right behind them (whose first bytes then arrive in a run).
+// Every byte lands where its op says, and a refused op's memory is never written.
+TEST_F(TcpTest, RunsOfSmallReadsWithRefusalsAndLargeReadsLandExactly) {
+    auto a = make({{"lanes", "1"}});
+    auto b = make();
+    ASSERT_TRUE(a && b);
+    const size_t sz = 4 << 20, big = 1 << 20, small = 64, refused = 8192;
+    Buffer src(sz), closed(sz), dst(sz);
+    fill_pattern(src.data(), sz, 21);
+    std::memset(dst.data(), 0xEE, sz);
+    uint64_t hs, hc, hd, peer, rsrc, rclosed;
+    ASSERT_EQ(b->register_mem(src.data(), sz, FERRY_ACCESS_REMOTE_READ, &hs), 0);
+    ASSERT_EQ(b->register_mem(closed.data(), sz, FERRY_ACCESS_REMOTE_WRITE, &hc), 0);  // READs refused
+    ASSERT_EQ(a->register_mem(dst.data(), sz, 0, &hd), 0);
+    ASSERT_EQ(a->connect(b->endpoint(), &peer), 0) << a->last_error();
+    ASSERT_EQ(a->import_mem(peer, src.addr(), sz, kRW, &rsrc), 0);
+    // Imported as readable: the initiator's early check passes, the server's refuses.
+    ASSERT_EQ(a->import_mem(peer, closed.addr(), sz, kRW, &rclosed), 0);
+    struct Want {
+        uint64_t off, len;
+        bool ok;
+    };
+    std::vector<Want> want;
+    std::vector<ferry_xfer_op_t> ops;
+    uint64_t off = 0;
+    for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < 40; ++i, off += small) want.push_back({off, small, true});
+        for (int i = 0; i < 3; ++i, off += refused) want.push_back({off, refused, false});
+        want.push_back({off, big, true});
+        off += big;
+        for (int i = 0; i < 5; ++i, off += small) want.push_back({off, small, true});
+    }
+    ASSERT_LE(off, sz);
+    for (size_t i = 0; i < want.size(); ++i) {
+        const Want &w = want[i];
+        ops.push_back(w.ok ? make_op(FERRY_OP_READ, dst.addr() + w.off, hd, src.addr() + w.off, rsrc, w.len, i)
+                           : make_op(FERRY_OP_READ, dst.addr() + w.off, hd, closed.addr() + w.off, rclosed, w.len, i));
+    }
+    ASSERT_EQ(a->submit(peer, ops), 0) << a->last_error();
+    auto c = a->wait(ops.size());
+    ASSERT_EQ(c.size(), ops.size());
+    for (const auto &x : c) {
+        const Want &w = want[x.user_data];
+        EXPECT_EQ(x.status, w.ok ? 0 : -EACCES) << "op " << x.user_data << ": " << x.message;
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+        const Want &w = want[i];
+        if (w.ok) {
+            EXPECT_EQ(find_mismatch(dst.data() + w.off, w.len, 21, w.off), SIZE_MAX) << "op " << i;
+        } else {
+            for (uint64_t k = 0; k < w.len; ++k)
+                ASSERT_EQ(dst.data()[w.off + k], 0xEE) << "refused op " << i << " wrote byte " << k;
+        }
+    }
+}
+
 TEST_F(TcpTest, StalledPeerTimesOut) {
     auto a = make({{"op_timeout_ms", "300"}});
     ASSERT_TRUE(a);
