@@ -252,6 +252,10 @@ static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_
 }
 
 Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options_in) {
+    return register_region(addr, length, options_in, -1);
+}
+
+Result<void> Engine::register_region(void *addr, uint64_t length, const MemoryOptions &options_in, int shared_fd) {
     auto &im = *impl_;
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
     if (!addr || length == 0) return fail(-EINVAL, "register_memory: address is null or length is 0");
@@ -308,7 +312,8 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
             unable += (unable.empty() ? "" : ", ") + t->name();
             continue;
         }
-        auto h = t->register_mem(abi);
+        auto h =
+            shared_fd >= 0 && kind == FERRY_MEM_HOST ? t->register_mem_fd(abi, shared_fd, 0) : t->register_mem(abi);
         if (!h) {
             rollback();
             return fail(h.error().code, cat("register_memory [", hex(a), ", +", length, "): ", h.error().message));
