@@ -170,30 +170,37 @@ int Transport::submit_mapped(uint64_t peer, const ferry_xfer_op_t *ops, size_t n
             return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i,
                              ops[i].local_mem);
         }
+    // Liveness before, the copies (split over the helpers), liveness after: an op whose region
+    // was freed meanwhile fails (its bytes went to the orphaned memfd only).
+    std::vector<SplitCopier::Piece> pieces;
+    std::vector<bool> live(n);
+    pieces.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        const ferry_xfer_op_t &op = ops[i];
+        SharedMapping &m = *todo[i].map;
+        auto *theirs = m.ptr + (op.remote_addr - m.base);
+        auto *mine = reinterpret_cast<uint8_t *>(op.local_addr);
+        live[i] = m.alive();
+        if (live[i])
+            pieces.push_back(op.opcode == FERRY_OP_WRITE ? SplitCopier::Piece{theirs, mine, op.length}
+                                                         : SplitCopier::Piece{mine, theirs, op.length});
+    }
+    copier_.copy(pieces, cfg_.copy_threads > 1 ? cfg_.copy_threads - 1 : 0);
     std::vector<ferry_completion_t> done;
     done.reserve(n);
     std::vector<std::shared_ptr<SharedMapping>> gone;
     for (size_t i = 0; i < n; ++i) {
         const ferry_xfer_op_t &op = ops[i];
         SharedMapping &m = *todo[i].map;
-        auto *theirs = m.ptr + (op.remote_addr - m.base);
-        auto *mine = reinterpret_cast<uint8_t *>(op.local_addr);
-        bool ok = m.alive();
-        if (ok) {
-            if (op.opcode == FERRY_OP_WRITE) memcpy(theirs, mine, op.length);
-            else memcpy(mine, theirs, op.length);
-            ok = m.alive();  // freed meanwhile: what was written went to the orphaned memfd only
-        }
         todo[i].local->unpin();
-        if (ok) {
+        if (live[i] && m.alive()) {
             done.push_back(make_completion(op.user_data, 0, {}));
             continue;
         }
-        done.push_back(
-            make_completion(op.user_data, -EFAULT,
-                            strprintf("shm: peer %" PRIu64 " unregistered or freed its managed buffer [0x%" PRIx64
-                                      ", +%" PRIu64 "): the region is gone (open the segment again)",
-                                      peer, m.base, m.length)));
+        done.push_back(make_completion(op.user_data, -EFAULT,
+                                       strprintf("shm: peer %" PRIu64 " unregistered or freed its managed buffer [0x%" PRIx64
+                                                 ", +%" PRIu64 "): the region is gone (open the segment again)",
+                                                 peer, m.base, m.length)));
         gone.push_back(todo[i].map);
     }
     if (!gone.empty()) {  // dropped: later ops on these imports go to the serving side, which refuses them

@@ -136,8 +136,8 @@ std::shared_ptr<SharedMapping> map_checked_memfd(int fd, const MapReply &r, uint
     const uint64_t page = page_size();
     const size_t len = static_cast<size_t>(r.live_offset + page - r.fd_offset);
     const bool rw = r.access & FERRY_ACCESS_REMOTE_WRITE;
-    void *p =
-        mmap(nullptr, len, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, static_cast<off_t>(r.fd_offset));
+    void *p = mmap(nullptr, len, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
+                   static_cast<off_t>(r.fd_offset));  // populated: no page fault per 4 KiB in the first copies
     if (p == MAP_FAILED) return *why = "mmap: " + errno_string(errno), nullptr;
     auto m = std::make_shared<SharedMapping>();
     m->ptr = static_cast<uint8_t *>(p);

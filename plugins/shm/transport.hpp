@@ -10,6 +10,7 @@
 #include "plugin_util.hpp"
 #include "rate_limited_log.hpp"
 #include "regions.hpp"
+#include "split_copy.hpp"
 #include "staged_device.hpp"
 #include "wire.hpp"
 
@@ -251,6 +252,7 @@ private:
     std::mutex shared_mu_;                // guards the cache below
     // Peers' managed buffers mapped here, by (peer, inode): one mapping however often imported.
     std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<SharedMapping>> shared_maps_;
+    SplitCopier copier_;  // the mapped path's copies: the caller and copy_threads - 1 helpers
 
     std::mutex work_mu_;
     std::condition_variable work_cv_;
