@@ -197,10 +197,11 @@ int Transport::submit_mapped(uint64_t peer, const ferry_xfer_op_t *ops, size_t n
             done.push_back(make_completion(op.user_data, 0, {}));
             continue;
         }
-        done.push_back(make_completion(op.user_data, -EFAULT,
-                                       strprintf("shm: peer %" PRIu64 " unregistered or freed its managed buffer [0x%" PRIx64
-                                                 ", +%" PRIu64 "): the region is gone (open the segment again)",
-                                                 peer, m.base, m.length)));
+        done.push_back(
+            make_completion(op.user_data, -EFAULT,
+                            strprintf("shm: peer %" PRIu64 " unregistered or freed its managed buffer [0x%" PRIx64
+                                      ", +%" PRIu64 "): the region is gone (open the segment again)",
+                                      peer, m.base, m.length)));
         gone.push_back(todo[i].map);
     }
     if (!gone.empty()) {  // dropped: later ops on these imports go to the serving side, which refuses them

@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FUZZ_CHECK(m.magic == kMapRequestMagic, "magic");
             FUZZ_CHECK((m.access & FERRY_ACCESS_REMOTE_READ) != 0, "read access is always asked for");
             FUZZ_CHECK((m.access & ~3u) == 0, "no unknown access bits");
-            FUZZ_CHECK(m.length > 0 && m.addr != 0 && m.addr + m.length > m.addr, "a non-empty range that does not wrap");
+            FUZZ_CHECK(m.length > 0 && m.addr != 0 && m.addr + m.length > m.addr,
+                       "a non-empty range that does not wrap");
         } else {
             FUZZ_CHECK(!why.empty(), "a refusal says why");
         }
