@@ -59,6 +59,14 @@ ferry::Result<std::unique_ptr<Buffer>> Buffer::host(uint64_t len) {
     return std::unique_ptr<Buffer>(new Buffer(static_cast<uint8_t *>(p), len, nullptr, -1));
 }
 
+ferry::Result<std::unique_ptr<Buffer>> Buffer::shared(ferry::Engine &engine, uint64_t len) {
+    auto p = engine.alloc_shared(len);
+    if (!p) return std::unexpected(p.error());
+    auto b = std::unique_ptr<Buffer>(new Buffer(static_cast<uint8_t *>(*p), len, nullptr, -1));
+    b->engine_ = &engine;
+    return b;
+}
+
 ferry::Result<std::unique_ptr<Buffer>> Buffer::device(GpuRuntime &gpu, int device, uint64_t len) {
     auto p = gpu.alloc(device, len);
     if (!p) return std::unexpected(p.error());
@@ -67,6 +75,7 @@ ferry::Result<std::unique_ptr<Buffer>> Buffer::device(GpuRuntime &gpu, int devic
 
 Buffer::~Buffer() {
     if (gpu_) gpu_->free(device_, data_);
+    else if (engine_) (void)engine_->free_shared(data_);
     else munmap(data_, size_);
 }
 

@@ -50,6 +50,10 @@ std::string location_name(ferry::MemoryKind kind, int device);
 class Buffer {
 public:
     static ferry::Result<std::unique_ptr<Buffer>> host(uint64_t len);
+    // Host memory from engine.alloc_shared (--shared_buffers): registered by the engine already,
+    // freed with free_shared; shm.so maps it into peers.
+    static ferry::Result<std::unique_ptr<Buffer>> shared(ferry::Engine &engine, uint64_t len);
+    bool engine_registered() const { return engine_ != nullptr; }
     static ferry::Result<std::unique_ptr<Buffer>> device(GpuRuntime &gpu, int device, uint64_t len);
     ~Buffer();
     Buffer(const Buffer &) = delete;
@@ -73,6 +77,7 @@ private:
     uint64_t size_;
     GpuRuntime *gpu_;  // null: host memory
     int device_;
+    ferry::Engine *engine_ = nullptr;  // shared(): the engine that allocated it
 };
 
 }  // namespace bench

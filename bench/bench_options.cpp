@@ -214,6 +214,10 @@ Parser::Parser(Options &o) : o_(o) {
     add("verify", true, "false", "check every byte moved (through host copies for GPU memory)", boolean(o.verify),
         false);
     add("json", true, "false", "print one JSON object instead of text", boolean(o.json), false);
+    add("shared_buffers", true, "false",
+        "host buffers allocated with the engine's alloc_shared (memfd-backed managed buffers, which shm.so maps "
+        "into peers: transfers are one memcpy)",
+        boolean(o.shared_buffers), false);
     add("config", false, "", "engine YAML config file", string(o.config), false);
     add(
         "option", false, "", "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)",

@@ -36,6 +36,7 @@ struct Options {
     bool use_vram = false;
     int gpu_id = 0;  // -1: one buffer on every GPU
     bool init_mem = true;
+    bool shared_buffers = false;  // host buffers from alloc_shared (managed: shm.so maps them)
     std::string backend = "classic";
     // Ferry's own
     bool verify = false;

@@ -12,7 +12,11 @@
 #     side in shared memory and reuses it, so it runs from cache) next to shm.so at 4 MiB over a
 #     4 MiB buffer (the same reuse) and over 1 GiB. ucx_perftest's server listens on every
 #     interface, so both UCX processes run in a private network namespace that has only loopback
-#     (unshare -n).
+#     (unshare -n);
+#   - the same 4 MiB rows with managed buffers on both sides (--shared_buffers: the engine's
+#     alloc_shared, a sealed memfd that the target's shm.so hands to the initiator, which maps
+#     it once and copies with memcpy), over a 4 MiB buffer (reused, like UCX) and over 1 GiB.
+# TABLES=memcpy,ucx (default both) picks the tables, so each part fits one quiet-bench call.
 # Everything else binds 127.0.0.1.
 set -euo pipefail
 build=${1:-build}
@@ -40,11 +44,13 @@ memcpy_nt_rate() {
 }
 
 # buffer block operation [initiator --option k=v ...] -> GB/s; target and initiator are two processes.
+# --shared_buffers as the first extra argument goes to both sides.
 shm_rate_once() {
-  local buffer=$1 block=$2 op=$3
+  local buffer=$1 block=$2 op=$3 target_extra=()
   shift 3
+  [ "${1:-}" = --shared_buffers ] && target_extra=(--shared_buffers)
   "$bench" --mode=target --local_server_name=127.0.0.1:0 --buffer_size="$buffer" --option plugins=shm \
-    >"$tmp/target.out" 2>&1 &
+    "${target_extra[@]}" >"$tmp/target.out" 2>&1 &
   target_pid=$!
   local segment=""
   for _ in $(seq 1 200); do
@@ -98,6 +104,8 @@ ucx_rate() { best_of ucx_rate_once "$@"; }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), $(free -g | awk '/Mem:/ {print $2}') GiB"
 echo "date: $(date -u +%Y-%m-%dT%H:%MZ), ${duration}s per run, best of ${REPEAT:-1} per row, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "shm.so defaults: copy_threads=2, chunk_size=1m; transfer_engine_bench batch_size=128, threads=1"
+tables=${TABLES:-memcpy,ucx}
+if [[ $tables == *memcpy* ]]; then
 echo
 echo "| what | block | buffer | GB/s | vs memcpy | vs memcpy (NT 64k) |"
 echo "|---|---|---|---|---|---|"
@@ -116,6 +124,8 @@ for block in 1048576 16777216; do
     echo "| shm.so $op, 2 processes, adopt_memfd | $label | 1 GiB | $s | $(ratio "$s" "$m") | $(ratio "$s" "$nt") |"
   done
 done
+fi
+if [[ $tables == *ucx* ]]; then
 echo
 echo "| what | block | buffer | GB/s | vs UCX |"
 echo "|---|---|---|---|---|"
@@ -130,6 +140,12 @@ for buffer in 4194304 $GiB; do
       echo "| shm.so $op, 2 processes${mode:+, $mode} | 4 MiB | $label | $s | $r |"
     done
   done
+  for op in write read; do
+    s=$(shm_rate "$buffer" 4194304 "$op" --shared_buffers)
+    if [ "$u" = "n/a" ]; then r="n/a"; else r=$(ratio "$s" "$u"); fi
+    echo "| shm.so $op, 2 processes, managed buffers (alloc_shared) | 4 MiB | $label | $s | $r |"
+  done
 done
+fi
 echo
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

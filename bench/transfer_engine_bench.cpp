@@ -90,7 +90,8 @@ struct Registered {
     ferry::Engine &engine;
     std::vector<std::unique_ptr<Buffer>> buffers;
     ~Registered() {
-        for (auto &b : buffers) (void)engine.unregister_memory(b->data());
+        for (auto &b : buffers)
+            if (!b->engine_registered()) (void)engine.unregister_memory(b->data());
     }
     std::vector<std::string> where() const {
         std::vector<std::string> out;
@@ -102,12 +103,17 @@ struct Registered {
 std::unique_ptr<Registered> make_buffers(const Options &o, ferry::Engine &engine, bench::GpuRuntime *gpu, uint64_t seed,
                                          bool fill) {
     std::vector<std::unique_ptr<Buffer>> made;
-    if (!gpu) made.push_back(check(Buffer::host(o.buffer_size)));
+    if (!gpu)
+        made.push_back(check(o.shared_buffers ? Buffer::shared(engine, o.buffer_size) : Buffer::host(o.buffer_size)));
     else
         for (int d : gpu_devices(o, *gpu)) made.push_back(check(Buffer::device(*gpu, d, o.buffer_size)));
     auto out = std::unique_ptr<Registered>(new Registered{engine, {}});
     for (auto &b : made) {
         if (fill) check(b->fill(seed));
+        if (b->engine_registered()) {
+            out->buffers.push_back(std::move(b));
+            continue;
+        }
         if (auto r = engine.register_memory(b->data(), b->size(), b->memory_options()); !r)
             die("registering " + std::to_string(b->size()) + " bytes of " + b->location() +
                 " memory: " + r.error().message);

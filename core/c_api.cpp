@@ -154,6 +154,22 @@ int ferry_register(ferry_engine_t *e, void *addr, uint64_t length, uint32_t kind
     });
 }
 
+int ferry_alloc_shared(ferry_engine_t *e, uint64_t length, uint32_t access, void **addr) {
+    REQUIRE_ENGINE(e);
+    if (!addr) return set_error(-EINVAL, "ferry_alloc_shared: addr is NULL");
+    return guarded(__func__, [&] {
+        auto r = e->engine->alloc_shared(length, access);
+        int rc = check(r);
+        if (rc == 0) *addr = *r;
+        return rc;
+    });
+}
+
+int ferry_free_shared(ferry_engine_t *e, void *addr) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] { return check(e->engine->free_shared(addr)); });
+}
+
 int ferry_staging_stats(ferry_engine_t *e, ferry_staging_stats_t *out) {
     REQUIRE_ENGINE(e);
     if (!out) return set_error(-EINVAL, "ferry_staging_stats: out is NULL");

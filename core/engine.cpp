@@ -279,9 +279,10 @@ static Result<MemoryOptions> detect_memory(Engine::Impl &im, void *addr, uint64_
     return options;
 }
 
-// Registers one range; returns the number of its queued change for publish_queued.
+// Registers one range (with shared_fd >= 0: that memfd's mapping at offset 0); returns the number
+// of its queued change for publish_queued.
 static Result<uint64_t> register_unpublished(Engine::Impl &im, void *addr, uint64_t length,
-                                             const MemoryOptions &options_in) {
+                                             const MemoryOptions &options_in, int shared_fd) {
     uint64_t a = reinterpret_cast<uintptr_t>(addr);
     if (!addr || length == 0) return fail(-EINVAL, "register_memory: address is null or length is 0");
     if (a + length < a) return fail(-EINVAL, cat("register_memory: [", hex(a), ", +", length, ") wraps around"));
@@ -337,7 +338,8 @@ static Result<uint64_t> register_unpublished(Engine::Impl &im, void *addr, uint6
             unable += (unable.empty() ? "" : ", ") + t->name();
             continue;
         }
-        auto h = t->register_mem(abi);
+        auto h =
+            shared_fd >= 0 && kind == FERRY_MEM_HOST ? t->register_mem_fd(abi, shared_fd, 0) : t->register_mem(abi);
         if (!h) {
             rollback();
             return fail(h.error().code, cat("register_memory [", hex(a), ", +", length, "): ", h.error().message));
@@ -373,7 +375,11 @@ static Result<uint64_t> register_unpublished(Engine::Impl &im, void *addr, uint6
 }
 
 Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {
-    auto seq = register_unpublished(*impl_, addr, length, options);
+    return register_region(addr, length, options, -1);
+}
+
+Result<void> Engine::register_region(void *addr, uint64_t length, const MemoryOptions &options, int shared_fd) {
+    auto seq = register_unpublished(*impl_, addr, length, options, shared_fd);
     if (!seq) return std::unexpected(seq.error());
     return impl_->publish_queued(*seq);
 }
@@ -381,7 +387,7 @@ Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOp
 Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, const MemoryOptions &options) {
     uint64_t last = 0;
     for (size_t i = 0; i < ranges.size(); ++i) {
-        auto seq = register_unpublished(*impl_, ranges[i].addr, ranges[i].length, options);
+        auto seq = register_unpublished(*impl_, ranges[i].addr, ranges[i].length, options, -1);
         if (!seq) {
             (void)impl_->publish_queued(last);  // what was registered stays registered, and published
             return fail(seq.error().code, cat("register_memory_batch: range ", i, " of ", ranges.size(), " (", i,

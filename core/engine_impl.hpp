@@ -28,6 +28,7 @@
 #include "metadata.hpp"
 #include "plugin_loader.hpp"
 #include "region_index.hpp"
+#include "shared_memory.hpp"
 #include "stage_service.hpp"
 #include "transport.hpp"
 
@@ -175,6 +176,7 @@ struct Engine::Impl {
     EngineSettings settings;
     std::string host_id;
     PluginReport plugin_report;
+    SharedBuffers shared_buffers;  // before transports: unmapped only after they are destroyed
     std::vector<std::unique_ptr<Transport>> transports;
     std::vector<std::vector<uint8_t>> endpoints;  // per transport
     std::vector<size_t> priority;                 // transport indices, best first

@@ -101,6 +101,17 @@ Result<uint64_t> Transport::register_mem(const ferry_mem_region_t &region) {
     return handle;
 }
 
+Result<uint64_t> Transport::register_mem_fd(const ferry_mem_region_t &region, int fd, uint64_t fd_offset) {
+    const ferry_plugin_v1_t *api = plugin_->api;
+    if (api->struct_size < FERRY_PLUGIN_V1_SIZE_UNTIL(register_mem_fd) || api->register_mem_fd == nullptr)
+        return register_mem(region);
+    ferry_error_t err{};
+    uint64_t handle = 0;
+    if (int rc = api->register_mem_fd(instance_, &region, fd, fd_offset, &handle, &err))
+        return std::unexpected(error(rc, err, "register_mem_fd"));
+    return handle;
+}
+
 Result<void> Transport::deregister_mem(uint64_t handle) {
     ferry_error_t err{};
     if (int rc = plugin_->api->deregister_mem(instance_, handle, &err))

@@ -39,6 +39,9 @@ public:
 
     Result<std::vector<uint8_t>> endpoint();
     Result<uint64_t> register_mem(const ferry_mem_region_t &region);
+    // ABI 1.3: the region is a mapping of memfd `fd` (ferry_alloc_shared); a plugin without
+    // register_mem_fd gets plain register_mem.
+    Result<uint64_t> register_mem_fd(const ferry_mem_region_t &region, int fd, uint64_t fd_offset);
     Result<void> deregister_mem(uint64_t handle);
     Result<std::vector<uint8_t>> export_mem(uint64_t handle);
     Result<uint64_t> connect(std::span<const uint8_t> endpoint);

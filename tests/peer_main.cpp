@@ -2,6 +2,8 @@
 // Prints "READY <segment> <buffer address> <size>", then answers commands on stdin:
 //   sum    -> "SUM <fnv1a-64 of the buffer>"
 //   unreg  -> unregisters the buffer, "OK"
+//   free   -> --managed only: frees the buffer (free_shared), then maps fresh memory filled with
+//             0xee where it was (a re-used address), "OK"
 //   notify <segment> <text>  -> sends a notification, "OK" or "ERROR <code> <message>"
 //   writenotify <segment> <hex addr> <length> <byte> <text>
 //          -> WRITEs length bytes of value byte there, waits, then notifies; "OK" or "ERROR ..."
@@ -12,7 +14,10 @@
 //          "FLOODED <queued> <refused with ENOBUFS> <other failures>"
 //   take   -> "TAKEN <n> <from>|<text> ..." (notifications received so far)
 //   quit   -> exits
-// Options: --access r|w|rw sets the buffer's remote access rights (default rw).
+// Options: --access r|w|rw sets the buffer's remote access rights (default rw); --managed
+// allocates the buffer with alloc_shared (a managed buffer, which shm.so hands to peers).
+#include <sys/mman.h>
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -30,9 +35,11 @@ int main(int argc, char **argv) {
     uint64_t size = 8 << 20;
     ferry::Config config{{"plugins", "tcp"}};
     ferry::MemoryOptions memory;
+    bool managed = false;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--size" && i + 1 < argc) size = std::strtoull(argv[++i], nullptr, 0);
+        else if (a == "--managed") managed = true;
         else if (a == "--access" && i + 1 < argc) {
             std::string rights = argv[++i];
             memory.access = (rights.find('r') != std::string::npos ? ferry::kRemoteRead : 0) |
@@ -48,9 +55,21 @@ int main(int argc, char **argv) {
         std::printf("ERROR %s\n", engine.error().message.c_str());
         return 1;
     }
-    std::vector<uint8_t> buffer(size);
+    std::vector<uint8_t> plain;
+    std::span<uint8_t> buffer;
+    if (managed) {
+        auto p = (*engine)->alloc_shared(size, memory.access);
+        if (!p) {
+            std::printf("ERROR %s\n", p.error().message.c_str());
+            return 1;
+        }
+        buffer = {static_cast<uint8_t *>(*p), size};
+    } else {
+        plain.resize(size);
+        buffer = plain;
+    }
     for (uint64_t i = 0; i < size; ++i) buffer[i] = ferry::test::peer_pattern(i);
-    if (auto r = (*engine)->register_memory(buffer.data(), size, memory); !r) {
+    if (auto r = managed ? ferry::Result<void>{} : (*engine)->register_memory(buffer.data(), size, memory); !r) {
         std::printf("ERROR %s\n", r.error().message.c_str());
         return 1;
     }
@@ -61,6 +80,13 @@ int main(int argc, char **argv) {
     while (std::getline(std::cin, cmd)) {
         if (cmd == "sum") {
             std::printf("SUM %" PRIx64 "\n", ferry::test::fnv1a(buffer.data(), buffer.size()));
+        } else if (cmd == "free" && managed) {
+            auto r = (*engine)->free_shared(buffer.data());
+            // The same addresses, re-used: a peer's late copy must never land here.
+            void *again = mmap(buffer.data(), size, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if (again == buffer.data()) std::memset(again, 0xee, size);
+            std::printf("%s\n", !r ? r.error().message.c_str() : again == buffer.data() ? "OK" : "ERROR remap");
         } else if (cmd == "unreg") {
             auto r = (*engine)->unregister_memory(buffer.data());
             std::printf("%s\n", r ? "OK" : r.error().message.c_str());

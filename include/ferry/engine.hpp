@@ -122,6 +122,15 @@ public:
     // fails: the ones before it stay registered; the error says which failed.
     Result<void> register_memory_batch(std::span<const MemoryRange> ranges, const MemoryOptions &options = {});
     Result<void> unregister_memory(void *addr);
+    // Host memory the engine allocates to share: a sealed memfd mapped MAP_SHARED, registered
+    // with `access`, which shm.so hands to authorised peers on the same host so they copy into
+    // it with memcpy (docs/DESIGN.md, "managed buffers"). `length` is rounded up to pages; the
+    // address is page-aligned. Free it with free_shared (never unregister_memory/munmap).
+    Result<void *> alloc_shared(uint64_t length, uint32_t access = kRemoteRead | kRemoteWrite);
+    // Unregisters and unmaps a buffer from alloc_shared. Peers that mapped it fail their later
+    // ops on it with -EFAULT; what they still write lands in the orphaned memfd, never in
+    // memory this process reuses.
+    Result<void> free_shared(void *addr);
 
     // Fetches the segment's descriptor (the network: bounded by handshake_timeout_ms).
     Result<SegmentId> open_segment(std::string_view name);
@@ -179,6 +188,8 @@ public:
 
 private:
     explicit Engine(std::unique_ptr<Impl> impl);
+    // register_memory; with shared_fd >= 0 the region is that memfd's mapping at offset 0.
+    Result<void> register_region(void *addr, uint64_t length, const MemoryOptions &options, int shared_fd);
     std::unique_ptr<Impl> impl_;
 };
 

@@ -15,8 +15,9 @@
 
 /* Version of this C API: 2 added ferry_wait_batch; 3 added ferry_wait_notifications,
  * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
- * FERRY_MEMORY_AUTO. Functions are only ever added. */
-#define FERRY_C_API_VERSION 3
+ * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared. Functions are only
+ * ever added. */
+#define FERRY_C_API_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +89,15 @@ FERRY_C_API int ferry_engine_segment_name(ferry_engine_t *engine, char *buf, siz
 FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length, uint32_t memory_kind,
                                int32_t device, uint32_t access);
 FERRY_C_API int ferry_unregister(ferry_engine_t *engine, void *addr);
+
+/* Allocate `length` bytes (rounded up to pages) of host memory to share and register it with
+ * `access`: a sealed memfd mapped shared, which shm.so hands to authorised peers on this host
+ * so their transfers are one memcpy (README "Managed buffers"). *addr (page-aligned) is set
+ * only on success. Free it with ferry_free_shared, never with ferry_unregister or munmap; it is
+ * unmapped when the engine is destroyed. */
+FERRY_C_API int ferry_alloc_shared(ferry_engine_t *engine, uint64_t length, uint32_t access, void **addr);
+/* Unregister and unmap a buffer from ferry_alloc_shared. Peers' later ops on it fail. */
+FERRY_C_API int ferry_free_shared(ferry_engine_t *engine, void *addr);
 
 /* Pinned host memory the GPU staging lends out (engine keys gpu_staging_max_bytes and
  * gpu_staging_slice_bytes), both ends together. */

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 2u
+#define FERRY_PLUGIN_ABI_MINOR 3u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -326,6 +326,18 @@ typedef struct ferry_plugin_v1 {
     const ferry_option_desc_t *options;
     uint32_t n_options;
     uint32_t option_desc_size;
+    /* ---- ABI 1.3 (read only when struct_size covers it; may be NULL) ---- */
+    /* Like register_mem, for host memory the host allocated to share (ferry_alloc_shared):
+     * [region->addr, +region->length) is a MAP_SHARED mapping of the memfd `fd` at offset
+     * `fd_offset` (page-aligned). The memfd is sealed with F_SEAL_SHRINK | F_SEAL_GROW |
+     * F_SEAL_SEAL, fully allocated, and has one page after the region's last page (at fd_offset
+     * + the length rounded up to pages) that the host never touches: the plugin's, for state
+     * its peers see (shm.so: whether the region is still registered). The host keeps `fd` open
+     * until deregister_mem returns; a plugin that needs it longer dup()s it. A plugin may hand
+     * the memfd to peers that are authorised to access the region, so they map it. NULL: the
+     * host calls register_mem instead. */
+    int (*register_mem_fd)(ferry_transport_t *transport, const ferry_mem_region_t *region, int fd, uint64_t fd_offset,
+                           uint64_t *mem_handle, ferry_error_t *err);
 } ferry_plugin_v1_t;
 
 /* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a

@@ -140,6 +140,12 @@ struct Entry {
         *fd = T(t)->completion_fd();
         return 0;
     }
+    // ABI 1.3: only for a Transport with register_mem_fd (with_register_mem_fd below).
+    static int register_mem_fd(ferry_transport_t *t, const ferry_mem_region_t *r, int fd, uint64_t fd_offset,
+                               uint64_t *handle, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && r != nullptr && handle != nullptr && fd >= 0, "register_mem_fd");
+        return guard(err, "register_mem_fd", [&] { return T(t)->register_mem_fd(r, fd, fd_offset, handle, err); });
+    }
 #undef FERRY_ENTRY_REQUIRE
 };
 
@@ -169,7 +175,15 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
         nullptr,  // options, n_options, option_desc_size: with_options() (option_table.hpp) sets them
         0,
         0,
+        nullptr,  // register_mem_fd: with_register_mem_fd() sets it
     };
+}
+
+// The entry table with register_mem_fd (ABI 1.3) forwarded to Transport::register_mem_fd.
+template <class Transport>
+constexpr ferry_plugin_v1_t with_register_mem_fd(ferry_plugin_v1_t t) {
+    t.register_mem_fd = Entry<Transport>::register_mem_fd;
+    return t;
 }
 
 }  // namespace ferry_plugin

@@ -38,14 +38,10 @@ int read_full(int fd, void *buf, size_t len, Clock::time_point deadline) {
 
 }  // namespace
 
-int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
-    EndpointBytes ep;
-    if (len != sizeof ep)
-        return set_error(err, -EINVAL, "shm: endpoint is %zu bytes, a shm endpoint has %zu", len, sizeof ep);
-    memcpy(&ep, endpoint, sizeof ep);
-    if (ep.magic != kEndpointMagic || ep.version != kWireVersion)
-        return set_error(err, -EPROTO, "shm: not a shm.so version %u endpoint", kWireVersion);
-    const std::string who = strprintf("peer pid %u", ep.pid);
+// A connection to the instance `ep` names, handshaken with a Hello of `hello_magic` (a data
+// connection, or a map channel: map_wire.hpp). 0 and *out, or an error naming `who`.
+int Transport::open_channel(const EndpointBytes &ep, uint32_t hello_magic, const std::string &who, int *out,
+                            ferry_error_t *err) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return set_error(err, -errno, "shm: socket: %s", errno_string(errno).c_str());
     auto fail = [&](int code, const std::string &m) {
@@ -70,7 +66,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
                     strprintf("the socket belongs to pid %d here: the peer runs in another PID namespace "
                               "(container); shm needs both processes in one",
                               cred.pid));
-    Hello h{kHelloMagic,
+    Hello h{hello_magic,
             kWireVersion,
             0,
             ep.token,
@@ -95,12 +91,31 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
     if (ack.magic != kAckMagic) return fail(-EPROTO, "handshake answer is not from shm.so");
     if (ack.status != 0)
         return fail(ack.status < 0 ? ack.status : -EIO, strprintf("refused the connection: %s", ack.message));
+    *out = fd;
+    return 0;
+}
+
+int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err) {
+    EndpointBytes ep;
+    if (len != sizeof ep)
+        return set_error(err, -EINVAL, "shm: endpoint is %zu bytes, a shm endpoint has %zu", len, sizeof ep);
+    memcpy(&ep, endpoint, sizeof ep);
+    if (ep.magic != kEndpointMagic || ep.version != kWireVersion)
+        return set_error(err, -EPROTO, "shm: not a shm.so version %u endpoint", kWireVersion);
+    const std::string who = strprintf("peer pid %u", ep.pid);
+    int fd = -1;
+    if (int rc = open_channel(ep, kHelloMagic, who, &fd, err)) return rc;
+    auto fail = [&](int code, const std::string &m) {
+        close(fd);
+        return set_error(err, code, "shm: %s: %s", who.c_str(), m.c_str());
+    };
     auto c = std::make_shared<ClientConn>();
     c->gate = Gate::make();
     if (!c->gate) return fail(-ENOMEM, strprintf("cannot map a gate page: %s", errno_string(errno).c_str()));
     c->fd = fd;
     c->pid = static_cast<pid_t>(ep.pid);
     c->who = who;
+    c->ep = ep;
     {
         std::unique_lock lock(peers_mu_);
         c->peer_id = next_peer_++;
@@ -141,8 +156,8 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
     return 0;
 }
 
-int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void *, size_t, uint64_t *remote_mem,
-                          ferry_error_t *err) {
+int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void *desc, size_t desc_len,
+                          uint64_t *remote_mem, ferry_error_t *err) {
     // A device region in a peer's descriptor was registered there with staging (shm.so refuses
     // device memory otherwise): the peer serves it like host memory.
     if (r->kind != FERRY_MEM_HOST && r->kind != FERRY_MEM_CUDA && r->kind != FERRY_MEM_ROCM)
@@ -150,10 +165,12 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void
     if (r->length == 0 || r->addr + r->length < r->addr)
         return set_error(err, -EINVAL, "shm: imported region [0x%" PRIx64 ", +%" PRIu64 ") is empty or wraps", r->addr,
                          r->length);
+    // A peer's managed buffer: its memfd mapped once, memcpy from then on (shared_client.cpp).
+    auto map = r->kind == FERRY_MEM_HOST && parse_shared_desc(desc, desc_len) ? map_shared(peer, *r) : nullptr;
     std::unique_lock lock(peers_mu_);
     if (!peers_.count(peer)) return set_error(err, -ENOENT, "shm: no peer %" PRIu64, peer);
     uint64_t id = next_import_++;
-    imports_[id] = Import{peer, r->addr, r->length, r->access};
+    imports_[id] = Import{peer, r->addr, r->length, r->access, std::move(map)};
     *remote_mem = id;
     return 0;
 }
@@ -168,6 +185,7 @@ int Transport::release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *er
 }
 
 int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
+    if (int rc = submit_mapped(peer, ops, n, err); rc != kNotMapped) return rc;  // shared_client.cpp
     std::shared_ptr<ClientConn> c;
     std::vector<std::shared_ptr<Region>> locals(n);
     auto unpin_all = [&] {

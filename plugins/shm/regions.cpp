@@ -24,8 +24,9 @@ void Region::retire_and_wait(const Logger &log) {
 }
 
 uint64_t RegionTable::add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd, uint32_t kind,
-                          int32_t device_id) {
+                          int32_t device_id, SharedBacking shared) {
     auto r = std::make_shared<Region>();
+    r->shared = std::move(shared);
     r->kind = kind;
     r->device_id = device_id;
     r->addr = addr;
@@ -51,7 +52,17 @@ std::shared_ptr<Region> RegionTable::remove(uint64_t handle) {
             by_addr_.erase(a);
             break;
         }
+    r->shared.revoke();  // under the lock: find_shared never hands out a revoked region's memfd
     return r;
+}
+
+std::shared_ptr<Region> RegionTable::find_shared(uint64_t addr, uint64_t len) const {
+    std::shared_lock lock(mu_);
+    for (auto it = by_addr_.upper_bound(addr); it != by_addr_.begin();) {
+        --it;
+        if (it->second->shared.valid() && it->second->contains(addr, len)) return it->second;
+    }
+    return nullptr;
 }
 
 std::shared_ptr<Region> RegionTable::find(uint64_t handle) const {

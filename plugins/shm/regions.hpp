@@ -27,7 +27,8 @@ struct Region {
     uint32_t access = 0;
     uint32_t kind = 0;  // ferry_mem_kind_t: device memory is only ever staged (never touched)
     int32_t device_id = -1;
-    MemfdBacking memfd;  // set when the region was moved into a memfd (closed with the region)
+    MemfdBacking memfd;    // set when the region was moved into a memfd (closed with the region)
+    SharedBacking shared;  // a managed buffer (register_mem_fd): its memfd, handed to peers
     Region() = default;
     Region(const Region &) = delete;
     Region &operator=(const Region &) = delete;
@@ -46,8 +47,11 @@ private:
 class RegionTable {
 public:
     uint64_t add(uint64_t addr, uint64_t length, uint32_t access, MemfdBacking memfd = {}, uint32_t kind = 0,
-                 int32_t device_id = -1);
-    std::shared_ptr<Region> remove(uint64_t handle);  // nullptr when unknown
+                 int32_t device_id = -1, SharedBacking shared = {});
+    // nullptr when unknown. A managed region's liveness word is 0 once this returns.
+    std::shared_ptr<Region> remove(uint64_t handle);
+    // The managed region (one with a memfd for peers) holding [addr, +len), or nullptr.
+    std::shared_ptr<Region> find_shared(uint64_t addr, uint64_t len) const;
     std::shared_ptr<Region> find(uint64_t handle) const;
     // Finds and pins the region holding [addr, +len) with `need` access: 0, -EFAULT (no live
     // region holds it) or -EACCES (one does, without that right).

@@ -52,7 +52,7 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
         snprintf(ack.message, sizeof ack.message, "%s", why.c_str());
         refused_log_.event(strprintf("refused a connection from pid %d: %s", c.pid, why.c_str()));
     };
-    if (h.magic != kHelloMagic || h.version != kWireVersion) {
+    if ((h.magic != kHelloMagic && h.magic != kMapHelloMagic) || h.version != kWireVersion) {
         refuse(-EPROTO, strprintf("not a shm.so version %u handshake", kWireVersion));
     } else if (h.target_token != token_) {
         refuse(-ESTALE, strprintf("pid %d: the endpoint was published by another instance", pid_));
@@ -86,6 +86,7 @@ void Transport::on_hello(ServerConn &c, const Hello &h) {
                              pid_, c.pid));
         } else {
             c.hello_done = true;
+            c.map_channel = h.magic == kMapHelloMagic;  // authenticated like any connection
         }
     }
     send(c, &ack, sizeof ack);  // a fresh socket takes these bytes at once
@@ -366,9 +367,15 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
                 return;
             }
         }
-        const size_t whole = (c->rx.size() - at) / sizeof(Request) * sizeof(Request);
-        on_requests(c, c->rx.data() + at, whole);
-        at += whole;
+        if (c->map_channel && !serve_map_requests(*c, &at)) {  // shared_server.cpp
+            server_gone(c);
+            return;
+        }
+        if (!c->map_channel) {
+            const size_t whole = (c->rx.size() - at) / sizeof(Request) * sizeof(Request);
+            on_requests(c, c->rx.data() + at, whole);
+            at += whole;
+        }
         c->rx.erase(c->rx.begin(), c->rx.begin() + static_cast<ptrdiff_t>(at));
         if (static_cast<size_t>(n) < sizeof buf) break;
     }

@@ -155,7 +155,7 @@ int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
     return 0;
 }
 
-int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err) {
+int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry_error_t *err, SharedBacking *shared) {
     std::string why;
     if (int rc = stager_.check_region(*r, &why)) return set_error(err, rc, "%s", why.c_str());
     if (r->length == 0 || r->addr == 0 || r->addr + r->length < r->addr)
@@ -164,12 +164,13 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     if (r->access & ~(FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE))
         return set_error(err, -EINVAL, "shm: unknown access bits 0x%x", r->access);
     MemfdBacking memfd;
-    if (cfg_.adopt_memfd && r->kind == FERRY_MEM_HOST) {  // device memory cannot move into a memfd
+    if (cfg_.adopt_memfd && r->kind == FERRY_MEM_HOST && !shared) {  // device memory cannot move into a memfd
         if (!adopt_into_memfd(r->addr, r->length, &memfd, &why))
             log_.log(FERRY_LOG_DEBUG, "region [0x%" PRIx64 ", +%" PRIu64 ") stays on cross-memory attach: %s", r->addr,
                      r->length, why.c_str());
     }
-    *handle = regions_.add(r->addr, r->length, r->access, memfd, r->kind, r->device_id);
+    *handle = regions_.add(r->addr, r->length, r->access, memfd, r->kind, r->device_id,
+                           shared ? std::move(*shared) : SharedBacking{});
     return 0;
 }
 

@@ -3,12 +3,14 @@
 // docs/DESIGN.md ("shm.so") for why the serving side copies with process_vm_readv/writev.
 #pragma once
 
+#include "map_wire.hpp"
 #include "memfd.hpp"
 #include "options.hpp"
 #include "peer.hpp"
 #include "plugin_util.hpp"
 #include "rate_limited_log.hpp"
 #include "regions.hpp"
+#include "split_copy.hpp"
 #include "staged_device.hpp"
 #include "wire.hpp"
 
@@ -22,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -70,11 +73,12 @@ struct Conn {
 struct ServerConn : Conn {
     ServerConn() : Conn(Kind::Server) {}
     uid_t uid = 0;
-    bool hello_done = false;  // I/O thread only
-    bool in_epoll = true;     // I/O thread only
-    bool no_memfd = false;    // I/O thread only: mapping its memfds failed once, use CMA
-    bool counted = false;     // I/O thread only: in the connection caps' counts
-    bool paused = false;      // I/O thread only: not reading its requests (backpressure)
+    bool hello_done = false;   // I/O thread only
+    bool map_channel = false;  // I/O thread only: a map channel (map_wire.hpp), not a data connection
+    bool in_epoll = true;      // I/O thread only
+    bool no_memfd = false;     // I/O thread only: mapping its memfds failed once, use CMA
+    bool counted = false;      // I/O thread only: in the connection caps' counts
+    bool paused = false;       // I/O thread only: not reading its requests (backpressure)
     Clock::time_point accepted;
     std::unordered_map<int, std::shared_ptr<PeerMapping>> maps;  // I/O thread only: its memfds, by fd
     std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
@@ -98,8 +102,9 @@ struct Pending {
 struct ClientConn : Conn {
     ClientConn() : Conn(Kind::Client) {}
     uint64_t peer_id = 0;
-    std::string who;  // "peer pid N" for messages
-    std::mutex mu;    // guards what follows
+    std::string who;     // "peer pid N" for messages
+    EndpointBytes ep{};  // what connect was given (a map channel goes to the same instance)
+    std::mutex mu;       // guards what follows
     std::unordered_map<uint64_t, Pending> pending;
     uint64_t next_id = 1;
     std::shared_ptr<Gate> gate;  // the one new requests name
@@ -111,6 +116,7 @@ struct ClientConn : Conn {
 struct Import {
     uint64_t peer = 0, addr = 0, length = 0;
     uint32_t access = 0;
+    std::shared_ptr<SharedMapping> map;  // the peer's managed buffer mapped here: memcpy (shared_client.cpp)
 };
 
 struct Job {
@@ -150,16 +156,18 @@ public:
     ~Transport();
 
     int export_endpoint(void *buf, size_t *len, ferry_error_t *err);
-    int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
+    // shared: a managed buffer's memfd (register_mem_fd), nullptr for ordinary memory
+    int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err,
+                     SharedBacking *shared = nullptr);
+    int register_mem_fd(const ferry_mem_region_t *region, int fd, uint64_t fd_offset, uint64_t *handle,
+                        ferry_error_t *err);  // shared_server.cpp
     int deregister_mem(uint64_t handle, ferry_error_t *err);
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
     // No per-region keys: the serving side checks every address against its own region table,
-    // so the exported descriptor is empty and an imported one is not read.
-    int export_mem(uint64_t, void *, size_t *len, ferry_error_t *) {
-        *len = 0;
-        return 0;
-    }
+    // so the exported descriptor is empty, except for a managed buffer: a SharedDesc, telling
+    // importers to ask for its memfd (shared_server.cpp).
+    int export_mem(uint64_t handle, void *buf, size_t *len, ferry_error_t *err);
     int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t desc_len,
                    uint64_t *remote_mem, ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
@@ -206,6 +214,16 @@ private:
     void server_gone(const std::shared_ptr<ServerConn> &c);
     void reap_idle_servers();
     std::string access_hint(uid_t them) const;
+
+    // shared_server.cpp / shared_client.cpp: managed buffers over map channels (map_wire.hpp)
+    bool serve_map_requests(ServerConn &c, size_t *at);  // false: close the channel
+    std::shared_ptr<SharedMapping> map_shared(uint64_t peer, const ferry_mem_region_t &r);
+    static constexpr int kNotMapped = 1;
+    // kNotMapped when some op of the batch cannot take the mapped path (submit goes on with
+    // cross-memory attach); otherwise submit's result, every op copied and completed.
+    int submit_mapped(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
+    int open_channel(const EndpointBytes &ep, uint32_t hello_magic, const std::string &who, int *out,
+                     ferry_error_t *err);  // client.cpp
 
     // client.cpp: the initiating side
     void on_client_event(const std::shared_ptr<ClientConn> &c, uint32_t events);
@@ -264,6 +282,10 @@ private:
     std::unordered_map<uint64_t, Import> imports_;
     uint64_t next_peer_ = 1, next_import_ = 1;
     std::atomic<uint64_t> in_flight_{0};  // client ops not answered yet (for the timeout scan)
+    std::mutex shared_mu_;                // guards the cache below
+    // Peers' managed buffers mapped here, by (peer, inode): one mapping however often imported.
+    std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<SharedMapping>> shared_maps_;
+    SplitCopier copier_;  // the mapped path's copies: the caller and copy_threads - 1 helpers
 
     std::mutex work_mu_;
     std::condition_variable work_cv_;

@@ -28,7 +28,8 @@ if _util.find_spec("cffi") is None and _os.path.basename(_sys.argv[0] if _sys.ar
         % (_sys.executable, _sys.executable), name="cffi")
 
 from .engine import (Batch, Engine, Notification, OpStatus, Region, RemoteRegion, Request,
-                     Segment, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report, version)
+                     Segment, SharedBuffer, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report,
+                     version)
 from .errors import (AlreadyExists, BadAddress, Busy, Canceled, ConnectionFailed, FerryError,
                      InvalidArgument, NotFound, OutOfMemory, PermissionDenied, ProtocolError,
                      Timeout, Unsupported, WaitTimeout)
@@ -53,7 +54,7 @@ def package_root():
 
 
 __all__ = [
-    "Engine", "Region", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion", "Notification",
+    "Engine", "Region", "SharedBuffer", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion", "Notification",
     "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "MEMORY_HOST", "MEMORY_CUDA", "MEMORY_ROCM",
     "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied",
     "Busy", "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory",

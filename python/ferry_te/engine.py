@@ -175,6 +175,33 @@ class Region:
             "" if self._registered else " unregistered")
 
 
+class SharedBuffer(Region):
+    """Host memory the engine allocated to share (Engine.alloc_shared): a sealed memfd that
+    shm.so hands to authorised peers on this host, so their transfers into it are one memcpy.
+    A Region (view(), address, length) whose free() (or unregister/close/exit) unmaps it:
+    never use its memory after that."""
+
+    def memoryview(self):
+        """The buffer's bytes, writable; valid until free()."""
+        ffi, _ = _capi.load()
+        return memoryview(ffi.buffer(ffi.cast("char *", self.address), self.length))
+
+    def unregister(self):
+        """Unregisters and unmaps (ferry_free_shared); a second call does nothing."""
+        state = self._state
+        with state.lock:
+            if not self._registered or state.closed:
+                self._registered = False
+                return
+            ffi, lib = _capi.load()
+            _check(lib.ferry_free_shared(state.handle, ffi.cast("void *", self.address)),
+                   "ferry_free_shared")
+            self._registered = False
+            state.regions.pop(self.address, None)
+
+    free = close = unregister
+
+
 class Segment:
     """A peer's memory, opened by name. int(segment) is the C segment id."""
 
@@ -457,6 +484,27 @@ class Engine(NotificationWaits):
             region = Region(state, span, access)
             state.regions[span.address] = region
         return region
+
+    def alloc_shared(self, length, access=None):
+        """Allocates `length` bytes (rounded up to pages) of host memory to share and registers
+        it (access: REMOTE_READ | REMOTE_WRITE by default): a sealed memfd that shm.so hands to
+        authorised peers on this host, which then copy with memcpy instead of cross-memory
+        attach. Returns a SharedBuffer; free() it (not unregister through the address)."""
+        ffi, lib = _capi.load()
+        if access is None:
+            access = REMOTE_READ | REMOTE_WRITE
+        if int(length) <= 0:
+            raise InvalidArgument(-errno.EINVAL, "alloc_shared: length must be > 0", "alloc_shared")
+        out = ffi.new("void **")
+        state = self._state
+        with state.lock:
+            _check(lib.ferry_alloc_shared(_handle(state), int(length), access, out), "ferry_alloc_shared")
+            address = int(ffi.cast("uintptr_t", out[0]))
+            page = os.sysconf("SC_PAGE_SIZE")
+            span = resolve(ffi, (address, (int(length) + page - 1) // page * page))
+            buf = SharedBuffer(state, span, access)
+            state.regions[address] = buf
+        return buf
 
     def unregister(self, what):
         """Unregisters a Region, the object that was registered, or a start address."""

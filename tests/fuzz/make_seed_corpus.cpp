@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../../plugins/shm/map_wire.hpp"
 #include "../../plugins/shm/wire.hpp"
 #include "base64.hpp"
 #include "control_protocol.hpp"
@@ -258,6 +259,34 @@ void shm_wire() {
     put("shm_wire", "raw-hello", std::vector<uint8_t>{3 << 1, 'F', 'S', 'H', 'H', 3, 0, 0, 0});
 }
 
+// shm_map_wire: byte 0 picks the decoder (0 request, 1 reply, 2 desc), then the record.
+void shm_map_wire() {
+    auto with = [](uint8_t which, const void *rec, size_t n) {
+        std::vector<uint8_t> v{which};
+        v.insert(v.end(), static_cast<const uint8_t *>(rec), static_cast<const uint8_t *>(rec) + n);
+        return v;
+    };
+    ferry_shm::MapRequest rq{ferry_shm::kMapRequestMagic, 3, 0x7f0000000000ull, 4 << 20};
+    put("shm_map_wire", "request-rw", with(0, &rq, sizeof rq));
+    ferry_shm::MapReply ok{};
+    ok.magic = ferry_shm::kMapReplyMagic;
+    ok.base = 0x7f0000000000ull;
+    ok.length = (4 << 20) + 100;
+    ok.fd_offset = 0;
+    ok.live_offset = (4 << 20) + 4096;
+    ok.live_value = 0x1234567;
+    ok.ino = 42;
+    ok.access = 3;
+    put("shm_map_wire", "reply-ok", with(1, &ok, sizeof ok));
+    ferry_shm::MapReply no{};
+    no.magic = ferry_shm::kMapReplyMagic;
+    no.status = -13;
+    snprintf(no.message, sizeof no.message, "shm: pid 1: not registered for remote write");
+    put("shm_map_wire", "reply-refused", with(1, &no, sizeof no));
+    ferry_shm::SharedDesc d{ferry_shm::kSharedDescMagic, ferry_shm::kWireVersion, 0};
+    put("shm_map_wire", "desc", with(2, &d, sizeof d));
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -275,6 +304,7 @@ int main(int argc, char **argv) {
     control_server_open();
     control_client();
     shm_wire();
+    shm_map_wire();
     std::printf("wrote %d seed files under %s\n", g_written, g_root.c_str());
     return 0;
 }

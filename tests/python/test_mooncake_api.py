@@ -184,3 +184,22 @@ def test_install_as_mooncake_serves_the_original_import():
             "print(e.get_rpc_port() > 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+
+
+def test_alloc_shared_is_registered_memfd_memory():
+    """Engine.alloc_shared: page-rounded, registered, writable through memoryview(), a memfd
+    mapping (what shm.so hands to peers), and gone after free()."""
+    import ferry_te as ferry
+    with ferry.Engine({"plugins": "tcp"}) as engine:
+        buf = engine.alloc_shared(100)
+        assert isinstance(buf, ferry.SharedBuffer) and buf.length == 4096
+        mv = buf.memoryview()
+        mv[:3] = b"abc"
+        assert bytes(mv[:3]) == b"abc"
+        del mv
+        with open("/proc/self/maps") as f:
+            assert any("%x-" % buf.address in line and "/memfd:ferry-shared" in line for line in f)
+        assert buf in engine.regions
+        buf.free()
+        buf.free()  # a second call does nothing
+        assert buf not in engine.regions

@@ -8,7 +8,6 @@ logger. docs/MOONCAKE.md lists what differs."""
 import ctypes
 import errno
 import logging
-import mmap
 import threading
 
 from .. import _capi
@@ -28,23 +27,18 @@ def _code(e):
 
 
 class _Managed:
-    """One allocate_managed_buffer(): anonymous memory, page aligned, registered through the
-    buffer protocol, so the engine's Region keeps the mapping alive while it is registered
-    (a peer can never write into memory that was unmapped under it)."""
+    """One allocate_managed_buffer(): the engine's alloc_shared, a sealed memfd mapped shared and
+    registered, which shm.so hands to authorised peers on this host (they copy into it with
+    memcpy). Freed with ferry_free_shared: peers that mapped it fail their later ops and never
+    write into memory this process reuses."""
 
     def __init__(self, engine, length):
-        self.map = mmap.mmap(-1, max(int(length), 1))
-        try:
-            self.region = engine.register(self.map)
-        except BaseException:
-            self.map.close()
-            raise
+        self.region = engine.alloc_shared(max(int(length), 1))
         self.address = self.region.address
         self.length = self.region.length
 
     def close(self):
-        self.region.unregister()  # drops the buffer export, so the mapping can close
-        self.map.close()
+        self.region.free()
 
 
 class TransferEngine:
