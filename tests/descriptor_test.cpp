@@ -65,7 +65,9 @@ TEST(Descriptor, EveryTruncationIsRefused) {
     for (size_t n = 0; n < bytes.size(); ++n) {
         auto d = decode_descriptor(std::span(bytes.data(), n));
         EXPECT_FALSE(d) << "prefix of " << n << " bytes decoded";
-        if (!d) EXPECT_EQ(d.error().code, -EPROTO);
+        if (!d) {
+            EXPECT_EQ(d.error().code, -EPROTO);
+        }
     }
 }
 
