@@ -91,7 +91,9 @@ struct State {
     std::atomic<unsigned> delay_us{0};
     std::atomic<unsigned> linger_us{0};
     std::mutex quarantine_m;
-    std::deque<void *> quarantine;  // destroyed events, poisoned
+    // Destroyed events, poisoned. Never destroyed itself: stream workers may still retire events
+    // while the process exits, and LeakSanitizer finds the quarantined events through it.
+    std::deque<void *> *quarantine = new std::deque<void *>;
 } g;
 
 int g_context_tag;
@@ -147,10 +149,10 @@ void event_unref(Event *e) {
     void *evicted = nullptr;
     {
         std::lock_guard lock(g.quarantine_m);
-        g.quarantine.push_back(e);
-        if (g.quarantine.size() > 256) {
-            evicted = g.quarantine.front();
-            g.quarantine.pop_front();
+        g.quarantine->push_back(e);
+        if (g.quarantine->size() > 256) {
+            evicted = g.quarantine->front();
+            g.quarantine->pop_front();
         }
     }
     ::operator delete(evicted);
