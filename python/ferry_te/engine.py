@@ -154,11 +154,13 @@ class Region:
                 self._registered = False
                 return
             ffi, lib = _capi.load()
-            _check(lib.ferry_unregister(state.handle, ffi.cast("void *", self.address)),
-                   "ferry_unregister")
+            self._release(state, ffi, lib)
             self._registered = False
             state.regions.pop(self.address, None)
-            self._span.release(ffi)
+
+    def _release(self, state, ffi, lib):
+        _check(lib.ferry_unregister(state.handle, ffi.cast("void *", self.address)), "ferry_unregister")
+        self._span.release(ffi)
 
     close = unregister
 
@@ -186,20 +188,11 @@ class SharedBuffer(Region):
         ffi, _ = _capi.load()
         return memoryview(ffi.buffer(ffi.cast("char *", self.address), self.length))
 
-    def unregister(self):
-        """Unregisters and unmaps (ferry_free_shared); a second call does nothing."""
-        state = self._state
-        with state.lock:
-            if not self._registered or state.closed:
-                self._registered = False
-                return
-            ffi, lib = _capi.load()
-            _check(lib.ferry_free_shared(state.handle, ffi.cast("void *", self.address)),
-                   "ferry_free_shared")
-            self._registered = False
-            state.regions.pop(self.address, None)
+    def _release(self, state, ffi, lib):
+        """Unregisters and unmaps (ferry_free_shared)."""
+        _check(lib.ferry_free_shared(state.handle, ffi.cast("void *", self.address)), "ferry_free_shared")
 
-    free = close = unregister
+    free = close = Region.unregister
 
 
 class Segment:
