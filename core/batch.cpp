@@ -24,6 +24,10 @@ constexpr size_t kFailureMessageMax = 240;
 // submit path, names the transport, the peer and the fix), so it is cut only much later.
 constexpr size_t kFirstFailureMessageMax = 1024;
 
+// The engine whose progress this thread drives inside wait(), if any: a batch it finishes itself
+// needs no wake-up through wake_fd (that write would only make its next poll() return at once).
+thread_local const void *driving_engine = nullptr;
+
 Result<void> failures(const Batch &batch) {
     size_t failed = 0;
     int code = 0;
@@ -93,7 +97,7 @@ void Engine::Impl::release_share(Batch &batch) {
     }
     if (before == 1) {
         std::lock_guard lock(progress_mutex);
-        if (progress_driver) {
+        if (progress_driver && driving_engine != this) {
             uint64_t one = 1;
             [[maybe_unused]] auto n = ::write(wake_fd.get(), &one, sizeof one);
         }
@@ -162,7 +166,9 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
         if (!progress_driver) {
             progress_driver = true;
             lock.unlock();
+            driving_engine = this;
             progress(slice_ms);
+            driving_engine = nullptr;
             lock.lock();
             progress_driver = false;
             progress_cv.notify_all();
