@@ -286,10 +286,22 @@ Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, 
         if (m.starts_with("register_memory: ")) m.remove_prefix(17);
         return std::string(m);
     };
+    // MemoryKind::Auto where no GPU runtime loads (a host without GPUs): host memory, found out
+    // once for the batch instead of asked again for every range (a third of 100k ranges' time).
+    std::optional<bool> gpu_runtime;
+    auto any_gpu_runtime = [&] {
+        std::string why;  // CUDA first, and HIP only without it (detect_memory's order)
+        return im.stager(FERRY_MEM_CUDA, why) != nullptr || im.stager(FERRY_MEM_ROCM, why) != nullptr;
+    };
     std::vector<MemoryOptions> checked;
     checked.reserve(ranges.size());
     for (size_t i = 0; i < ranges.size(); ++i) {
-        auto o = check_range(im, ranges[i].addr, ranges[i].length, ranges[i].options.value_or(options));
+        MemoryOptions asked = ranges[i].options.value_or(options);
+        if (asked.kind == MemoryKind::Auto && asked.device < 0) {
+            if (!gpu_runtime) gpu_runtime = any_gpu_runtime();
+            if (!*gpu_runtime) asked.kind = MemoryKind::Host;
+        }
+        auto o = check_range(im, ranges[i].addr, ranges[i].length, asked);
         if (!o) return fail(o.error().code, cat(range_name(i), ": ", why(o.error()), "; nothing was registered"));
         checked.push_back(*o);
     }

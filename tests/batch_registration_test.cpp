@@ -43,6 +43,11 @@ protected:
         for (size_t i = 0; i < kRanges; ++i) r.push_back({range(i), kSize});
         return r;
     }
+    std::vector<void *> starts() {
+        std::vector<void *> r;
+        for (size_t i = 0; i < kRanges; ++i) r.push_back(range(i));
+        return r;
+    }
     // The target's regions as the initiator sees them (re-read).
     size_t seen() {
         auto r = initiator->segment_regions(seg);
@@ -99,6 +104,28 @@ TEST_F(BatchRegistration, EveryRangeRegistersAndUnregistersTogether) {
     EXPECT_TRUE(target->unregister_memory_batch({}));
 }
 
+// MemoryKind::Auto without a GPU runtime (none is on this test's path): host memory, as
+// register_memory finds it range by range.
+TEST_F(BatchRegistration, AutoRangesWithoutAGpuRuntimeAreHostMemory) {
+    ASSERT_TRUE(target->register_memory_batch(all(), MemoryOptions{MemoryKind::Auto, -1, kRemoteRead}));
+    auto regions = initiator->segment_regions(seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    ASSERT_EQ(regions->size(), kRanges);
+    for (const auto &r : *regions) {
+        EXPECT_EQ(r.kind, MemoryKind::Host);
+        EXPECT_EQ(r.device, -1);
+        EXPECT_EQ(r.access, kRemoteRead);
+    }
+    // Asked for a device, Auto still checks every range, and finds no GPU memory.
+    auto ranges = all();
+    ranges[2].options = MemoryOptions{MemoryKind::Auto, 0, kRemoteRead};
+    ASSERT_TRUE(target->unregister_memory_batch(starts()));
+    auto r = target->register_memory_batch(ranges);
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(has(r.error().message, "range 2 of 16")) << r.error().message;
+    expect_none_registered();
+}
+
 TEST_F(BatchRegistration, AnInvalidRangeInTheMiddleRegistersNothing) {
     auto ranges = all();
     ranges[9].length = 0;
@@ -148,8 +175,7 @@ TEST_F(BatchRegistration, ARangeNoTransportCanMoveLeavesNoneRegistered) {
 
 TEST_F(BatchRegistration, AnUnknownOrRepeatedAddressUnregistersNothing) {
     ASSERT_TRUE(target->register_memory_batch(all()));
-    std::vector<void *> addrs;
-    for (size_t i = 0; i < kRanges; ++i) addrs.push_back(range(i));
+    auto addrs = starts();
     auto bad = addrs;
     bad[5] = range(5) + 8;  // inside a region, not its start
     auto r = target->unregister_memory_batch(bad);

@@ -121,7 +121,7 @@ public:
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
     // Registers each range as register_memory does (with its own options where it has them, else
     // `options`), all or none, and publishes them together (etcd: one transaction per ~100 chunks
-    // of 64 regions instead of one per region). When one fails, none stays registered and the
+    // of 128 regions instead of one per region). When one fails, none stays registered and the
     // error names it ("range 7 of 100 [0x..., +4096): ..."). Peers may see a prefix of the batch
     // while it is being published (docs/DESIGN.md, "etcd layout"), never a region of a failed one
     // (unless a concurrent register's publish carried it before the rollback).

@@ -102,7 +102,7 @@ typedef struct ferry_memory_range {
 } ferry_memory_range_t;
 
 /* Register `count` ranges as ferry_register does, all or none, and publish them together: with
- * etcd one transaction per ~100 chunks of 64 regions instead of one per region (KV caches of
+ * etcd one transaction per ~100 chunks of 128 regions instead of one per region (KV caches of
  * many blocks; README "Registering many regions"). When one range is invalid or fails, none
  * stays registered and ferry_last_error names it ("range 7 of 100 [0x..., +4096): ..."). A
  * count of 0 does nothing. (C API version 5.) */
