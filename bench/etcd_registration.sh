@@ -17,6 +17,10 @@
 #   - 100k regions over P2PHANDSHAKE, one batch call (what etcd adds).
 # After each etcd run: etcd's WAL fsyncs and backend commits during it (from its /metrics), and
 # its CPU time. ETCD_PORT (default 24510, and +1 for etcd's peer port) must be free.
+# PYTHON_ROWS=1 adds bench/python_registration_bench.py (the Mooncake shim's batch calls): this
+# tree at 10k and 100k over etcd and 100k over P2PHANDSHAKE; with BASELINE_PYTHON (a python/
+# directory) and BASELINE_LIBFERRY, the baseline's shim too (10k over etcd: it registers one by
+# one).
 set -euo pipefail
 
 if [ "${1:-}" = --build-baseline ]; then
@@ -59,7 +63,14 @@ this=$(readlink -f "$build/bench/registration_bench")
 [ -x "$this" ] || { echo "$this is missing: ninja -C $build bench/registration_bench" >&2; exit 1; }
 [ -z "$baseline" ] || [ -x "$baseline" ] || { echo "$baseline is not an executable" >&2; exit 1; }
 dir=$(mktemp -d)
-trap 'kill $etcd 2>/dev/null; wait $etcd 2>/dev/null; rm -rf "$dir"' EXIT
+etcd=
+cleanup() {
+    local rc=$?
+    [ -z "$etcd" ] || { kill "$etcd" 2>/dev/null; wait "$etcd" 2>/dev/null || true; }
+    rm -rf "$dir"
+    exit $rc
+}
+trap cleanup EXIT
 c=http://127.0.0.1:$port p=http://127.0.0.1:$((port + 1))
 etcd --data-dir "$dir/data" --listen-client-urls $c --advertise-client-urls $c --listen-peer-urls $p \
     --initial-advertise-peer-urls $p --initial-cluster default=$p >"$dir/etcd.log" 2>&1 &
@@ -104,4 +115,20 @@ for round in $(seq "$rounds"); do
     done
     [ -n "$baseline" ] && printf '%-9s ' baseline && "$baseline" --registration-only --batch --regions 100000
     printf '%-9s ' this && "$this" --registration-only --batch --regions 100000
+    if [ "${PYTHON_ROWS:-0}" = 1 ]; then
+        pyrun() {  # label python-dir libferry args...
+            local label=$1 py=$2 lib=$3
+            shift 3
+            PYTHONPATH=$py FERRY_LIBRARY=$lib FERRY_PLUGIN_PATH=$(dirname "$lib")/ferry/plugins FERRY_PLUGINS= \
+                /usr/bin/python3 "$(dirname "$0")/python_registration_bench.py" --label "$(printf '%-10s' "$label")" "$@"
+        }
+        here=$(readlink -f "$(dirname "$0")/../python")
+        lib=$(readlink -f "$build/core/libferry.so")
+        if [ -n "${BASELINE_PYTHON:-}" ]; then
+            pyrun baseline "$BASELINE_PYTHON" "$BASELINE_LIBFERRY" --etcd 127.0.0.1:$port --regions 10000
+            pyrun baseline "$BASELINE_PYTHON" "$BASELINE_LIBFERRY" --regions 100000
+        fi
+        pyrun this "$here" "$lib" --etcd 127.0.0.1:$port --regions 10000,100000
+        pyrun this "$here" "$lib" --regions 100000
+    fi
 done
