@@ -13,7 +13,7 @@
 #   - 10k and 100k regions over etcd, one register_memory_batch call (and, where the engine has
 #     it, one unregister_memory_batch call; the baseline skips unregistering 100k one by one:
 #     minutes);
-#   - 1k and 10k regions over etcd, one register_memory call per region;
+#   - 1k and 10k regions over etcd, one register_memory call per region (ONE_BY_ONE="1000 10000");
 #   - 100k regions over P2PHANDSHAKE, one batch call (what etcd adds).
 # After each etcd run: etcd's WAL fsyncs and backend commits during it (from its /metrics), and
 # its CPU time. ETCD_PORT (default 24510, and +1 for etcd's peer port) must be free.
@@ -109,7 +109,7 @@ for round in $(seq "$rounds"); do
         [ -n "$baseline" ] && run baseline "$baseline" --etcd 127.0.0.1:$port --batch --regions $n "${extra[@]}"
         run this "$this" --etcd 127.0.0.1:$port --batch --regions $n
     done
-    for n in 1000 10000; do
+    for n in ${ONE_BY_ONE:-1000 10000}; do
         [ -n "$baseline" ] && run baseline "$baseline" --etcd 127.0.0.1:$port --regions $n
         run this "$this" --etcd 127.0.0.1:$port --regions $n
     done
