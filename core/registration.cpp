@@ -287,7 +287,8 @@ Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, 
         return std::string(m);
     };
     // MemoryKind::Auto where no GPU runtime loads (a host without GPUs): host memory, found out
-    // once for the batch instead of asked again for every range (a third of 100k ranges' time).
+    // once for the batch instead of for every range (detect_memory asks both runtimes and builds
+    // its message each time).
     std::optional<bool> gpu_runtime;
     auto any_gpu_runtime = [&] {
         std::string why;  // CUDA first, and HIP only without it (detect_memory's order)
