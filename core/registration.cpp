@@ -291,8 +291,8 @@ Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, 
     // its message each time).
     std::optional<bool> gpu_runtime;
     auto any_gpu_runtime = [&] {
-        std::string why;  // CUDA first, and HIP only without it (detect_memory's order)
-        return im.stager(FERRY_MEM_CUDA, why) != nullptr || im.stager(FERRY_MEM_ROCM, why) != nullptr;
+        std::string reason;  // CUDA first, and HIP only without it (detect_memory's order)
+        return im.stager(FERRY_MEM_CUDA, reason) != nullptr || im.stager(FERRY_MEM_ROCM, reason) != nullptr;
     };
     std::vector<MemoryOptions> checked;
     checked.reserve(ranges.size());

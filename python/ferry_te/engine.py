@@ -549,10 +549,13 @@ class Engine(NotificationWaits):
         ffi, lib = _capi.load()
         with state.lock:
             addresses = []
+            owners = None  # id(registered object) -> its address, made on first need
             for what in items:
                 if isinstance(what, Region) and not what.registered:
                     continue
-                address = _address_of(state, what)
+                if owners is None and not isinstance(what, (Region, int)):
+                    owners = {id(r.obj): r.address for r in state.regions.values() if r.obj is not None}
+                address = _address_of(state, what, owners)
                 if isinstance(state.regions.get(address), SharedBuffer):
                     raise InvalidArgument(-errno.EINVAL, "unregister_batch: %r is a SharedBuffer; "
                                           "free() it" % (what,), "unregister_batch")
@@ -710,16 +713,21 @@ def _span_for(ffi, obj, access, device, kind):
     return span, access
 
 
-def _address_of(state, what):
+def _address_of(state, what, owners=None):
     """The start address unregister() means by `what`: a Region's, an int, the registered
-    object's (found by identity), or what resolve() makes of it."""
+    object's (found by identity; `owners` maps id(object) to its address when given), or what
+    resolve() makes of it."""
     if isinstance(what, Region):
         return what.address
     if isinstance(what, int):
         return what
-    for r in state.regions.values():
-        if r.obj is what:
-            return r.address
+    if owners is not None:
+        if id(what) in owners:
+            return owners[id(what)]
+    else:
+        for r in state.regions.values():
+            if r.obj is what:
+                return r.address
     ffi, _ = _capi.load()
     return resolve(ffi, what).address
 
