@@ -7,10 +7,16 @@
 // time.
 //
 //   registration_bench [--plugin-path DIR[:DIR]] [--plugins tcp] [--regions 1000,10000,100000]
-//                      [--budget-s 60] [--ops 200000] [--etcd HOST:PORT [--batch]]
+//                      [--budget-s 60] [--ops 200000] [--etcd HOST:PORT] [--batch]
+//                      [--registration-only] [--no-unregister]
 //
 // --etcd publishes both engines through that etcd (under a prefix of this process's own) instead
-// of P2PHANDSHAKE; --batch registers the N regions with one register_memory_batch call.
+// of P2PHANDSHAKE; --batch registers the N regions with one register_memory_batch call and
+// unregisters them with one unregister_memory_batch call (P2PHANDSHAKE too); --registration-only
+// stops after register, open_segment and unregister (no ops, no lookup figures); --no-unregister
+// leaves the regions to the engine's destruction (a baseline without unregister_memory_batch at
+// 100k would take minutes one by one over etcd). bench/etcd_registration.sh runs it against an
+// etcd of its own, this tree and a baseline in one call.
 //
 // A register loop that runs past --budget-s stops there and says how far it got (the quadratic
 // code needs minutes at 100k).
@@ -30,6 +36,7 @@
 #include "descriptor.hpp"
 #include "engine_impl.hpp"
 #include "ferry/engine.hpp"
+#include "ferry/ferry.h"
 
 namespace {
 
@@ -48,6 +55,8 @@ struct Args {
     size_t ops = 200000;
     std::string etcd;  // host:port; empty: P2PHANDSHAKE
     bool batch = false;
+    bool registration_only = false;  // no ops, no lookup figures
+    bool no_unregister = false;
 };
 
 // Per-op wall time of READ batches whose ops hit the regions `pick` chooses.
@@ -93,11 +102,16 @@ int run(const Args &a, size_t n) {
     std::vector<uint8_t> remote(n * kRegion), local(kBatch * 8);
     if (!(*initiator)->register_memory(local.data(), local.size())) return 1;
 
+    // The batch calls' arguments exist before the clock starts, as a caller's would.
+    std::vector<ferry::MemoryRange> ranges;
+    std::vector<void *> addrs;
+    for (size_t i = 0; a.batch && i < n; ++i) {
+        ranges.push_back({remote.data() + i * kRegion, kRegion});
+        addrs.push_back(remote.data() + i * kRegion);
+    }
     auto t0 = Clock::now();
     size_t registered = 0;
     if (a.batch) {
-        std::vector<ferry::MemoryRange> ranges;
-        for (size_t i = 0; i < n; ++i) ranges.push_back({remote.data() + i * kRegion, kRegion});
         if (auto r = (*target)->register_memory_batch(ranges); !r) {
             fprintf(stderr, "register_memory_batch: %s\n", r.error().message.c_str());
             return 1;
@@ -127,26 +141,50 @@ int run(const Args &a, size_t n) {
         return 1;
     }
     uint64_t base = reinterpret_cast<uintptr_t>(remote.data());
-    // Touch every region once so imports are made before timing.
-    size_t next = 0;
-    per_op_ns(**initiator, *seg, local.data(), base, ((n + kBatch - 1) / kBatch) * kBatch, [&] { return next++ % n; });
+    double one = 0, random = 0;
+    if (!a.registration_only) {
+        // Touch every region once so imports are made before timing.
+        size_t next = 0;
+        per_op_ns(**initiator, *seg, local.data(), base, ((n + kBatch - 1) / kBatch) * kBatch,
+                  [&] { return next++ % n; });
 
-    std::mt19937_64 rng(42);
-    std::uniform_int_distribution<size_t> any(0, n - 1);
-    double one = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [] { return size_t{0}; });
-    double random = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [&] { return any(rng); });
+        std::mt19937_64 rng(42);
+        std::uniform_int_distribution<size_t> any(0, n - 1);
+        one = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [] { return size_t{0}; });
+        random = per_op_ns(**initiator, *seg, local.data(), base, a.ops, [&] { return any(rng); });
+    }
 
+    // unregister_memory_batch is C API 5; built against an older engine (a baseline), regions go
+    // one by one.
+#if FERRY_C_API_VERSION >= 5
+    const bool batch_unregister = a.batch;
+#else
+    const bool batch_unregister = false;
+#endif
+    double unreg_s = 0;
     t0 = Clock::now();
-    for (size_t i = 0; i < n; ++i)
+    if (batch_unregister && !a.no_unregister) {
+#if FERRY_C_API_VERSION >= 5
+        if (auto r = (*target)->unregister_memory_batch(addrs); !r) {
+            fprintf(stderr, "unregister_memory_batch: %s\n", r.error().message.c_str());
+            return 1;
+        }
+#endif
+    }
+    for (size_t i = 0; i < n && !batch_unregister && !a.no_unregister; ++i)
         if (auto r = (*target)->unregister_memory(remote.data() + i * kRegion); !r) {
             fprintf(stderr, "unregister_memory: %s\n", r.error().message.c_str());
             return 1;
         }
-    double unreg_s = seconds_since(t0);
-    printf(
-        "%7zu regions: register %.3f s (%.2f us/region), unregister %.3f s, open_segment %.2f ms, "
-        "op to 1 region %.0f ns, to random regions %.0f ns (+%.0f ns lookup)\n",
-        n, reg_s, reg_s * 1e6 / static_cast<double>(n), unreg_s, open_ms, one, random, random - one);
+    unreg_s = seconds_since(t0);
+    printf("%7zu regions%s: register%s %.3f s (%.2f us/region), open_segment %.2f ms, ", n,
+           a.etcd.empty() ? "" : " over etcd", a.batch ? " (one batch)" : "", reg_s,
+           reg_s * 1e6 / static_cast<double>(n), open_ms);
+    if (a.no_unregister) printf("unregister skipped");
+    else printf("unregister%s %.3f s", batch_unregister ? " (one batch)" : "", unreg_s);
+    if (!a.registration_only)
+        printf(", op to 1 region %.0f ns, to random regions %.0f ns (+%.0f ns lookup)", one, random, random - one);
+    printf("\n");
     fflush(stdout);
     return 0;
 }
@@ -279,6 +317,8 @@ int main(int argc, char **argv) {
         else if (arg == "--ops") a.ops = std::strtoull(value().c_str(), nullptr, 10);
         else if (arg == "--etcd") a.etcd = value();
         else if (arg == "--batch") a.batch = true;
+        else if (arg == "--registration-only") a.registration_only = true;
+        else if (arg == "--no-unregister") a.no_unregister = true;
         else if (arg == "--regions") {
             a.counts.clear();
             std::string list = value();
@@ -290,12 +330,14 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
-                    "[--budget-s 60] [--ops 200000] [--etcd HOST:PORT [--batch]]\n");
+                    "[--budget-s 60] [--ops 200000] [--etcd HOST:PORT] [--batch] [--registration-only] "
+                    "[--no-unregister]\n");
             return 2;
         }
     }
     for (size_t n : a.counts)
         if (n == 0 || run(a, n) != 0) return 1;
-    for (size_t n : a.counts) lookup_figures(n);
+    if (!a.registration_only)
+        for (size_t n : a.counts) lookup_figures(n);
     return 0;
 }

@@ -154,6 +154,30 @@ int ferry_register(ferry_engine_t *e, void *addr, uint64_t length, uint32_t kind
     });
 }
 
+int ferry_register_batch(ferry_engine_t *e, const ferry_memory_range_t *ranges, size_t count) {
+    REQUIRE_ENGINE(e);
+    if (!ranges && count > 0) return set_error(-EINVAL, "ferry_register_batch: ranges is NULL");
+    return guarded(__func__, [&] {
+        std::vector<ferry::MemoryRange> rs(count);
+        for (size_t i = 0; i < count; ++i) {
+            const auto &r = ranges[i];
+            if (r.reserved != 0)
+                return set_error(-EINVAL,
+                                 ferry::cat("ferry_register_batch: range ", i, " of ", count,
+                                            " has reserved = ", r.reserved, " (must be 0); nothing was registered"));
+            rs[i] = {r.addr, r.length,
+                     ferry::MemoryOptions{static_cast<ferry::MemoryKind>(r.memory_kind), r.device, r.access}};
+        }
+        return check(e->engine->register_memory_batch(rs));
+    });
+}
+
+int ferry_unregister_batch(ferry_engine_t *e, void *const *addrs, size_t count) {
+    REQUIRE_ENGINE(e);
+    if (!addrs && count > 0) return set_error(-EINVAL, "ferry_unregister_batch: addrs is NULL");
+    return guarded(__func__, [&] { return check(e->engine->unregister_memory_batch({addrs, count})); });
+}
+
 int ferry_alloc_shared(ferry_engine_t *e, uint64_t length, uint32_t access, void **addr) {
     REQUIRE_ENGINE(e);
     if (!addr) return set_error(-EINVAL, "ferry_alloc_shared: addr is NULL");

@@ -1,9 +1,12 @@
 #include "descriptor_parts.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <random>
+
+#include "chunk_codec.hpp"
 
 namespace ferry {
 namespace {
@@ -39,7 +42,11 @@ void DescriptorParts::reset(const SegmentDescriptor &d) {
     base_.regions.clear();
     base_.starts = {};
     regions_.clear();
-    for (const auto &r : d.regions) regions_.emplace(r.addr, r);
+    for (const auto &r : d.regions) {
+        regions_.emplace(r.addr, r);
+        max_region_bytes_ = std::max(max_region_bytes_, region_bytes(r));
+    }
+    header_bytes_ = encode_descriptor_header(base_, 0, 0, 0).size();
     // Chunks half full, so registering next to any region splits nothing at first.
     bounds_.clear();
     sizes_.clear();
@@ -84,12 +91,20 @@ void DescriptorParts::apply(const RegionChange &c) {
         return;
     }
     auto [it, fresh] = regions_.insert_or_assign(c.addr, *c.region);
+    max_region_bytes_ = std::max(max_region_bytes_, region_bytes(*c.region));
     dirty_.insert(id);
     if (!fresh || ++sizes_[id] <= kChunkRegions) return;
-    // Full: its upper half becomes a new chunk (both written in the same transaction).
+    // Full: its upper half becomes a new chunk (both written in the same transaction). A region
+    // added above all of its chunk's starts a chunk of its own instead, so that registering in
+    // address order (a KV cache's blocks) leaves full chunks, not half full ones.
     auto next = std::next(bound);
-    auto r = regions_.lower_bound(bound->first);
-    for (size_t i = 0; i < sizes_[id] / 2; ++i) ++r;
+    auto after = std::next(it);
+    bool last = after == regions_.end() || (next != bounds_.end() && after->first >= next->first);
+    auto r = it;
+    if (!last) {
+        r = regions_.lower_bound(bound->first);
+        for (size_t i = 0; i < sizes_[id] / 2; ++i) ++r;
+    }
     uint64_t fresh_id = next_id_++;
     size_t moved = 0;
     for (auto m = r; m != regions_.end() && (next == bounds_.end() || m->first < next->first); ++m) ++moved;
@@ -99,13 +114,43 @@ void DescriptorParts::apply(const RegionChange &c) {
     dirty_.insert(fresh_id);
 }
 
+bool DescriptorParts::room_for(const RegionChange &change, size_t max_ops, size_t max_bytes) const {
+    if (pending_ops() == 0) return true;
+    size_t region = std::max(max_region_bytes_, change.region ? region_bytes(*change.region) : 0);
+    size_t chunk = 12 + (kChunkRegions + 1) * region;
+    return pending_ops() + 2 <= max_ops && (dirty_.size() + 2) * chunk + header_bytes_ <= max_bytes;
+}
+
+Result<void> DescriptorParts::apply_all(std::span<const RegionChange> changes, size_t max_ops, size_t max_bytes,
+                                        const Commit &commit) {
+    if (!commit) {
+        for (const auto &c : changes) apply(c);
+        return {};
+    }
+    Result<void> result;
+    // What waits is whole changes within the limits (room_for), so it goes as one transaction;
+    // a single change larger than the limits goes whole too (torn, a reader could not resolve it).
+    auto flush = [&] {
+        while (result && pending()) {
+            auto w = rewriting_ ? take(max_ops, max_bytes) : take(SIZE_MAX, SIZE_MAX);
+            if (auto r = commit(w); !r) result = r;
+        }
+    };
+    for (const auto &c : changes) {
+        if (!room_for(c, max_ops, max_bytes)) flush();
+        apply(c);
+    }
+    flush();
+    return result;
+}
+
 std::vector<uint8_t> DescriptorParts::encode_chunk(std::map<uint64_t, uint64_t>::const_iterator bound) const {
     auto next = std::next(bound);
     std::vector<const RegionDescriptor *> in;
     for (auto r = regions_.lower_bound(bound->first);
          r != regions_.end() && (next == bounds_.end() || r->first < next->first); ++r)
         in.push_back(&r->second);
-    return encode_region_chunk(in);
+    return encode_parts_chunk(in);
 }
 
 DescriptorParts::Write DescriptorParts::take(size_t max_ops, size_t max_bytes) {
@@ -157,11 +202,11 @@ Result<SegmentDescriptor> assemble_parts(const std::string &header_key,
     const std::string mine = header_key + '\0' + hex16(header->epoch) + '/';
     std::vector<RegionDescriptor> regions;
     regions.reserve(header->regions);
-    size_t chunks = 0;
+    size_t chunks = 0, budget = kMaxDecodedRegionBytes;
     for (const auto &[k, v] : kvs) {
         if (k.size() <= mine.size() || k.compare(0, mine.size(), mine) != 0) continue;
         if (++chunks > header->chunks) break;  // assemble_descriptor says what is wrong
-        if (auto c = decode_region_chunk(v, regions); !c) return std::unexpected(c.error());
+        if (auto c = decode_parts_chunk(v, regions, budget); !c) return std::unexpected(c.error());
     }
     return assemble_descriptor(std::move(*header), std::move(regions), chunks);
 }

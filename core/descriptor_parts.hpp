@@ -6,6 +6,7 @@
 //   H                           the header (descriptor.hpp: version 2, the descriptor without its
 //                               regions, with its epoch and how many chunks and regions it has)
 //   H \0 <epoch:16 hex> / <id:16 hex>   a chunk: up to kChunkRegions regions adjacent in address
+//                               (chunk_codec.hpp: each region as what differs from the one before)
 // A writer puts the chunks a change touched together with the header in one transaction, and a
 // reader reads [H, H\x01) at one revision, so it sees the descriptor after some whole change, never
 // a torn one; the header's counts are checked against the chunks found. Chunks split when they
@@ -15,8 +16,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +29,9 @@
 
 namespace ferry {
 
-inline constexpr size_t kChunkRegions = 64;
+// 128: 100k regions registered in address order are ~800 keys (etcd charges per key and per byte,
+// docs/PERFORMANCE.md "Batch registration over etcd"), and a single register rewrites 128 regions.
+inline constexpr size_t kChunkRegions = 128;
 
 class DescriptorParts {
 public:
@@ -46,6 +51,15 @@ public:
     // Everything again from what is held (same regions, new epoch).
     void rewrite_all();
     void apply(const RegionChange &change);
+    // Applies `changes` in order and hands `commit` each transaction's worth as it fills, and what
+    // is left at the end: every one ends between two changes, so each leaves a whole descriptor
+    // (a reader at any revision can resolve it), and holds at most `max_ops` chunk operations (the
+    // header comes on top) and about `max_bytes` of values, however many changes there are. After
+    // a commit fails (or with no `commit`) the rest is applied but not committed, and that failure
+    // is returned.
+    using Commit = std::function<Result<void>(const Write &)>;
+    Result<void> apply_all(std::span<const RegionChange> changes, size_t max_ops, size_t max_bytes,
+                           const Commit &commit);
     void set_generation(uint64_t generation) { base_.generation = generation; }
 
     // Chunk writes and deletes waiting.
@@ -59,6 +73,11 @@ public:
     size_t chunks() const { return bounds_.size(); }
 
 private:
+    // Whether `change` can join what is waiting without passing the limits: a change rewrites at
+    // most two chunks (one that splits), each of at most kChunkRegions + 1 regions no larger than
+    // the largest region seen (region_bytes, the version 1 size, bounds the version 2 one). True
+    // when nothing waits (one change is one transaction).
+    bool room_for(const RegionChange &change, size_t max_ops, size_t max_bytes) const;
     std::string chunk_key(uint64_t epoch, uint64_t id) const;
     std::vector<uint8_t> encode_chunk(std::map<uint64_t, uint64_t>::const_iterator bound) const;
 
@@ -71,6 +90,8 @@ private:
     std::set<uint64_t> gone_;              // chunk ids to delete
     uint64_t next_id_ = 1;
     uint64_t epoch_ = 0;
+    size_t max_region_bytes_ = 0;  // largest encoded region seen (never lowered)
+    size_t header_bytes_ = 0;      // the encoded header (only its generation changes later)
     bool header_dirty_ = false;
     bool rewriting_ = false;  // the chunks of a new epoch are going out; the header waits for them
 };

@@ -249,7 +249,7 @@ struct Engine::Impl {
 
     ~Impl();
 
-    // engine.cpp
+    // registration.cpp
     Result<void> publish_locked();  // the whole descriptor, at engine creation (regions_mutex held)
     // A region changed (regions_mutex held exclusively): bumps the generation; for a backend that
     // is published to, queues the change and returns its number for publish_queued (else 0).
@@ -258,6 +258,7 @@ struct Engine::Impl {
     RegionDescriptor region_descriptor(const LocalRegion &region) const;
     SegmentDescriptor descriptor_locked() const;
     std::shared_ptr<const std::vector<uint8_t>> encoded_descriptor();
+    // engine.cpp
     std::optional<size_t> transport_index(std::string_view name) const;
     std::shared_ptr<RemoteSegment> segment(SegmentId id);
     // Re-reads the descriptor (the network; call without seg.mutex), then applies it under it.

@@ -118,14 +118,11 @@ public:
     Result<void> publish_changes(uint64_t generation, std::span<const RegionChange> changes) override {
         std::lock_guard lock(mutex_);
         parts_.set_generation(generation);
-        for (const auto &c : changes) {
-            parts_.apply(c);
-            // A transaction ends between two changes, so every one leaves a whole descriptor.
-            if (!dirty_ && parts_.pending_ops() >= kTxnOps)
-                if (auto r = flush_locked(client_); !r) failed_locked(r.error());
-        }
-        if (!dirty_)
-            if (auto r = flush_locked(client_); !r) failed_locked(r.error());
+        // After a failed write the keep-alive loop writes everything again; until then changes
+        // only gather.
+        DescriptorParts::Commit commit;
+        if (!dirty_) commit = [&](const DescriptorParts::Write &w) { return txn_locked(client_, w); };
+        if (auto r = parts_.apply_all(changes, kTxnOps, kTxnBytes, commit); !r) failed_locked(r.error());
         return {};
     }
 
@@ -199,24 +196,27 @@ private:
 
     // What the parts hold unwritten, one transaction at a time.
     Result<void> flush_locked(HttpClient &client) {
-        while (parts_.pending()) {
-            auto w = parts_.take(kTxnOps, kTxnBytes);
-            std::string body = "{\"success\":[";
-            bool first = true;
-            for (auto &[k, v] : w.puts) {
-                body += cat(first ? "" : ",", "{\"request_put\":{\"key\":\"", base64_encode(k), "\",\"value\":\"",
-                            base64_encode(v), "\",\"lease\":\"", lease_, "\"}}");
-                first = false;
-            }
-            for (auto &[from, to] : w.deletes) {
-                body += cat(first ? "" : ",", "{\"request_delete_range\":{\"key\":\"", base64_encode(from),
-                            "\",\"range_end\":\"", base64_encode(to), "\"}}");
-                first = false;
-            }
-            body += "]}";
-            auto r = call(client, "/v3/kv/txn", body);
-            if (!r) return std::unexpected(r.error());
+        while (parts_.pending())
+            if (auto r = txn_locked(client, parts_.take(kTxnOps, kTxnBytes)); !r) return r;
+        return {};
+    }
+
+    Result<void> txn_locked(HttpClient &client, const DescriptorParts::Write &w) {
+        std::string body = "{\"success\":[";
+        bool first = true;
+        for (auto &[k, v] : w.puts) {
+            body += cat(first ? "" : ",", "{\"request_put\":{\"key\":\"", base64_encode(k), "\",\"value\":\"",
+                        base64_encode(v), "\",\"lease\":\"", lease_, "\"}}");
+            first = false;
         }
+        for (auto &[from, to] : w.deletes) {
+            body += cat(first ? "" : ",", "{\"request_delete_range\":{\"key\":\"", base64_encode(from),
+                        "\",\"range_end\":\"", base64_encode(to), "\"}}");
+            first = false;
+        }
+        body += "]}";
+        auto r = call(client, "/v3/kv/txn", body);
+        if (!r) return std::unexpected(r.error());
         return {};
     }
 

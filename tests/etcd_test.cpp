@@ -334,3 +334,127 @@ TEST_F(EtcdTest, AReaderRacingRegistersAndUnregistersNeverSeesATornOrStaleDescri
     EXPECT_EQ(unregistered.load(), kRegions) << "the writer failed";
     EXPECT_GT(nonempty, 0u) << "the reader never caught the writer mid-way; the race was not exercised";
 }
+
+namespace {
+
+// etcd's revision: it moves with every write to the store.
+int64_t store_revision(const std::string &endpoint) {
+    int status;
+    auto out = ferry::test::run_command(
+        "curl -s -m 5 -X POST http://" + endpoint + "/v3/kv/range -d '{\"key\":\"AA==\",\"count_only\":true}'",
+        &status);
+    auto at = out.find("\"revision\":\"");
+    return status == 0 && at != std::string::npos ? std::atoll(out.c_str() + at + 12) : -1;
+}
+
+}  // namespace
+
+// 100k regions in one register_memory_batch (~800 chunks, transactions of at most ~100), then
+// one unregister_memory_batch, with a reader fetching all the while: every fetch resolves, and
+// shows the regions of a whole prefix of the batch (a suffix while unregistering), in order,
+// never a torn mix; then the reader resolves the first, a middle and the last region.
+TEST_F(EtcdTest, AHundredThousandRegionsInOneBatchNeverShowAReaderATornDescriptor) {
+    auto target = Engine::create(config("hundred-k")), reader = Engine::create(config("watcher"));
+    ASSERT_TRUE(target && reader) << (!target ? target.error() : reader.error()).message;
+    constexpr size_t kRegions = 100000, kSize = 64;
+    std::vector<uint8_t> remote(kRegions * kSize), local(kSize);
+    for (size_t i = 0; i < remote.size(); ++i) remote[i] = static_cast<uint8_t>(i * 5 + 1);
+    const uint64_t base = reinterpret_cast<uintptr_t>(remote.data());
+    std::vector<MemoryRange> ranges;
+    std::vector<void *> addrs;
+    for (size_t i = 0; i < kRegions; ++i) {
+        ranges.push_back({remote.data() + i * kSize, kSize});
+        addrs.push_back(remote.data() + i * kSize);
+    }
+    ASSERT_TRUE((*reader)->register_memory(local.data(), local.size()));
+    auto seg = (*reader)->open_segment("hundred-k");
+    ASSERT_TRUE(seg) << seg.error().message;
+
+    // Fetches until `stop`; a problem is the first fetch that is not [lo, hi) of the regions in
+    // order with hi == kRegions (unregistering) or lo == 0 (registering).
+    std::atomic<bool> stop{false}, removing{false};
+    size_t fetches = 0, partial = 0;
+    std::string problem;
+    std::thread watch([&] {
+        while (!stop && problem.empty()) {
+            bool registering = !removing;  // when the fetch began (it may end after the switch)
+            auto regions = (*reader)->segment_regions(*seg);
+            ++fetches;
+            if (!regions) {
+                problem = "fetch failed: " + regions.error().message;
+                break;
+            }
+            if (regions->empty()) continue;
+            size_t lo = ((*regions)[0].addr - base) / kSize, hi = lo + regions->size();
+            for (size_t k = 0; k < regions->size() && problem.empty(); k += 997)
+                if ((*regions)[k].addr != base + (lo + k) * kSize) problem = cat("torn: region ", k, " of a fetch");
+            // A suffix (or all) is always a whole state of the unregister; a shorter prefix only
+            // while the register may have been going on.
+            if (problem.empty() && hi != kRegions && !(lo == 0 && registering))
+                problem =
+                    cat("fetched [", lo, ", ", hi, ") ", registering ? "while registering" : "while unregistering");
+            partial += hi - lo < kRegions;
+        }
+    });
+    auto r = (*target)->register_memory_batch(ranges);
+    EXPECT_TRUE(r) << r.error().message;
+    auto regions = (*reader)->segment_regions(*seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    EXPECT_EQ(regions->size(), kRegions);
+    for (size_t i : {size_t{0}, kRegions / 2 + 3, kRegions - 1}) {
+        ASSERT_TRUE(read_all(**reader, *seg, base + i * kSize, local));
+        EXPECT_EQ(memcmp(local.data(), remote.data() + i * kSize, kSize), 0) << "region " << i;
+    }
+    removing = true;
+    r = (*target)->unregister_memory_batch(addrs);
+    EXPECT_TRUE(r) << r.error().message;
+    stop = true;
+    watch.join();
+    EXPECT_TRUE(problem.empty()) << problem << " (after " << fetches << " fetches)";
+    regions = (*reader)->segment_regions(*seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    EXPECT_TRUE(regions->empty());
+    printf("%zu fetches, %zu of them mid-batch\n", fetches, partial);
+}
+
+// A batch that fails half-way writes nothing to etcd (its changes cancel before they are
+// published); one that cannot unregister an address unregisters nothing.
+TEST_F(EtcdTest, AFailedBatchPublishesNothing) {
+    auto target = Engine::create(config("failing")), reader = Engine::create(config("onlooker"));
+    ASSERT_TRUE(target && reader) << (!target ? target.error() : reader.error()).message;
+    constexpr size_t kRegions = 2000, kSize = 64;
+    std::vector<uint8_t> remote(kRegions * kSize);
+    std::vector<MemoryRange> ranges;
+    std::vector<void *> addrs;
+    for (size_t i = 0; i < kRegions; ++i) {
+        ranges.push_back({remote.data() + i * kSize, kSize});
+        addrs.push_back(remote.data() + i * kSize);
+    }
+    auto overlapping = ranges;
+    overlapping[1500] = {remote.data() + 700 * kSize + 8, 8};
+    int64_t before = store_revision(etcd.endpoint());
+    ASSERT_GT(before, 0);
+    auto r = (*target)->register_memory_batch(overlapping);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("range 1500 of 2000"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("(range 700 of this batch)"), std::string::npos) << r.error().message;
+    EXPECT_EQ(store_revision(etcd.endpoint()), before) << "the failed batch wrote to etcd";
+    auto seg = (*reader)->open_segment("failing");
+    ASSERT_TRUE(seg) << seg.error().message;
+    auto regions = (*reader)->segment_regions(*seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    EXPECT_TRUE(regions->empty());
+
+    ASSERT_TRUE((*target)->register_memory_batch(ranges));
+    before = store_revision(etcd.endpoint());
+    auto unknown = addrs;
+    unknown[1999] = remote.data() + 1999 * kSize + 1;
+    r = (*target)->unregister_memory_batch(unknown);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, -ENOENT);
+    EXPECT_NE(r.error().message.find("address 1999 of 2000"), std::string::npos) << r.error().message;
+    EXPECT_EQ(store_revision(etcd.endpoint()), before);
+    regions = (*reader)->segment_regions(*seg);
+    ASSERT_TRUE(regions) << regions.error().message;
+    EXPECT_EQ(regions->size(), kRegions);
+}

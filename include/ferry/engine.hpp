@@ -7,6 +7,7 @@
 #include <expected>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,7 @@ struct MemoryOptions {
 struct MemoryRange {
     void *addr = nullptr;
     uint64_t length = 0;
+    std::optional<MemoryOptions> options = std::nullopt;  // register_memory_batch: this range's own, else the call's
 };
 
 struct Request {
@@ -117,11 +119,19 @@ public:
     StagingStats staging_stats() const;
 
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
-    // Registers each range as register_memory does, and publishes them together (etcd: one
-    // transaction per ~100 chunks of regions instead of one per region). Stops at the first that
-    // fails: the ones before it stay registered; the error says which failed.
+    // Registers each range as register_memory does (with its own options where it has them, else
+    // `options`), all or none, and publishes them together (etcd: one transaction per ~100 chunks
+    // of 128 regions instead of one per region). When one fails, none stays registered and the
+    // error names it ("range 7 of 100 [0x..., +4096): ..."). Peers may see a prefix of the batch
+    // while it is being published (docs/DESIGN.md, "etcd layout"), never a region of a failed one
+    // (unless a concurrent register's publish carried it before the rollback).
     Result<void> register_memory_batch(std::span<const MemoryRange> ranges, const MemoryOptions &options = {});
     Result<void> unregister_memory(void *addr);
+    // Unregisters every region starting at one of `addrs`, all or none (-ENOENT naming the first
+    // address where no region starts, -EINVAL for an address given twice), published together.
+    // A transport's failure to deregister is returned after every region went, as
+    // unregister_memory does.
+    Result<void> unregister_memory_batch(std::span<void *const> addrs);
     // Host memory the engine allocates to share: a sealed memfd mapped MAP_SHARED, registered
     // with `access`, which shm.so hands to authorised peers on the same host so they copy into
     // it with memcpy (docs/DESIGN.md, "managed buffers"). `length` is rounded up to pages; the

@@ -15,9 +15,10 @@
 
 /* Version of this C API: 2 added ferry_wait_batch; 3 added ferry_wait_notifications,
  * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
- * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared. Functions are only
+ * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared; 5 added
+ * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t. Functions are only
  * ever added. */
-#define FERRY_C_API_VERSION 4
+#define FERRY_C_API_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +90,28 @@ FERRY_C_API int ferry_engine_segment_name(ferry_engine_t *engine, char *buf, siz
 FERRY_C_API int ferry_register(ferry_engine_t *engine, void *addr, uint64_t length, uint32_t memory_kind,
                                int32_t device, uint32_t access);
 FERRY_C_API int ferry_unregister(ferry_engine_t *engine, void *addr);
+
+/* One range of ferry_register_batch: what ferry_register takes. */
+typedef struct ferry_memory_range {
+    void *addr;
+    uint64_t length;
+    uint32_t memory_kind; /* FERRY_MEMORY_* (FERRY_MEMORY_AUTO: asked for this range) */
+    int32_t device;       /* GPU ordinal, -1 for host */
+    uint32_t access;      /* FERRY_REMOTE_READ | FERRY_REMOTE_WRITE */
+    uint32_t reserved;    /* zero */
+} ferry_memory_range_t;
+
+/* Register `count` ranges as ferry_register does, all or none, and publish them together: with
+ * etcd one transaction per ~100 chunks of 128 regions instead of one per region (KV caches of
+ * many blocks; README "Registering many regions"). When one range is invalid or fails, none
+ * stays registered and ferry_last_error names it ("range 7 of 100 [0x..., +4096): ..."). A
+ * count of 0 does nothing. (C API version 5.) */
+FERRY_C_API int ferry_register_batch(ferry_engine_t *engine, const ferry_memory_range_t *ranges, size_t count);
+/* Unregister the regions starting at addrs[0..count), all or none: -ENOENT naming the first
+ * address where no region starts, -EINVAL for an address given twice, and nothing is
+ * unregistered then. Published together. A transport's failure to deregister is returned after
+ * every region went, as ferry_unregister does. (C API version 5.) */
+FERRY_C_API int ferry_unregister_batch(ferry_engine_t *engine, void *const *addrs, size_t count);
 
 /* Allocate `length` bytes (rounded up to pages) of host memory to share and register it with
  * `access`: a sealed memfd mapped shared, which shm.so hands to authorised peers on this host

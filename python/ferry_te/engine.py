@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 
-from . import _capi
+from . import _batch, _capi
 from ._arrays import build_requests
 from ._failures import batch_failure
 from ._config import flatten_config
@@ -460,15 +460,7 @@ class Engine(NotificationWaits):
         both, or REMOTE_READ for read-only buffers). Returns a Region; the engine keeps it (and
         obj) alive until unregister()."""
         ffi, lib = _capi.load()
-        span = resolve(ffi, obj, device=device, kind=kind)
-        if device is not None and not isinstance(obj, tuple):
-            k, ordinal = _device_override(device, kind, span)
-            span.kind, span.device = k, ordinal
-        if access is None:
-            access = REMOTE_READ if span.readonly else (REMOTE_READ | REMOTE_WRITE)
-        if span.readonly and access & REMOTE_WRITE:
-            raise InvalidArgument(-22, "a read-only buffer cannot be registered with REMOTE_WRITE",
-                                  "register")
+        span, access = _span_for(ffi, obj, access, device, kind)
         state = self._state
         with state.lock:
             rc = lib.ferry_register(_handle(state), ffi.cast("void *", span.address), span.length,
@@ -477,6 +469,38 @@ class Engine(NotificationWaits):
             region = Region(state, span, access)
             state.regions[span.address] = region
         return region
+
+    def register_batch(self, objs, access=None, *, device=None, kind=None):
+        """Registers every object as register() does (access, device and kind apply to each),
+        all or none, in one C call that publishes them together: with etcd one transaction per
+        ~100 chunks of 128 regions instead of one per region (KV caches of many blocks). Returns
+        the Regions, in order. When one fails, none stays registered and the FerryError names it
+        ("range 7 of 100 [0x..., +4096): ...")."""
+        ffi, lib = _capi.load()
+        spans = []
+        for i, obj in enumerate(objs):
+            try:
+                spans.append(_span_for(ffi, obj, access, device, kind))
+            except (TypeError, ValueError) as e:
+                for span, _ in spans:
+                    span.release(ffi)
+                what = "register_batch: object %d: %s" % (i, getattr(e, "message", e))
+                if isinstance(e, FerryError):
+                    raise type(e)(e.code, what + "; nothing was registered", e.call) from e
+                raise type(e)(what + "; nothing was registered") from e
+        state = self._state
+        with state.lock:
+            rc = _batch.register_ranges(
+                ffi, lib, _handle(state), [s.address for s, _ in spans], [s.length for s, _ in spans],
+                [s.kind for s, _ in spans], [s.device for s, _ in spans], [a for _, a in spans])
+            if rc != 0:
+                for span, _ in spans:
+                    span.release(ffi)
+                _check(rc, "ferry_register_batch")
+            regions = [Region(state, span, a) for span, a in spans]
+            for region in regions:
+                state.regions[region.address] = region
+        return regions
 
     def alloc_shared(self, length, access=None):
         """Allocates `length` bytes (rounded up to pages) of host memory to share and registers
@@ -506,17 +530,7 @@ class Engine(NotificationWaits):
             return
         state = self._state
         with state.lock:
-            if isinstance(what, int):
-                address = what
-            else:
-                address = None
-                for r in state.regions.values():
-                    if r.obj is what:
-                        address = r.address
-                        break
-                if address is None:
-                    ffi, _ = _capi.load()
-                    address = resolve(ffi, what).address
+            address = _address_of(state, what)
             region = state.regions.get(address)
             if region is not None:
                 region.unregister()
@@ -524,6 +538,35 @@ class Engine(NotificationWaits):
             ffi, lib = _capi.load()
             _check(lib.ferry_unregister(_handle(state), ffi.cast("void *", address)),
                    "ferry_unregister")
+
+    def unregister_batch(self, items):
+        """Unregisters Regions, registered objects or start addresses (as unregister() takes
+        them), all or none, in one C call that publishes it together. Regions already
+        unregistered are skipped. When one address is not where a region starts (or comes
+        twice), nothing is unregistered and the FerryError names it. SharedBuffers are freed
+        with their free(), not here."""
+        state = self._state
+        ffi, lib = _capi.load()
+        with state.lock:
+            addresses = []
+            owners = None  # id(registered object) -> its address, made on first need
+            for what in items:
+                if isinstance(what, Region) and not what.registered:
+                    continue
+                if owners is None and not isinstance(what, (Region, int)):
+                    owners = {id(r.obj): r.address for r in state.regions.values() if r.obj is not None}
+                address = _address_of(state, what, owners)
+                if isinstance(state.regions.get(address), SharedBuffer):
+                    raise InvalidArgument(-errno.EINVAL, "unregister_batch: %r is a SharedBuffer; "
+                                          "free() it" % (what,), "unregister_batch")
+                addresses.append(address)
+            _check(_batch.unregister_addresses(ffi, lib, _handle(state), addresses),
+                   "ferry_unregister_batch")
+            for address in addresses:
+                region = state.regions.pop(address, None)
+                if region is not None:
+                    region._registered = False
+                    region._span.release(ffi)
 
     @property
     def regions(self):
@@ -655,6 +698,38 @@ def _device_override(device, kind, span):
     k, ordinal = parse_device(device, kind if kind is not None else
                               (span.kind if span.kind != MEMORY_HOST else None))
     return k, ordinal
+
+
+def _span_for(ffi, obj, access, device, kind):
+    """(Span, access) for what register() takes: access defaults to what the buffer allows."""
+    span = resolve(ffi, obj, device=device, kind=kind)
+    if device is not None and not isinstance(obj, tuple):
+        span.kind, span.device = _device_override(device, kind, span)
+    if access is None:
+        access = REMOTE_READ if span.readonly else (REMOTE_READ | REMOTE_WRITE)
+    if span.readonly and access & REMOTE_WRITE:
+        raise InvalidArgument(-22, "a read-only buffer cannot be registered with REMOTE_WRITE",
+                              "register")
+    return span, access
+
+
+def _address_of(state, what, owners=None):
+    """The start address unregister() means by `what`: a Region's, an int, the registered
+    object's (found by identity; `owners` maps id(object) to its address when given), or what
+    resolve() makes of it."""
+    if isinstance(what, Region):
+        return what.address
+    if isinstance(what, int):
+        return what
+    if owners is not None:
+        if id(what) in owners:
+            return owners[id(what)]
+    else:
+        for r in state.regions.values():
+            if r.obj is what:
+                return r.address
+    ffi, _ = _capi.load()
+    return resolve(ffi, what).address
 
 
 __all__ = [

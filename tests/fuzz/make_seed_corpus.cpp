@@ -15,6 +15,7 @@
 #include "../../plugins/shm/map_wire.hpp"
 #include "../../plugins/shm/wire.hpp"
 #include "base64.hpp"
+#include "chunk_codec.hpp"
 #include "control_protocol.hpp"
 #include "descriptor.hpp"
 #include "memory.hpp"
@@ -108,6 +109,22 @@ void descriptor() {
     put("descriptor", "two-regions", encode_descriptor(d));
     d.control = "127.0.0.1:7001";
     put("descriptor", "with-control", encode_descriptor(d));
+}
+
+void descriptor_chunk() {
+    using namespace ferry;
+    std::vector<RegionDescriptor> run;
+    for (uint64_t i = 0; i < 8; ++i)
+        run.push_back({0x7f0000000000 + i * 4096, 4096, 0, -1, 3, {{"tcp", {}}, {"rdma", {1, 2, 3, 4}}}});
+    run[5].addr += 4096;  // a gap
+    run[6].length = 100;  // another length
+    run[6].addr = run[5].end();
+    run[7] = {run[6].end() + 64, 1 << 20, 1, 2, 1, {{"cuda_ipc", std::vector<uint8_t>(64, 0xab)}}};
+    std::vector<const RegionDescriptor *> ptrs;
+    for (const auto &r : run) ptrs.push_back(&r);
+    put("descriptor_chunk", "run", encode_parts_chunk(ptrs));
+    put("descriptor_chunk", "one", encode_parts_chunk(std::span(ptrs.data() + 7, 1)));
+    put("descriptor_chunk", "version1", encode_region_chunk(ptrs));
 }
 
 void base64() {
@@ -297,6 +314,7 @@ int main(int argc, char **argv) {
     g_root = argv[1];
     tcp_wire();
     descriptor();
+    descriptor_chunk();
     base64();
     config_yaml();
     efa_mem();
