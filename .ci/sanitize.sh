@@ -15,6 +15,12 @@ case "$kind" in
     sanitize=address,undefined
     tests=()  # all of them
     extra=(-Dbenchmarks=disabled)  # the benches are not tests; CI has 2 cores
+    # No vptr check: UBSan tests whether a vtable is readable by writing it into a pipe
+    # (sanitizer_common's IsAccessibleMemoryRange), which fails in a process out of file
+    # descriptors and is then reported as "invalid vptr" and aborts it. The out-of-descriptor
+    # tests (tcp_flood_test, shm_limits_test) make exactly such processes: a report from a
+    # ServerConn constructed at EMFILE killed the target in 1 run of 8 under load.
+    cxx_extra="-fno-sanitize=vptr"
     export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:print_summary=1:detect_stack_use_after_return=0"
     export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
@@ -34,7 +40,7 @@ esac
 if [ ! -f "$build/build.ninja" ]; then
   # -O1 with line tables only (-g1): about half the compile time of -O2 -g on CI's 2 cores,
   # and the sanitizers' reports still name files and lines.
-  meson setup "$build" -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dc_args=-g1 \
+  meson setup "$build" -Doptimization=1 -Ddebug=false -Dcpp_args="-g1 ${cxx_extra:-}" -Dc_args=-g1 \
     -Db_sanitize="$sanitize" -Db_lundef=false -Dpython=disabled "${extra[@]}"
 fi
 echo "== $kind sanitizer: building in $build (python_wheels not built: see .ci/sanitize.sh)"
