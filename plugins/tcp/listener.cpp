@@ -130,11 +130,16 @@ void Listener::on_events(uint32_t) {
         if (e == EAGAIN || e == EWOULDBLOCK) return;
         if (e == EINTR || e == ECONNABORTED) continue;
         // Out of descriptors the connection stays in the backlog and the socket stays
-        // readable: without shedding and pausing this loop would spin.
-        if ((e == EMFILE || e == ENFILE) && spare_fd_ >= 0 && shed < kMaxShedPerWake) {
-            shed_one(e);
-            ++shed;
-            continue;
+        // readable: without shedding and pausing this loop would spin. The spare is gone when
+        // another thread took the descriptor shed_one freed; try again to get it back each
+        // time, or shedding would stop for as long as the backlog is never drained.
+        if ((e == EMFILE || e == ENFILE) && shed < kMaxShedPerWake) {
+            if (spare_fd_ < 0) spare_fd_ = open_spare();
+            if (spare_fd_ >= 0) {
+                shed_one(e);
+                ++shed;
+                continue;
+            }
         }
         pause(e);
         return;
