@@ -163,12 +163,8 @@ Result<void> decode_parts_chunk(std::span<const uint8_t> bytes, std::vector<Regi
     }
     if (bytes.size() > kMaxDescriptorBytes) return bad("larger than 64 MiB");
     ByteReader header(bytes);
-    uint32_t magic, n;
-    uint16_t version, flags;
-    if (!header.u32(magic) || magic != kChunkMagic) return bad("bad magic");
-    if (!header.u16(version) || !header.u16(flags) || !header.u32(n)) return bad("truncated header");
-    if (version != kChunkVersionDeltas) return bad("unknown chunk version");
-    if (flags != 0) return bad("unknown flags");
+    uint32_t n;
+    if (const char *why = read_chunk_header(header, kChunkVersionDeltas, &n)) return bad(why);
     Cursor c(bytes.subspan(header.position()));
     // Every region takes at least its tag byte.
     if (n > c.remaining() || first + n > kMaxRegions) return bad("region count exceeds the data");

@@ -187,6 +187,16 @@ std::vector<uint8_t> encode_region_chunk(std::span<const RegionDescriptor *const
     return w.take();
 }
 
+const char *read_chunk_header(ByteReader &r, uint16_t version, uint32_t *count) {
+    uint32_t magic;
+    uint16_t got_version, flags;
+    if (!r.u32(magic) || magic != kChunkMagic) return "bad magic";
+    if (!r.u16(got_version) || !r.u16(flags) || !r.u32(*count)) return "truncated header";
+    if (got_version != version) return "unknown chunk version";
+    if (flags != 0) return "unknown flags";
+    return nullptr;
+}
+
 Result<void> decode_region_chunk(std::span<const uint8_t> bytes, std::vector<RegionDescriptor> &out) {
     auto bad = [&](const char *what) {
         return fail(-EPROTO, cat("malformed chunk of a segment descriptor (", bytes.size(), " bytes): ", what,
@@ -194,12 +204,8 @@ Result<void> decode_region_chunk(std::span<const uint8_t> bytes, std::vector<Reg
     };
     if (bytes.size() > kMaxDescriptorBytes) return bad("larger than 64 MiB");
     ByteReader r(bytes);
-    uint32_t magic, n;
-    uint16_t version, flags;
-    if (!r.u32(magic) || magic != kChunkMagic) return bad("bad magic");
-    if (!r.u16(version) || !r.u16(flags) || !r.u32(n)) return bad("truncated header");
-    if (version != kChunkVersion) return bad("unknown chunk version");
-    if (flags != 0) return bad("unknown flags");
+    uint32_t n;
+    if (const char *why = read_chunk_header(r, kChunkVersion, &n)) return bad(why);
     if (n > r.remaining() / 36 || out.size() + n > kMaxRegions) return bad("region count exceeds the data");
     size_t first = out.size();
     out.resize(first + n);

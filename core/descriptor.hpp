@@ -88,6 +88,10 @@ std::vector<uint8_t> encode_descriptor_header(const SegmentDescriptor &descripto
                                               uint32_t regions);
 Result<DescriptorHeader> decode_descriptor_header(std::span<const uint8_t> bytes);
 std::vector<uint8_t> encode_region_chunk(std::span<const RegionDescriptor *const> regions);
+// Reads a chunk's header (magic, `version`, flags, region count) for both chunk versions:
+// nullptr, or what is wrong with it. *count is meaningful only on success.
+class ByteReader;
+const char *read_chunk_header(ByteReader &r, uint16_t version, uint32_t *count);
 // Appends the chunk's regions to `out` (sorted and non-overlapping within the chunk).
 Result<void> decode_region_chunk(std::span<const uint8_t> bytes, std::vector<RegionDescriptor> &out);
 // The header's descriptor with every chunk's regions: checks the counts and sorts the regions.
