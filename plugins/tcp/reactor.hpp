@@ -56,8 +56,8 @@ public:
     void adopt(std::unique_ptr<Handler> h);
     void dispose(Handler *h);  // deletes an adopted handler at the end of this iteration
     void dispose_all();        // disposes every adopted handler
-    // Queues a completion; they reach the completion queue once per loop iteration.
-    void complete(uint64_t user_data, int status, const char *message);
+    // Completions queued here reach the completion queue once per loop iteration.
+    std::vector<ferry_completion_t> &completions() { return done_; }
 
     // ---- any thread ----
     // Queues h->on_kick() (once, however often it is kicked before it runs). Kicks run before
