@@ -1,6 +1,7 @@
 // One I/O thread: an epoll loop that owns a set of connections (client lanes and served
-// connections). All state of a connection is touched only by its reactor thread; other
-// threads hand work over with kick() / post().
+// connections). A served connection's state is touched only by its reactor thread; a client
+// lane's is behind the lane's lock, which the threads of submit and poll may take too
+// (lane.hpp, waiter mode). Other threads hand work over with kick() / post().
 #pragma once
 
 #include "plugin_util.hpp"
