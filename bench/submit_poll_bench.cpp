@@ -3,10 +3,18 @@
 // tcp.so on loopback (engine + transport + one round trip). The shm cases (wall time) run two
 // engines of this process over shm.so's real socket and serving side: 64-byte READs and WRITEs,
 // adjacent in memory or 4 KiB apart ("scattered", so no two ops share a page).
-// FERRY_BENCH_SHM_PLUGIN_DIR, when set, is searched first: another build's shm.so (a baseline).
+// FERRY_BENCH_SHM_PLUGIN_DIR / FERRY_BENCH_TCP_PLUGIN_DIR, when set, are searched first for
+// shm.so / tcp.so: another build's plugin (a baseline).
+// The submit_and_wait cases also report switches_per_batch: context switches of all of this
+// process's threads (both engines: submitting thread, reactors) per batch, from /proc.
 #include <benchmark/benchmark.h>
 
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ferry/engine.hpp"
@@ -22,6 +30,8 @@ struct Pair {
         std::string path = FERRY_BENCH_PLUGIN_PATH;
         if (const char *d = std::getenv("FERRY_BENCH_SHM_PLUGIN_DIR"); d && *d && transport == "shm")
             path = std::string(d) + ":" + path;
+        if (const char *d = std::getenv("FERRY_BENCH_TCP_PLUGIN_DIR"); d && *d && transport == "tcp")
+            path = std::string(d) + ":" + path;
         ferry::Config c{{"plugin_path", path}, {"plugins", transport}};
         auto t = ferry::Engine::create(c);
         auto i = ferry::Engine::create(c);
@@ -35,6 +45,28 @@ struct Pair {
     }
 };
 
+// Voluntary + involuntary context switches of every thread of this process so far.
+double context_switches() {
+    double total = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d == nullptr) return 0;
+    while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        std::string path = std::string("/proc/self/task/") + e->d_name + "/status";
+        FILE *f = fopen(path.c_str(), "r");
+        if (f == nullptr) continue;
+        char line[256];
+        unsigned long long v;
+        while (fgets(line, sizeof line, f) != nullptr)
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+                total += static_cast<double>(v);
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
 void submit_and_wait(benchmark::State &state, const char *transport) {
     Pair p(transport);
     const size_t batch = static_cast<size_t>(state.range(0));
@@ -46,6 +78,7 @@ void submit_and_wait(benchmark::State &state, const char *transport) {
                    reinterpret_cast<uintptr_t>(p.remote.data()) + i * 64,
                    64,
                    ""};
+    const double switches_before = context_switches();
     for (auto _ : state) {
         auto b = p.initiator->submit(reqs);
         if (!b || !p.initiator->wait(*b)) {
@@ -54,6 +87,8 @@ void submit_and_wait(benchmark::State &state, const char *transport) {
         }
         (void)p.initiator->free_batch(*b);
     }
+    state.counters["switches_per_batch"] =
+        (context_switches() - switches_before) / static_cast<double>(std::max<int64_t>(1, state.iterations()));
     state.SetItemsProcessed(state.iterations() * batch);
     state.SetLabel(std::string(transport) + ", ops/s = per-op cost");
 }

@@ -20,13 +20,20 @@ namespace ferry_tcp {
 namespace {
 constexpr uint64_t kBudget = 16ull << 20;  // bytes moved per wake-up before yielding
 constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+// Waiter mode: the reactor still sees hang-ups (they wake every waiter, whatever its mask) and
+// the socket's send space after a blocked send, but not the data, which wakes the host's thread.
+constexpr uint32_t kWaiterEvents = EPOLLOUT | EPOLLRDHUP | EPOLLET;
+constexpr unsigned kWaiterIdleMs = 1000;  // back to the reactor after this long without work
 }  // namespace
 
-Lane::Lane(Peer &peer, Reactor &reactor, unsigned index)
-    : peer_(peer), reactor_(reactor), index_(index), rxbuf_(kRxBuf) {}
+Lane::Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index)
+    : peer_(peer), reactor_(reactor), waiters_(waiters), index_(index), rxbuf_(kRxBuf) {}
 
 Lane::~Lane() {
-    if (fd_ >= 0) close(fd_);
+    if (fd_ >= 0) {
+        if (waiter_) waiters_.remove(fd_);
+        close(fd_);
+    }
 }
 
 void Lane::push(Batch &batch) noexcept {
@@ -38,6 +45,7 @@ void Lane::push(Batch &batch) noexcept {
 }
 
 void Lane::start() {
+    Held h(*this, reactor_.completions());
     if (state_ == State::Down) connect_now();
 }
 
@@ -78,6 +86,8 @@ void Lane::connect_now() {
 void Lane::fail(int status, const std::string &why, State next) {
     const bool handshaking = state_ == State::Connecting || state_ == State::Hello;
     if (fd_ >= 0) {
+        if (waiter_) waiters_.remove(fd_);
+        waiter_ = false;
         reactor_.del_fd(fd_);
         close(fd_);
         fd_ = -1;
@@ -112,9 +122,11 @@ void Lane::fail(int status, const std::string &why, State next) {
     failed.swap(q_);
     for (Slice &s : failed) {
         load_.fetch_sub(s.len, std::memory_order_relaxed);
-        finish_slice(reactor_, s.op, status, why.c_str());
+        finish_slice(*sink_, s.op, status, why.c_str());
     }
-    reactor_.forget(this);
+    // Off the loop thread (send_now, receive_now) a stale timer or ready entry stays: on a Down
+    // lane it does nothing and drops itself.
+    if (reactor_.in_loop()) reactor_.forget(this);
     if (handshaking) peer_.on_handshake(index_, status, why);
 }
 
@@ -123,6 +135,7 @@ void Lane::protocol_error(const std::string &what) {
 }
 
 void Lane::shutdown(int status, const std::string &why) {
+    Held h(*this, reactor_.completions());
     take_incoming();
     if (state_ == State::Closed) return;
     if (state_ == State::Down && q_.empty()) {
@@ -143,16 +156,12 @@ void Lane::take_incoming() {
     }
     if (got.empty()) return;
     if (q_.empty()) last_progress_ = Clock::now();  // idle time before this work is not a stall
+    bool all_small = true;
     for (auto &vec : got) {
         for (Slice &s : vec) {
-            s.id = next_id_++;
-            Header h;
-            h.type = s.opcode == FERRY_OP_WRITE ? kWriteReq : kReadReq;
-            h.id = s.id;
-            h.addr = s.remote_addr;
-            h.length = s.len;
-            encode_header(h, s.hdr);
+            stamp(s);
             q_.push_back(s);
+            all_small = all_small && is_small(s);
             // The pipe (two fds) is made for the first WRITE large enough to go zero-copy.
             if (s.opcode == FERRY_OP_WRITE && s.len >= kZeroCopyMin && peer_.config().zerocopy && !pipe_.is_open() &&
                 !pipe_.open())
@@ -162,9 +171,89 @@ void Lane::take_incoming() {
     }
     if (state_ == State::Closed)  // cannot happen: submit checks the peer first; be safe
         fail(-ECANCELED, "peer " + peer_.endpoint().name + " is disconnected", State::Closed);
+    if (state_ == State::Ready && waiter_ && !all_small) leave_waiter();
+    else if (state_ == State::Ready && !waiter_ && all_small) enter_waiter();
+}
+
+void Lane::stamp(Slice &s) {
+    s.id = next_id_++;
+    Header h;
+    h.type = s.opcode == FERRY_OP_WRITE ? kWriteReq : kReadReq;
+    h.id = s.id;
+    h.addr = s.remote_addr;
+    h.length = s.len;
+    encode_header(h, s.hdr);
+}
+
+// Waiter mode starts with the first batch of small ops on a Ready lane, on the loop thread.
+void Lane::enter_waiter() {
+    if (waiters_.add(fd_, this) != 0) return;  // stays with the reactor
+    reactor_.mod_fd(fd_, kWaiterEvents, this);
+    waiter_ = true;
+    reactor_.want_timer(this);
+}
+
+void Lane::leave_waiter() {
+    waiters_.remove(fd_);
+    waiter_ = false;
+    reactor_.mod_fd(fd_, kEvents, this);  // re-arms: bytes already waiting raise an event
+    readable_ = true;
+}
+
+bool Lane::send_now(std::vector<Slice> &slices, std::vector<ferry_completion_t> &done) noexcept {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock() || state_ != State::Ready || !waiter_ || !writable_ || has_output()) return false;
+    {
+        std::lock_guard in(in_mu_);
+        if (!incoming_.empty()) return false;  // work handed over earlier goes first
+    }
+    const size_t before = q_.size();
+    const uint64_t first_id = next_id_;
+    try {
+        done.reserve(done.size() + before + slices.size());  // a failure below cannot throw
+        for (Slice &s : slices) {
+            stamp(s);
+            q_.push_back(s);
+        }
+    } catch (...) {
+        while (q_.size() > before) q_.pop_back();
+        next_id_ = first_id;
+        return false;
+    }
+    if (before == 0) last_progress_ = Clock::now();
+    sink_ = &done;
+    // A socket that fills up leaves the rest to the reactor: the send space it waits for
+    // raises EPOLLOUT there.
+    while (state_ == State::Ready && writable_ && has_output())
+        if (do_send() <= 0) break;
+    sink_ = nullptr;
+    return true;
+}
+
+void Lane::receive_now(std::vector<ferry_completion_t> &done) noexcept {
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock() || !waiter_ || state_ != State::Ready) return;
+    try {
+        done.reserve(done.size() + q_.size());  // completing cannot throw half-way
+    } catch (...) {
+        return;  // the reactor reads on its next tick
+    }
+    sink_ = &done;
+    readable_ = true;  // the wait set said so
+    uint64_t moved = 0;
+    while (state_ == State::Ready && readable_ && moved < kBudget) {
+        ssize_t m = do_recv();
+        if (m <= 0) break;
+        moved += static_cast<uint64_t>(m);
+    }
+    // READ_DONE reports owed for what was just read.
+    while (state_ == State::Ready && writable_ && has_output())
+        if (do_send() <= 0) break;
+    sink_ = nullptr;
 }
 
 void Lane::on_kick() {
+    Held h(*this, reactor_.completions());
     take_incoming();
     if (q_.empty()) return;
     if (state_ == State::Down) connect_now();
@@ -173,6 +262,7 @@ void Lane::on_kick() {
 }
 
 void Lane::on_events(uint32_t events) {
+    Held h(*this, reactor_.completions());
     if (state_ == State::Connecting) {
         int err = socket_error(fd_);
         if (err != 0) {
@@ -231,11 +321,26 @@ void Lane::progress() {
 
 bool Lane::needs_timer() const {
     if (state_ == State::Connecting || state_ == State::Hello) return true;
-    return state_ == State::Ready && !q_.empty() && peer_.config().op_timeout_ms != 0;
+    return state_ == State::Ready && (waiter_ || (!q_.empty() && peer_.config().op_timeout_ms != 0));
+}
+
+void Lane::on_ready() {
+    Held h(*this, reactor_.completions());
+    progress();
 }
 
 bool Lane::on_timer(Clock::time_point now) {
+    Held h(*this, reactor_.completions());
     const Config &cfg = peer_.config();
+    if (state_ == State::Ready && waiter_) {
+        if (!q_.empty()) {
+            readable_ = true;  // responses no host polled for: read them here, once a tick
+            progress();
+            if (state_ != State::Ready) return needs_timer();
+        } else if (ms_between(last_progress_, now) >= kWaiterIdleMs) {
+            leave_waiter();
+        }
+    }
     const std::string &name = peer_.endpoint().name;
     if (state_ == State::Connecting || state_ == State::Hello) {
         if (ms_between(connect_start_, now) >= cfg.connect_timeout_ms) {

@@ -1,11 +1,22 @@
 // One client connection ("lane") to a peer: connection set-up with HELLO, pipelined
 // WRITE_REQ / READ_REQ slices, in-order responses, failure and reconnect.
 //
-// State machine (loop thread only):
+// State machine (under mu_, normally on the loop thread):
 //   Down --work queued / start()--> Connecting --socket writable--> Hello --HELLO_ACK--> Ready
 //   any state --error / EOF / timeout--> Down (every queued and in-flight slice fails)
 //   any state --shutdown()--> Closed (final)
 // A Down lane reconnects when new slices arrive, so a restarted peer becomes usable again.
+//
+// Small ops skip the reactor thread (two wake-ups of other CPUs per batch fewer): a Ready lane
+// that carries only small ops is in waiter mode. Its socket is in the transport's WaitSet
+// (the host's completion fd) instead of the reactor's read interest, so the host thread
+// waiting for completions wakes on the responses and parses them itself (receive_now), and a
+// submitting thread sends a small batch itself when the lane is idle (send_now). Exactly one
+// thread at a time touches the lane's state: mu_ is held by whoever drives it (reactor,
+// submitter or waiter), so responses are parsed by one reader, in order, and a byte lands in
+// an op's memory only while that op is at the front of the queue, never after it failed. The
+// reactor keeps the timers (op timeouts; it also reads what no host polled for, once a tick),
+// hang-ups and blocked sends, and leaves waiter mode for large ops and after a second idle.
 #pragma once
 
 #include "handshake.hpp"
@@ -13,6 +24,7 @@
 #include "reactor.hpp"
 #include "splice_pipe.hpp"
 #include "tx.hpp"
+#include "wait_set.hpp"
 #include "wire.hpp"
 
 #include <atomic>
@@ -31,12 +43,15 @@ class Peer;
 // recv for many responses); larger ones go straight from the socket into local memory.
 inline constexpr uint64_t kSmallPayload = 16 * 1024;
 inline constexpr size_t kRxBuf = 64 * 1024;
+// A batch whose slices are all small and that holds at most this many bytes may be sent by the
+// submitting thread itself (send_now).
+inline constexpr uint64_t kSendNowMax = 64 * 1024;
 
 class Lane final : public Handler, private TxSource {
 public:
     using Batch = std::list<std::vector<Slice>>;
 
-    Lane(Peer &peer, Reactor &reactor, unsigned index);
+    Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index);
     ~Lane() override;
 
     Reactor &reactor() { return reactor_; }
@@ -47,6 +62,14 @@ public:
     // Bytes queued or in flight: the least-loaded lane gets the next slice.
     uint64_t load() const { return load_.load(std::memory_order_relaxed); }
     void add_load(uint64_t n) { load_.fetch_add(n, std::memory_order_relaxed); }
+    // Sends small slices from this thread when the lane is in waiter mode, idle and not held
+    // by another thread (never waits for it). True: the lane took them (sent, or queued behind
+    // a full socket for the reactor); completions of a failure are appended to `done`. False:
+    // nothing changed, push() them.
+    bool send_now(std::vector<Slice> &slices, std::vector<ferry_completion_t> &done) noexcept;
+    // The host's poll(): parses the responses waiting on a waiter-mode lane (skipped when
+    // another thread holds the lane); completions are appended to `done`.
+    void receive_now(std::vector<ferry_completion_t> &done) noexcept;
 
     // ---- loop thread ----
     void start();                                       // first connect
@@ -55,13 +78,30 @@ public:
     void on_events(uint32_t events) override;
     void on_kick() override;
     bool on_timer(Clock::time_point now) override;
-    void on_ready() override { progress(); }
+    void on_ready() override;
 
 private:
     enum class State { Down, Connecting, Hello, Ready, Closed };
     enum class Rx { Header, Payload, Message };
 
+    // Holds mu_ and points completions at `sink` for the scope.
+    class Held {
+    public:
+        Held(Lane &l, std::vector<ferry_completion_t> &sink) : l_(l), lk_(l.mu_) { l.sink_ = &sink; }
+        ~Held() { l_.sink_ = nullptr; }
+        Held(const Held &) = delete;
+        Held &operator=(const Held &) = delete;
+
+    private:
+        Lane &l_;
+        std::lock_guard<std::mutex> lk_;
+    };
+
     void connect_now();
+    void stamp(Slice &s);  // request id and header
+    static bool is_small(const Slice &s) { return s.len <= kSmallPayload; }
+    void enter_waiter();
+    void leave_waiter();
     void fail(int status, const std::string &why, State next = State::Down);
     void protocol_error(const std::string &what);
     void take_incoming();
@@ -86,13 +126,17 @@ private:
 
     Peer &peer_;
     Reactor &reactor_;
+    WaitSet &waiters_;
     const unsigned index_;
     std::atomic<uint64_t> load_{0};
 
     std::mutex in_mu_;
     Batch incoming_;  // guarded by in_mu_
 
-    // Loop thread only from here on.
+    // Guarded by mu_ from here on (held by the loop thread's callbacks, send_now, receive_now).
+    std::mutex mu_;
+    std::vector<ferry_completion_t> *sink_ = nullptr;  // where finished slices go (Held)
+    bool waiter_ = false;                              // waiter mode: fd_ is in waiters_
     State state_ = State::Down;
     int fd_ = -1;
     bool readable_ = false;

@@ -110,7 +110,13 @@ ssize_t Lane::do_recv() {
             set_rcvlowat(fd_, &lowat_,
                          static_cast<int>(std::min<uint64_t>(payload_left_ - static_cast<uint64_t>(n), kBulkLowat)));
     }
-    if (!direct) return consume(rxbuf_.data(), static_cast<size_t>(n)) ? n : -1;
+    if (!direct) {
+        if (!consume(rxbuf_.data(), static_cast<size_t>(n))) return -1;
+        // Every response owed was read in full: a server sends nothing unasked, so the next
+        // bytes raise a new edge (saves a recv that would only say EAGAIN).
+        if (state_ == State::Ready && send_idx_ == 0 && rx_ == Rx::Header && hdr_got_ == 0 && !hup_) readable_ = false;
+        return n;
+    }
     const uint64_t body = std::min<uint64_t>(static_cast<uint64_t>(n), payload_left_);
     payload_dst_ += body;
     payload_left_ -= body;
@@ -296,7 +302,7 @@ void Lane::complete_front(int status, const char *message) {
     q_.pop_front();
     --send_idx_;
     load_.fetch_sub(s.len, std::memory_order_relaxed);
-    finish_slice(reactor_, s.op, status, message);
+    finish_slice(*sink_, s.op, status, message);
 }
 
 }  // namespace ferry_tcp

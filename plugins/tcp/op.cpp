@@ -1,11 +1,10 @@
 #include "op.hpp"
 
 #include "plugin_util.hpp"
-#include "reactor.hpp"
 
 namespace ferry_tcp {
 
-void finish_slice(Reactor &r, Op *op, int status, const char *message) {
+void finish_slice(std::vector<ferry_completion_t> &done, Op *op, int status, const char *message) {
     if (status != 0 && !op->failed.exchange(true, std::memory_order_relaxed)) {
         op->status = status;
         copy_message(op->message, message);
@@ -13,7 +12,10 @@ void finish_slice(Reactor &r, Op *op, int status, const char *message) {
     // acq_rel: the last finisher sees the status written by the first failing slice.
     if (op->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     op->table->release(op->local);
-    r.complete(op->user_data, op->status, op->message);
+    ferry_completion_t &c = done.emplace_back();  // value-initialised: clears the message too
+    c.user_data = op->user_data;
+    c.status = op->status;
+    if (op->status != 0) copy_message(c.message, op->message);
     OpBlock *block = op->block;
     if (block->live.fetch_sub(1, std::memory_order_acq_rel) == 1) delete block;
 }

@@ -11,10 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace ferry_tcp {
 
-class Reactor;
 struct OpBlock;
 
 struct Op {
@@ -49,8 +49,9 @@ struct Slice {
     uint8_t hdr[kHeaderSize] = {};  // encoded request, set by the lane
 };
 
-// Finishes one slice on the loop thread of `r`; the op's last slice releases the local region
-// and queues the completion. Thread safe across slices of one op on different reactors.
-void finish_slice(Reactor &r, Op *op, int status, const char *message);
+// Finishes one slice; the op's last slice releases the local region and appends the completion
+// to `done` (a reactor's list, or the list of a thread that drove a lane itself). Thread safe
+// across slices of one op on different lanes.
+void finish_slice(std::vector<ferry_completion_t> &done, Op *op, int status, const char *message);
 
 }  // namespace ferry_tcp

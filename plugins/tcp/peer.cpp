@@ -6,13 +6,14 @@
 
 namespace ferry_tcp {
 
-Peer::Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions)
-    : id_(id), ep_(std::move(ep)), cfg_(cfg), log_(log), regions_(regions) {}
+Peer::Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions, WaitSet &waiters,
+           CompletionQueue &cq)
+    : id_(id), ep_(std::move(ep)), cfg_(cfg), log_(log), regions_(regions), waiters_(waiters), cq_(cq) {}
 
 Peer::~Peer() = default;
 
 void Peer::add_lane(Reactor &reactor) {
-    lanes_.push_back(std::make_unique<Lane>(*this, reactor, static_cast<unsigned>(lanes_.size())));
+    lanes_.push_back(std::make_unique<Lane>(*this, reactor, waiters_, static_cast<unsigned>(lanes_.size())));
 }
 
 int Peer::connect_lanes(std::string *why) {
@@ -57,6 +58,7 @@ void Peer::close(int status, const std::string &why) {
         Lane *l = lane.get();
         l->reactor().run_sync([&] { l->shutdown(status, why); });
     }
+    waiters_.barrier();  // no host poll() still parses on a lane: they may be freed
 }
 
 int Peer::import_region(uint64_t handle, const RemoteRegion &r) {
@@ -190,14 +192,22 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
         throw;
     }
     if (n_ops > 0) (void)block.release();  // its ops own it from here on: the last to complete frees it
-    // Phase 3: hand the batches over. Nothing here can fail.
+    // Phase 3: hand the batches over. Nothing here can fail. A small batch is sent from this
+    // thread when its lane is idle (Lane::send_now): no wake-up of the lane's reactor.
+    thread_local std::vector<ferry_completion_t> failed;
     for (size_t l = 0; l < nl; ++l) {
         if (batches[l].front().empty()) continue;
         uint64_t bytes = 0;
-        for (const Slice &s : batches[l].front()) bytes += s.len;
+        bool small = true;
+        for (const Slice &s : batches[l].front()) {
+            bytes += s.len;
+            small = small && s.len <= kSmallPayload;
+        }
         lanes_[l]->add_load(bytes);
+        if (small && bytes <= kSendNowMax && lanes_[l]->send_now(batches[l].front(), failed)) continue;
         lanes_[l]->push(batches[l]);
     }
+    if (!failed.empty()) cq_.push(failed);
     return 0;
 }
 

@@ -29,7 +29,8 @@ struct RemoteRegion {
 
 class Peer {
 public:
-    Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions);
+    Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions, WaitSet &waiters,
+         CompletionQueue &cq);
     ~Peer();
     Peer(const Peer &) = delete;
     Peer &operator=(const Peer &) = delete;
@@ -64,6 +65,8 @@ private:
     const Config &cfg_;
     const Logger &log_;
     RegionTable &regions_;
+    WaitSet &waiters_;
+    CompletionQueue &cq_;  // failures of batches a submitting thread sent itself
     std::vector<std::unique_ptr<Lane>> lanes_;
 
     std::mutex submit_mu_;  // serialises submits, and submit against close

@@ -140,13 +140,6 @@ void Reactor::dispose_all() {
     adopted_.clear();
 }
 
-void Reactor::complete(uint64_t user_data, int status, const char *message) {
-    ferry_completion_t &c = done_.emplace_back();  // value-initialised: clears the message too
-    c.user_data = user_data;
-    c.status = status;
-    if (status != 0) copy_message(c.message, message);
-}
-
 void Reactor::wake() noexcept {
     uint64_t one = 1;
     ssize_t rc = write(wakefd_, &one, sizeof one);

@@ -1,6 +1,7 @@
 // One I/O thread: an epoll loop that owns a set of connections (client lanes and served
-// connections). All state of a connection is touched only by its reactor thread; other
-// threads hand work over with kick() / post().
+// connections). A served connection's state is touched only by its reactor thread; a client
+// lane's is behind the lane's lock, which the threads of submit and poll may take too
+// (lane.hpp, waiter mode). Other threads hand work over with kick() / post().
 #pragma once
 
 #include "plugin_util.hpp"
@@ -56,8 +57,8 @@ public:
     void adopt(std::unique_ptr<Handler> h);
     void dispose(Handler *h);  // deletes an adopted handler at the end of this iteration
     void dispose_all();        // disposes every adopted handler
-    // Queues a completion; they reach the completion queue once per loop iteration.
-    void complete(uint64_t user_data, int status, const char *message);
+    // Completions queued here reach the completion queue once per loop iteration.
+    std::vector<ferry_completion_t> &completions() { return done_; }
 
     // ---- any thread ----
     // Queues h->on_kick() (once, however often it is kicked before it runs). Kicks run before

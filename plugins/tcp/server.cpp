@@ -24,6 +24,9 @@ constexpr size_t kMaxQueued = 1024;        // unsent responses before reading st
 constexpr size_t kMaxAwaiting = 4096;      // by-reference READ_RESPs without READ_DONE: a client
                                            // this far behind is broken (in flight is a few MiB)
 constexpr size_t kScratch = 64 * 1024;
+// Payload-less requests taken by one recv (read_request_run): a batch of 128 small READs is read
+// at once and answered by one sendmsg. The buffer is per reactor thread, not per connection.
+constexpr size_t kRunMax = 256;
 constexpr unsigned kRefusalMs = 2000;  // how long a refused connection is kept to answer it
 constexpr unsigned kLingerMs = 1000;   // how long a refusal may take to be sent
 constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
@@ -271,25 +274,29 @@ ssize_t ServerConn::do_recv() {
 // so no payload byte is ever staged. Returns bytes consumed, 0 to use the one-header path, or
 // -1 when the connection was closed.
 ssize_t ServerConn::read_request_run() {
-    ssize_t n = recv(fd_, run_, sizeof run_, MSG_PEEK | MSG_DONTWAIT);
+    thread_local uint8_t run[kRunMax * kHeaderSize];
+    ssize_t n = recv(fd_, run, sizeof run, MSG_PEEK | MSG_DONTWAIT);
     if (n < static_cast<ssize_t>(2 * kHeaderSize))
         return 0;  // nothing, little, EOF or an error: the one-header path reports it
     size_t k = 0;
     while ((k + 1) * kHeaderSize <= static_cast<size_t>(n)) {
-        Header h = decode_header(run_ + k * kHeaderSize);
+        Header h = decode_header(run + k * kHeaderSize);
         if (h.magic != kWireMagic || (h.type != kReadReq && h.type != kReadDone)) break;
         ++k;
     }
     if (k < 2) return 0;
-    ssize_t got = recv(fd_, run_, k * kHeaderSize, MSG_DONTWAIT);
+    ssize_t got = recv(fd_, run, k * kHeaderSize, MSG_DONTWAIT);
     if (got != static_cast<ssize_t>(k * kHeaderSize)) {
         // Only this thread reads the socket: peeked bytes cannot vanish.
         close_conn(FERRY_LOG_ERROR, "receive after peek returned a different length");
         return -1;
     }
     last_progress_ = Clock::now();
+    // All that was queued is taken: the next bytes raise a new edge (not after a hang-up, whose
+    // EOF must still be read).
+    if (got == n && static_cast<size_t>(n) < sizeof run && !hup_) readable_ = false;
     for (size_t i = 0; i < k; ++i) {
-        memcpy(hdr_, run_ + i * kHeaderSize, kHeaderSize);
+        memcpy(hdr_, run + i * kHeaderSize, kHeaderSize);
         if (!on_header()) return -1;
     }
     return got;

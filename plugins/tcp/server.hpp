@@ -146,8 +146,7 @@ private:
     int lowat_ = 1;  // SO_RCVLOWAT currently set
 
     Rx rx_ = Rx::Header;
-    uint8_t last_type_ = 0;               // type of the last request
-    uint8_t run_[64 * kHeaderSize] = {};  // a run of payload-less requests
+    uint8_t last_type_ = 0;  // type of the last request
     uint8_t hdr_[kHeaderSize] = {};
     size_t hdr_got_ = 0;
     Header cur_;

@@ -164,7 +164,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_er
         std::unique_lock lk(peers_mu_);
         id = next_peer_++;
     }
-    auto peer = std::make_shared<Peer>(id, std::move(ep), cfg_, log_, regions_);
+    auto peer = std::make_shared<Peer>(id, std::move(ep), cfg_, log_, regions_, waiters_, cq_);
     for (unsigned i = 0; i < cfg_.lanes; ++i) peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()]);
     int rc = peer->connect_lanes(&why);
     if (rc != 0) {
@@ -236,8 +236,22 @@ int Transport::submit(uint64_t id, const ferry_xfer_op_t *ops, size_t n_ops, fer
     return peer->submit(ops, n_ops, err);
 }
 
+// Completions queued by the reactors first; then, while room is left, the responses waiting on
+// waiter-mode lanes are parsed here, on the host's thread (lane.hpp).
 int Transport::poll(ferry_completion_t *out, size_t max) {
-    return static_cast<int>(cq_.poll(out, std::min<size_t>(max, INT32_MAX)));
+    max = std::min<size_t>(max, INT32_MAX);
+    size_t n = cq_.poll(out, max);
+    if (n == max || !waiters_.active()) return static_cast<int>(n);
+    thread_local std::vector<ferry_completion_t> got;
+    waiters_.ready([](Lane *lane) { lane->receive_now(got); });
+    const size_t take = std::min(got.size(), max - n);
+    if (take > 0) memcpy(out + n, got.data(), take * sizeof(ferry_completion_t));
+    if (take < got.size()) {
+        got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(take));
+        cq_.push(got);  // the rest waits for the next poll (the completion fd says so)
+    }
+    got.clear();
+    return static_cast<int>(n + take);
 }
 
 }  // namespace ferry_tcp

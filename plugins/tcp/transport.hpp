@@ -9,6 +9,7 @@
 #include "plugin_util.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
+#include "wait_set.hpp"
 
 #include "staged_device.hpp"
 
@@ -41,7 +42,7 @@ public:
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
-    int completion_fd() const { return cq_.fd(); }
+    int completion_fd() const { return waiters_.fd(); }
 
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
@@ -51,6 +52,7 @@ private:
     const Config cfg_;
     const Logger log_;
     CompletionQueue cq_;
+    WaitSet waiters_{cq_.fd()};  // the completion fd: cq_'s eventfd and waiter-mode lanes
     RegionTable regions_;
     ferry_staged::Stager stager_;  // device regions: served through the host's staging calls
     ConnLimits limits_;
