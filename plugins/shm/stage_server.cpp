@@ -32,11 +32,13 @@ void Transport::keep_stage_fds(ServerConn &c, const int *fds, size_t n) {
 void Transport::take_stage(ServerConn &c, const Request &r, std::string &reply) {
     const int fd = std::exchange(c.stage_fd, -1);
     std::string why;
+    std::unique_ptr<StageArea> area;
     if (c.stage) why = "the connection has one already";
     else if (fd < 0) why = "no descriptor came with the offer";
-    else c.stage = map_peer_stage(fd, r.length, &why);
+    else area = map_peer_stage(fd, r.length, &why);
     if (fd >= 0) close(fd);  // the mapping keeps the file
-    if (c.stage) {
+    if (area) {
+        c.stage = std::move(area);
         append_done(reply, r.id, 0, {});
         return;
     }
