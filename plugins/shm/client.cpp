@@ -15,9 +15,6 @@
 
 namespace ferry_shm {
 
-namespace {
-
-// Reads exactly len bytes before the deadline: 0, -ETIMEDOUT, or -errno / -ECONNRESET.
 int read_full(int fd, void *buf, size_t len, Clock::time_point deadline) {
     char *p = static_cast<char *>(buf);
     while (len > 0) {
@@ -35,8 +32,6 @@ int read_full(int fd, void *buf, size_t len, Clock::time_point deadline) {
     }
     return 0;
 }
-
-}  // namespace
 
 // A connection to the instance `ep` names, handshaken with a Hello of `hello_magic` (a data
 // connection, or a map channel: map_wire.hpp). 0 and *out, or an error naming `who`.
@@ -116,6 +111,10 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
     c->pid = static_cast<pid_t>(ep.pid);
     c->who = who;
     c->ep = ep;
+    if (int rc = offer_stage(*c, err)) {  // stage_client.cpp
+        close(fd);
+        return rc;
+    }
     {
         std::unique_lock lock(peers_mu_);
         c->peer_id = next_peer_++;
@@ -129,6 +128,7 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *peer, ferry_e
 
 int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
     std::shared_ptr<ClientConn> c;
+    std::vector<ferry_completion_t> done;
     {
         std::unique_lock lock(peers_mu_);
         auto it = peers_.find(peer);
@@ -144,14 +144,16 @@ int Transport::disconnect(uint64_t peer, ferry_error_t *err) {
         c->closing = true;
         // Reported -ECANCELED by the I/O thread once the serving side can no longer copy for them
         // (check_timeouts): its EOF, or kRevokeGrace after the gate closed.
-        revoke_locked(*c, -ECANCELED, strprintf("shm: op canceled: disconnected from %s", c->who.c_str()),
-                      Clock::now() - kRevokeGrace / 2);
+        const std::string why = strprintf("shm: op canceled: disconnected from %s", c->who.c_str());
+        revoke_locked(*c, -ECANCELED, why, Clock::now() - kRevokeGrace / 2);
+        for (auto &b : c->staged) revoke_staged_locked(*c, b, -ECANCELED, why, Clock::now() - kRevokeGrace / 2, done);
         // Requests not handed to the socket yet are simply dropped; the serving side drops the
         // rest when it sees our shutdown, and closes once its running copies are done.
         std::lock_guard out(c->out_mu);
         c->out.clear();
         if (c->fd >= 0) ::shutdown(c->fd, SHUT_WR);
     }
+    cq_.push(done);
     wake();
     return 0;
 }
@@ -170,7 +172,7 @@ int Transport::import_mem(uint64_t peer, const ferry_mem_region_t *r, const void
     std::unique_lock lock(peers_mu_);
     if (!peers_.count(peer)) return set_error(err, -ENOENT, "shm: no peer %" PRIu64, peer);
     uint64_t id = next_import_++;
-    imports_[id] = Import{peer, r->addr, r->length, r->access, std::move(map)};
+    imports_[id] = Import{peer, r->addr, r->length, r->access, std::move(map), r->kind};
     *remote_mem = id;
     return 0;
 }
@@ -187,109 +189,111 @@ int Transport::release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *er
 int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err) {
     if (int rc = submit_mapped(peer, ops, n, err); rc != kNotMapped) return rc;  // shared_client.cpp
     std::shared_ptr<ClientConn> c;
-    std::vector<std::shared_ptr<Region>> locals(n);
-    auto unpin_all = [&] {
-        for (auto &r : locals)
-            if (r) r->unpin();
-    };
+    // Each local region once (pinned), however many ops use it; unpinned with the last op.
+    auto pins = std::make_shared<PinHold>();
+    std::vector<char> stage(n, 0);      // through the staging area (stage_client.cpp)
+    std::vector<const Region *> lr(n);  // each op's local region (held by pins)
+    size_t n_stage = 0;
     {
         std::shared_lock lock(peers_mu_);
         auto it = peers_.find(peer);
         if (it == peers_.end())
             return set_error(err, -ENOTCONN, "shm: no peer %" PRIu64 " (not connected, or disconnected)", peer);
         c = it->second;
+        const bool can_stage = c->stage != nullptr;  // set before the peer was published
+        const Import *m = nullptr;
+        uint64_t m_id = 0, l_handle = 0;
+        const Region *local = nullptr;
         for (size_t i = 0; i < n; ++i) {
             const ferry_xfer_op_t &op = ops[i];
-            if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE) {
-                unpin_all();
+            if (op.opcode != FERRY_OP_READ && op.opcode != FERRY_OP_WRITE)
                 return set_error(err, -EINVAL, "shm: op %zu: unknown opcode %u", i, op.opcode);
+            if (op.length == 0) return set_error(err, -EINVAL, "shm: op %zu: length is 0", i);
+            if (m == nullptr || m_id != op.remote_mem) {
+                auto imp = imports_.find(op.remote_mem);
+                if (imp == imports_.end() || imp->second.peer != peer)
+                    return set_error(err, -EINVAL,
+                                     "shm: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64, i,
+                                     op.remote_mem, peer);
+                m = &imp->second;
+                m_id = op.remote_mem;
             }
-            if (op.length == 0) {
-                unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: length is 0", i);
-            }
-            auto imp = imports_.find(op.remote_mem);
-            if (imp == imports_.end() || imp->second.peer != peer) {
-                unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: remote_mem %" PRIu64 " is not imported from peer %" PRIu64,
-                                 i, op.remote_mem, peer);
-            }
-            const Import &m = imp->second;
-            if (op.remote_addr < m.addr || op.length > m.length || op.remote_addr - m.addr > m.length - op.length) {
-                unpin_all();
+            if (op.remote_addr < m->addr || op.length > m->length || op.remote_addr - m->addr > m->length - op.length)
                 return set_error(err, -EINVAL,
                                  "shm: op %zu: remote [0x%" PRIx64 ", +%" PRIu64 ") is outside the imported region", i,
                                  op.remote_addr, op.length);
+            if (local == nullptr || l_handle != op.local_mem) {
+                auto r = regions_.find(op.local_mem);
+                if (r && r->kind != FERRY_MEM_HOST)
+                    return set_error(err, -ENOTSUP,
+                                     "shm: op %zu: local region %" PRIu64
+                                     " is device memory: shm serves peers' access to it "
+                                     "through the host's staging but does not move it as an initiator (the core "
+                                     "stages initiator-side GPU buffers; load cuda_ipc/hip_ipc for GPU-to-GPU on one "
+                                     "host)",
+                                     i, op.local_mem);
+                if (r && !r->pin())
+                    return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i,
+                                     op.local_mem);
+                local = r.get();
+                l_handle = op.local_mem;
+                if (r) pins->regions.push_back(std::move(r));
             }
-            auto local = regions_.find(op.local_mem);
-            if (!local || !local->contains(op.local_addr, op.length)) {
-                unpin_all();
+            if (local == nullptr || !local->contains(op.local_addr, op.length))
                 return set_error(err, -EINVAL,
                                  "shm: op %zu: local [0x%" PRIx64 ", +%" PRIu64
                                  ") is not inside registered region %" PRIu64,
                                  i, op.local_addr, op.length, op.local_mem);
-            }
-            if (local->kind != FERRY_MEM_HOST) {
-                unpin_all();
-                return set_error(err, -ENOTSUP,
-                                 "shm: op %zu: local region %" PRIu64
-                                 " is device memory: shm serves peers' access to it "
-                                 "through the host's staging but does not move it as an initiator (the core stages "
-                                 "initiator-side GPU buffers; load cuda_ipc/hip_ipc for GPU-to-GPU on one host)",
-                                 i, op.local_mem);
-            }
-            if (!local->pin()) {
-                unpin_all();
-                return set_error(err, -EINVAL, "shm: op %zu: local region %" PRIu64 " is being deregistered", i,
-                                 op.local_mem);
-            }
-            locals[i] = std::move(local);
+            lr[i] = local;
+            if (can_stage && op.length <= kStageMaxOp && m->kind == FERRY_MEM_HOST) stage[i] = 1, ++n_stage;
         }
     }
-    std::string wire(n * sizeof(Request), '\0');
+    std::string wire;
     std::lock_guard lock(c->mu);
-    if (c->dead || c->closing || !c->gate) {
-        unpin_all();
+    if (c->dead || c->closing || !c->gate)
         return set_error(err, -ECONNRESET, "shm: %s: %s", c->who.c_str(),
                          c->dead_reason.empty() ? "connection closed" : c->dead_reason.c_str());
-    }
+    if (n_stage && !c->stage_ok) std::fill(stage.begin(), stage.end(), 0), n_stage = 0;
     const auto now = Clock::now();
+    const size_t staged_before = c->staged.size();
+    const uint64_t next_before = c->next_id, head_before = c->stage_head;
+    const size_t staged = n_stage ? stage_locked(*c, ops, n, stage, pins, wire) : 0;  // stage_client.cpp
+    const size_t n_cma = n - staged;
+    const size_t wire_staged = wire.size();
     const uint64_t first = c->next_id;
+    auto undo = [&] {  // nothing was sent: forget what this submit added
+        c->staged.resize(staged_before);
+        c->stage_head = head_before;
+        for (uint64_t id = first; id < first + n_cma; ++id) c->pending.erase(id);
+        c->next_id = next_before;
+    };
     try {
+        wire.resize(wire_staged + n_cma * sizeof(Request));
+        uint64_t id = first;
         for (size_t i = 0; i < n; ++i) {
-            const Region &l = *locals[i];  // pinned above, moved into the pending entry below
-            Request r{first + i,         ops[i].opcode, l.memfd.fd, ops[i].remote_addr, ops[i].length,
-                      ops[i].local_addr, l.memfd.ino,   l.addr,     l.length,           c->gate->addr()};
-            memcpy(wire.data() + i * sizeof r, &r, sizeof r);
+            if (stage[i]) continue;
+            const Region &l = *lr[i];
+            Request r{id,          ops[i].opcode, l.memfd.fd, ops[i].remote_addr, ops[i].length, ops[i].local_addr,
+                      l.memfd.ino, l.addr,        l.length,   c->gate->addr()};
+            memcpy(wire.data() + wire_staged + (id - first) * sizeof r, &r, sizeof r);
             Pending p;
             p.user_data = ops[i].user_data;
-            p.local = std::move(locals[i]);
+            p.local = pins;
             p.start = now;
             p.gate = c->gate;
-            c->pending.emplace(first + i, std::move(p));
+            c->pending.emplace(id++, std::move(p));
         }
+        c->next_id = id;
     } catch (...) {
-        for (size_t i = 0; i < n; ++i) {
-            auto it = c->pending.find(first + i);
-            if (it != c->pending.end()) {
-                it->second.local->unpin();
-                c->pending.erase(it);
-            }
-        }
-        unpin_all();
+        undo();
         throw;
     }
-    c->next_id += n;
     // The I/O thread sleeps without a timeout while nothing is in flight: wake it, so that this
     // op's op_timeout_ms is watched even if the peer never answers.
     if (in_flight_.fetch_add(n, std::memory_order_relaxed) == 0) wake();
     if (!send(*c, wire.data(), wire.size())) {
         // Closed under us: the I/O thread already failed what it saw; fail ours the same way.
-        for (size_t i = 0; i < n; ++i) {
-            auto it = c->pending.find(first + i);
-            it->second.local->unpin();
-            c->pending.erase(it);
-        }
+        undo();
         in_flight_.fetch_sub(n, std::memory_order_relaxed);
         return set_error(err, -ECONNRESET, "shm: %s: connection closed", c->who.c_str());
     }
@@ -300,8 +304,8 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
 // says how many bytes they took.
 void Transport::on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t *used) {
     std::vector<ferry_completion_t> done;
-    std::vector<std::shared_ptr<Region>> unpin;
-    size_t at = 0;
+    std::vector<std::shared_ptr<PinHold>> unpin;
+    size_t at = 0, ended = 0;
     done.reserve(len / sizeof(Done));
     unpin.reserve(len / sizeof(Done));
     {
@@ -312,10 +316,21 @@ void Transport::on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t 
             if (len - at - sizeof d < d.message_len) break;
             std::string_view message(reinterpret_cast<const char *>(data + at + sizeof d), d.message_len);
             at += sizeof d + d.message_len;
+            if (d.id == 0 && c.stage) {  // the answer to our staging offer (stage_client.cpp)
+                c.stage_ok = d.status == 0;
+                if (!c.stage_ok)
+                    log_.log(FERRY_LOG_DEBUG, "%s refused the staging area (small ops use cross-memory attach): %.*s",
+                             c.who.c_str(), static_cast<int>(message.size()), message.data());
+                continue;
+            }
             auto it = c.pending.find(d.id);
-            if (it == c.pending.end()) continue;
+            if (it == c.pending.end()) {
+                if (!c.staged.empty()) ended += on_staged_done(c, d, message, done, unpin);  // stage_client.cpp
+                continue;
+            }
             Pending &p = it->second;
             unpin.push_back(std::move(p.local));
+            ++ended;
             if (!p.reported) {
                 // A revoked op whose copy had finished before the gate closed did complete: say so.
                 if (p.revoked_status != 0 && d.status != 0)
@@ -328,8 +343,8 @@ void Transport::on_dones(ClientConn &c, const uint8_t *data, size_t len, size_t 
         }
     }
     *used = at;
-    for (auto &r : unpin) r->unpin();
-    in_flight_.fetch_sub(unpin.size(), std::memory_order_relaxed);
+    unpin.clear();
+    in_flight_.fetch_sub(ended, std::memory_order_relaxed);
     cq_.push(done);
 }
 
@@ -345,10 +360,16 @@ void Transport::client_dead(ClientConn &c, const std::string &reason) {
                                    ? make_completion(p.user_data, p.revoked_status, p.revoked_message)
                                    : make_completion(p.user_data, -ECONNRESET,
                                                      strprintf("shm: %s: %s", c.who.c_str(), reason.c_str())));
-            p.local->unpin();
         }
         in_flight_.fetch_sub(c.pending.size(), std::memory_order_relaxed);
-        c.pending.clear();
+        c.pending.clear();  // unpins
+        const std::string why = strprintf("shm: %s: %s", c.who.c_str(), reason.c_str());
+        for (auto &b : c.staged) {
+            if (!b.answered) in_flight_.fetch_sub(b.ops.size(), std::memory_order_relaxed);
+            if (b.revoked_status != 0) report_staged(b, b.revoked_status, b.revoked_message, done);
+            else report_staged(b, -ECONNRESET, why, done);
+        }
+        c.staged.clear();
     }
     cq_.push(done);
     close_conn(c);
@@ -420,6 +441,15 @@ void Transport::check_timeouts() {
                 p.reported = true;  // stays pinned until the serving side answers or goes away
                 done.push_back(make_completion(p.user_data, p.revoked_status, p.revoked_message));
             }
+        for (auto &b : c->staged) {  // stage_client.cpp
+            if (cfg_.op_timeout_ms && !b.reported && b.revoked_status == 0 && now - b.start > limit)
+                revoke_staged_locked(*c, b, -ETIMEDOUT,
+                                     strprintf("shm: %s did not answer within %u ms (stopped or overloaded)",
+                                               c->who.c_str(), cfg_.op_timeout_ms),
+                                     now, done);
+            if (!b.reported && b.revoked_status != 0 && now - b.revoke_at >= kRevokeGrace)
+                report_staged(b, b.revoked_status, b.revoked_message, done);
+        }
     }
     cq_.push(done);
 }

@@ -49,6 +49,10 @@ struct PeerMapping {
 // (and *why) otherwise. Never opens anything by path.
 std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uint64_t len, std::string *why);
 
+// True when fd is a memfd (tmpfs, "/memfd:" name) sealed against shrinking and growing; else
+// false and *why says what it is instead.
+bool sealed_memfd(int fd, std::string *why);
+
 // ---- managed buffers (register_mem_fd, map_wire.hpp) ----
 
 // The serving side's hold on a managed region's memfd: its own descriptor (dup) and the

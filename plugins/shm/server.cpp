@@ -225,6 +225,12 @@ void Transport::finish(Job &job) {
 
 void Transport::on_request(const std::shared_ptr<ServerConn> &c, const Request &r, std::string &reply,
                            CopyGroup &group) {
+    if (r.opcode == kOpStageBatch || r.opcode == kOpStageOffer) {  // stage_server.cpp
+        copy_group(*c, group, reply);                              // copies stay in request order
+        if (r.opcode == kOpStageBatch) serve_stage(*c, r, reply);
+        else take_stage(*c, r, reply);
+        return;
+    }
     if (r.length == 0 || (r.opcode != FERRY_OP_READ && r.opcode != FERRY_OP_WRITE)) {
         append_done(reply, r.id, -EINVAL,
                     strprintf("shm: pid %d: malformed request (opcode %u, length 0?)", pid_, r.opcode));
@@ -347,9 +353,26 @@ void Transport::on_server_event(const std::shared_ptr<ServerConn> &c, uint32_t e
             pause_reading(c);
             return;
         }
-        ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        // recvmsg: a StageOffer brings the initiator's staging memfd (stage_server.cpp).
+        alignas(cmsghdr) char ctrl[CMSG_SPACE(4 * sizeof(int))];
+        iovec iov{buf, sizeof buf};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctrl;
+        mh.msg_controllen = sizeof ctrl;
+        ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) break;
+        for (cmsghdr *cm = mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : nullptr; cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+            int fds[4];
+            const size_t k = std::min<size_t>((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int), 4);
+            memcpy(fds, CMSG_DATA(cm), k * sizeof(int));
+            keep_stage_fds(*c, fds, (mh.msg_flags & MSG_CTRUNC) ? 0 : k);
+            if (mh.msg_flags & MSG_CTRUNC)
+                for (size_t i = 0; i < k; ++i) close(fds[i]);
+        }
         if (n <= 0) {
             server_gone(c);
             return;

@@ -28,7 +28,8 @@ constexpr int kNeededSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
 uint64_t page_size() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
 
-// "memfd" when fd is a memfd sealed against shrinking and growing; else what it is instead.
+}  // namespace
+
 bool sealed_memfd(int fd, std::string *why) {
     struct statfs fs {};
     if (fstatfs(fd, &fs) != 0) return *why = "fstatfs: " + errno_string(errno), false;
@@ -43,8 +44,6 @@ bool sealed_memfd(int fd, std::string *why) {
         return *why = "it is not sealed against shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW)", false;
     return true;
 }
-
-}  // namespace
 
 SharedBacking &SharedBacking::operator=(SharedBacking &&o) noexcept {
     if (this != &o) {

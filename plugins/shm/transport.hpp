@@ -11,6 +11,7 @@
 #include "rate_limited_log.hpp"
 #include "regions.hpp"
 #include "split_copy.hpp"
+#include "stage.hpp"
 #include "staged_device.hpp"
 #include "wire.hpp"
 
@@ -50,6 +51,9 @@ inline constexpr size_t kMaxGroupOps = kMaxIov - 1;
 // when the kernel could not pin its pages.
 inline int copy_status(int e) { return e == -ENOMEM ? -EFAULT : e == -ESRCH ? -ECONNRESET : e; }
 
+// Reads exactly len bytes before the deadline: 0, -ETIMEDOUT, or -errno / -ECONNRESET (client.cpp).
+int read_full(int fd, void *buf, size_t len, Clock::time_point deadline);
+
 // Yama's /proc/sys/kernel/yama/ptrace_scope, or -1 when Yama is not present (probe.cpp).
 int yama_ptrace_scope();
 
@@ -72,6 +76,7 @@ struct Conn {
 // The serving side of one initiator's connection.
 struct ServerConn : Conn {
     ServerConn() : Conn(Kind::Server) {}
+    ~ServerConn() override;
     uid_t uid = 0;
     bool hello_done = false;   // I/O thread only
     bool map_channel = false;  // I/O thread only: a map channel (map_wire.hpp), not a data connection
@@ -83,17 +88,56 @@ struct ServerConn : Conn {
     std::unordered_map<int, std::shared_ptr<PeerMapping>> maps;  // I/O thread only: its memfds, by fd
     std::atomic<bool> gone{false};    // the initiator went away: skip copies, close when idle
     std::atomic<uint64_t> active{0};  // requests accepted and not answered yet
+    // I/O thread only: the initiator's staging area (stage.hpp), and a descriptor that came
+    // with its bytes and waits for the StageOffer record it belongs to.
+    std::unique_ptr<StageArea> stage;
+    int stage_fd = -1;
+};
+
+// The local regions of one submit, each pinned once, unpinned when the last op of that submit
+// holding it is answered (or reported, for staged ops: nothing touches their buffers then).
+struct PinHold {
+    std::vector<std::shared_ptr<Region>> regions;
+    PinHold() = default;
+    PinHold(const PinHold &) = delete;
+    PinHold &operator=(const PinHold &) = delete;
+    ~PinHold() {
+        for (auto &r : regions) r->unpin();
+    }
 };
 
 struct Pending {
     uint64_t user_data = 0;
-    std::shared_ptr<Region> local;  // pinned until the serving side answers or is gone
+    std::shared_ptr<PinHold> local;  // pinned until the serving side answers or is gone
     Clock::time_point start;
     std::shared_ptr<Gate> gate;  // the gate its request names (wire.hpp)
     bool reported = false;       // a completion was already delivered
     // Revoked (timeout, disconnect): reported with this status once the serving side answered,
     // its socket closed, or revoke_at + kRevokeGrace passed, whichever comes first.
     int revoked_status = 0;
+    std::string revoked_message;
+    Clock::time_point revoke_at;
+};
+
+// Small ops sent through the staging area in one block (stage.hpp), answered together.
+struct StagedOp {
+    uint64_t user_data = 0;
+    uint8_t *local = nullptr;
+    uint64_t data_off = 0;
+    uint32_t length = 0, opcode = 0;
+    int status = 0;  // a failure the serving side reported for this op alone
+    std::string message;
+};
+
+struct StagedBatch {
+    uint64_t id = 0, off = 0;  // its record id; its block in the area
+    uint64_t end = 0;          // the ring's head after it (the area is free up to here once answered)
+    Clock::time_point start;
+    std::vector<StagedOp> ops;
+    std::shared_ptr<PinHold> pins;  // its local regions, until reported
+    bool answered = false;          // its Done came (or the connection ended)
+    bool reported = false;
+    int revoked_status = 0;  // as Pending: the serving side had claimed it when we gave up on it
     std::string revoked_message;
     Clock::time_point revoke_at;
 };
@@ -111,12 +155,20 @@ struct ClientConn : Conn {
     bool closing = false;        // disconnected: shut down, waiting for the serving side to finish
     bool dead = false;           // EOF: nothing from that peer can touch our memory any more
     std::string dead_reason;
+    // Staging (stage.hpp): nullptr when the serving side refused it (then everything uses CMA).
+    // The area is a ring: blocks are taken at stage_head and freed, in order, up to stage_tail.
+    std::unique_ptr<StageArea> stage;  // set at connect, before the peer is published
+    bool stage_ok = false;             // the serving side accepted it (its answer to the offer)
+    std::vector<uint8_t> scratch;      // where bytes of ops not to be copied go (stage_file_copy)
+    uint64_t stage_head = 0, stage_tail = 0;
+    std::deque<StagedBatch> staged;  // in the order sent
 };
 
 struct Import {
     uint64_t peer = 0, addr = 0, length = 0;
     uint32_t access = 0;
     std::shared_ptr<SharedMapping> map;  // the peer's managed buffer mapped here: memcpy (shared_client.cpp)
+    uint32_t kind = 0;                   // ferry_mem_kind_t
 };
 
 struct Job {
@@ -215,6 +267,26 @@ private:
     void reap_idle_servers();
     std::string access_hint(uid_t them) const;
 
+    // stage_server.cpp / stage_client.cpp: small ops through the initiator's staging area (stage.hpp)
+    void take_stage(ServerConn &c, const Request &r, std::string &reply);   // a StageOffer
+    void serve_stage(ServerConn &c, const Request &r, std::string &reply);  // a StageBatch
+    void keep_stage_fds(ServerConn &c, const int *fds, size_t n);           // descriptors a read brought
+    // Makes and offers the area on a new connection (before the I/O thread reads it). 0 also when
+    // the peer refused it; an error only when the connection broke.
+    int offer_stage(ClientConn &c, ferry_error_t *err);
+    // Puts ops[i] with stage[i] set into blocks (c.mu held) and appends their StageBatch records
+    // to wire; clears stage[i] of ops that found no room (they go through CMA).
+    size_t stage_locked(ClientConn &c, const ferry_xfer_op_t *ops, size_t n, std::vector<char> &stage,
+                        const std::shared_ptr<PinHold> &pins, std::string &wire);
+    // A Done that is no CMA request's: a staged batch's (c.mu held). Completions into done,
+    // pins into unpin; the number of ops it ended (for in_flight_).
+    size_t on_staged_done(ClientConn &c, const Done &d, std::string_view message, std::vector<ferry_completion_t> &done,
+                          std::vector<std::shared_ptr<PinHold>> &unpin);
+    // Gives up on batch b (c.mu held): reported at once when the serving side had not claimed it.
+    void revoke_staged_locked(ClientConn &c, StagedBatch &b, int status, const std::string &message,
+                              Clock::time_point now, std::vector<ferry_completion_t> &done);
+    void report_staged(StagedBatch &b, int status, const std::string &message, std::vector<ferry_completion_t> &done);
+
     // shared_server.cpp / shared_client.cpp: managed buffers over map channels (map_wire.hpp)
     bool serve_map_requests(ServerConn &c, size_t *at);  // false: close the channel
     std::shared_ptr<SharedMapping> map_shared(uint64_t peer, const ferry_mem_region_t &r);
@@ -287,6 +359,7 @@ private:
     std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<SharedMapping>> shared_maps_;
     SplitCopier copier_;  // the mapped path's copies: the caller and copy_threads - 1 helpers
 
+    std::vector<StageOp> stage_ops_;  // I/O thread only: serve_stage's copy of a block's op list
     std::mutex work_mu_;
     std::condition_variable work_cv_;
     std::deque<Piece> work_;

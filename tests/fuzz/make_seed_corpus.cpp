@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../plugins/shm/map_wire.hpp"
+#include "../../plugins/shm/stage.hpp"
 #include "../../plugins/shm/wire.hpp"
 #include "base64.hpp"
 #include "chunk_codec.hpp"
@@ -274,6 +275,26 @@ void shm_wire() {
     record(stale, kInRegion | kBoundedLen | kOpcode, 1, 0, 64, 0, 1);
     put("shm_wire", "stale-token", stale);
     put("shm_wire", "raw-hello", std::vector<uint8_t>{3 << 1, 'F', 'S', 'H', 'H', 3, 0, 0, 0});
+    // Staging (plugins/shm/stage.hpp): byte 0's bit 3 offers an area; records become blocks.
+    constexpr uint8_t kStaging = 8, kRawFrame = 0x80, kRevoked = 0x20;
+    std::vector<uint8_t> staged = {kStaging};
+    record(staged, kInRegion | kOpcode, 0, 64, 0x3f3f3f3f3f3f3f40, 7, 7);    // 8 WRITEs of 64 bytes
+    record(staged, kInRegion | kOpcode, 1, 4096, 0x1111111111111111, 7, 3);  // 4 READs
+    record(staged, 2 | kOpcode, 0, 0, 0x4040404040404040, 0, 5);             // WRITEs to the read-only region
+    record(staged, 1 | kOpcode, 1, 65536 - 32, 0x4040404040404040, 0, 2);    // straddles the region's end
+    record(staged, kInRegion | kOpcode | kRevoked, 0, 0, 0x4040, 0, 1);      // revoked before the claim
+    put("shm_wire", "stage-blocks", staged);
+    std::vector<uint8_t> frames = {kStaging | 1};
+    record(frames, kRawFrame, 0, 65536 - 64, 4096, 1, 1);  // block past the area's end
+    record(frames, kRawFrame, 0, 65, 4096, 1, 2);          // misaligned
+    record(frames, kRawFrame, 0, 0, 64, 1, 3);             // too short for its op list
+    record(frames, kRawFrame, 0, 0, 65536, 5000, 4);       // too many ops
+    record(frames, kRawFrame, 0, 0, UINT64_MAX, 1, 5);     // wraps
+    put("shm_wire", "stage-raw-frames", frames);
+    std::vector<uint8_t> unstaged = {0};  // the new records without an area: refused one by one
+    record(unstaged, 0, ferry_shm::kOpStageOffer, 0, 65536, 0, 0);
+    record(unstaged, 0, ferry_shm::kOpStageBatch, 0, 4096, 1, 9);
+    put("shm_wire", "stage-records-without-area", unstaged);
 }
 
 // shm_map_wire: byte 0 picks the decoder (0 request, 1 reply, 2 desc), then the record.

@@ -14,10 +14,16 @@
 // length small and may place a record's ranges right after the previous record's, so groups
 // with merged ranges, gate changes and single failing ops within them all occur.
 //
+// Byte 0's bit 3 (staging, plugins/shm/stage.hpp): the Hello is followed by a StageOffer with
+// a sealed memfd (64 KiB) attached, and each record becomes a StageBatch of a block the harness
+// writes into that area from the record: 1 to 8 ops whose ranges steer() places, whose slots may
+// lie outside their block, or, with selector bit 0x80, a frame (offset, length, count) left raw.
+//
 // Invariants: no crash, no hang (5 s guard per read); bytes around the registered regions and
 // around the local buffers never change; the region registered without REMOTE_WRITE never
-// changes; every Request after an accepted Hello gets exactly one Done; the connection is
-// closed by the serving side after ours (no descriptor or thread left behind per input).
+// changes; every Request after an accepted Hello gets exactly one Done (a staged batch: one
+// with reserved == 0, after one per failed op); the connection is closed by the serving side
+// after ours (no descriptor or thread left behind per input).
 #include "../../plugins/shm/transport.hpp"
 #include "fuzz_check.hpp"
 
@@ -80,6 +86,9 @@ Guarded g_memfd, g_guard;  // a sealed Ferry memfd mapped here; a PROT_NONE rang
 int g_memfd_fd = -1;
 uint64_t g_memfd_ino = 0;
 uint8_t *g_gate_open = nullptr, *g_gate_closed = nullptr;
+int g_stage_fd = -1;  // the staging area offered in staging mode, mapped at g_stage
+uint8_t *g_stage = nullptr;
+constexpr uint64_t kStage = 64 * 1024, kBlock = 4096;
 alignas(16) uint64_t g_probe[2] = {0x9e3779b97f4a7c15ull, 0x9e3779b97f4a7c15ull};
 
 // Where the previous record of the input ended (adjacent ranges merge into one iovec).
@@ -127,6 +136,35 @@ Request steer(uint8_t s, Request r, Prev &prev) {
     prev.local_end = r.local_addr + r.length;
     r.gate_addr = (s & 0x20) ? reinterpret_cast<uint64_t>(g_gate_closed) : reinterpret_cast<uint64_t>(g_gate_open);
     return r;
+}
+
+// Staging mode: record i becomes a StageBatch naming block (i % 16) of the area, written here.
+Request stage_record(uint8_t s, const Request &raw, size_t i, Prev &prev) {
+    const uint64_t off = (i % (kStage / kBlock)) * kBlock;
+    const uint32_t count = 1 + static_cast<uint32_t>(raw.id % 8);
+    StageHead h{};
+    h.state = (s & 0x20) ? kStageRevoked : kStagePosted;
+    h.count = count;
+    memcpy(g_stage + off, &h, sizeof h);
+    uint64_t data = off + sizeof h + count * sizeof(StageOp);
+    for (uint32_t k = 0; k < count; ++k) {
+        Request r = raw;
+        r.remote_addr += k * 64;
+        r.length = (raw.length >> (k * 4)) % 600;
+        r = steer(static_cast<uint8_t>(s | 4), r, prev);
+        StageOp op{r.remote_addr, data, static_cast<uint32_t>(r.length % 600), r.opcode};
+        if ((raw.gate_addr >> k) & 1) op.data_off = raw.local_base + k;  // a slot anywhere (usually outside)
+        memcpy(g_stage + off + sizeof h + k * sizeof op, &op, sizeof op);
+        data += op.length;
+    }
+    Request b{};
+    b.id = raw.id;
+    b.opcode = kOpStageBatch;
+    b.local_fd = -1;
+    b.remote_addr = (s & 0x80) ? raw.remote_addr : off;
+    b.length = (s & 0x80) ? raw.length : kBlock;
+    b.local_addr = (s & 0x80) ? raw.local_addr : count;
+    return b;
 }
 
 int connect_to(const EndpointBytes &ep) {
@@ -188,6 +226,12 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
     g_gate_open = gates;
     g_gate_closed = gates + kPage;
     mprotect(g_gate_closed, kPage, PROT_NONE);
+    g_stage_fd = memfd_create("fuzz-stage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    FUZZ_CHECK(g_stage_fd >= 0 && ftruncate(g_stage_fd, kStage) == 0 && posix_fallocate(g_stage_fd, 0, kStage) == 0,
+               "stage memfd");
+    FUZZ_CHECK(fcntl(g_stage_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0, "stage seals");
+    g_stage = static_cast<uint8_t *>(mmap(nullptr, kStage, PROT_READ | PROT_WRITE, MAP_SHARED, g_stage_fd, 0));
+    FUZZ_CHECK(g_stage != MAP_FAILED, "stage mmap");
     memset(g_ro.p(), kReadOnly, kLen);
     const ferry_kv_t plain[] = {{"op_timeout_ms", "0"}};
     const ferry_kv_t pieces[] = {{"adopt_memfd", "true"},
@@ -222,6 +266,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const Target &target = g_targets[data[0] & 1];
     const int hello_mode = (data[0] >> 1) & 3;
+    const bool staging = data[0] & 8;
     size_t at = 1;
     std::string out;
     Hello h{kHelloMagic,
@@ -239,35 +284,59 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(&h, data + at, n);
         at += n;
     }
-    out.append(reinterpret_cast<const char *>(&h), sizeof h);
     size_t requests = 0;
     Prev prev;
     for (; size - at >= 1 + sizeof(Request); at += 1 + sizeof(Request), ++requests) {
         Request r;
         memcpy(&r, data + at + 1, sizeof r);
-        r = steer(data[at], r, prev);
+        r = staging ? stage_record(data[at], r, requests, prev) : steer(data[at], r, prev);
         out.append(reinterpret_cast<const char *>(&r), sizeof r);
     }
     out.append(reinterpret_cast<const char *>(data + at), size - at);  // a cut record, or nothing
 
     int fd = connect_to(target.ep);
+    FUZZ_CHECK(send(fd, &h, sizeof h, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof h), "send Hello");
+    HelloAck ack{};
+    bool accepted = read_exact(fd, &ack, sizeof ack) && ack.magic == kAckMagic && ack.status == 0;
+    if (accepted && staging) {  // the offer, its descriptor attached; answered first
+        Request offer{};
+        offer.opcode = kOpStageOffer;
+        offer.local_fd = -1;
+        offer.length = kStage;
+        iovec iov{&offer, sizeof offer};
+        alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctrl;
+        mh.msg_controllen = sizeof ctrl;
+        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &g_stage_fd, sizeof(int));
+        FUZZ_CHECK(sendmsg(fd, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof offer), "send the offer");
+        Done d{};
+        FUZZ_CHECK(read_exact(fd, &d, sizeof d) && d.id == 0 && d.message_len == 0, "the offer's answer");
+        FUZZ_CHECK(d.status == 0, "a sealed staging memfd was refused");
+    }
     for (size_t done = 0; done < out.size();) {
         ssize_t n = send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;  // refused: the serving side closed
         done += static_cast<size_t>(n);
     }
-    HelloAck ack{};
-    bool accepted = read_exact(fd, &ack, sizeof ack) && ack.magic == kAckMagic && ack.status == 0;
     FUZZ_CHECK(!accepted || hello_mode != 1, "a stale token was accepted");
     FUZZ_CHECK(!accepted || hello_mode != 2, "a probe at an unmapped address was accepted");
     if (accepted)
-        for (size_t i = 0; i < requests; ++i) {
+        for (size_t i = 0; i < requests;) {
             Done d{};
             FUZZ_CHECK(read_exact(fd, &d, sizeof d), "a request got no answer");
             std::vector<char> message(d.message_len);
             FUZZ_CHECK(read_exact(fd, message.data(), message.size()), "an answer was cut");
             FUZZ_CHECK(d.status <= 0, "an answer with a positive status");
+            FUZZ_CHECK(d.reserved == 0 || (staging && d.status < 0), "an op's answer outside a staged batch");
+            if (d.reserved == 0) ++i;
         }
     shutdown(fd, SHUT_WR);
     char sink[256];
