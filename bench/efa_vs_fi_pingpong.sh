@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # efa.so over libfabric's tcp provider next to tcp.so and fi_pingpong, in the same run.
-#   bench/efa_vs_fi_pingpong.sh [build-dir]        (DURATION=5 seconds per row, REPEAT=1 runs per row,
-#                                                   BLOCKS="65536 1048576 4194304", PROTOS="efa tcp")
+#   bench/efa_vs_fi_pingpong.sh [[LABEL=]build-dir ...]
+#       DURATION=5 seconds per run, REPEAT=1 runs per row and round (the best is kept),
+#       ROUNDS=1, BLOCKS="65536 1048576 4194304", PROTOS="efa tcp",
+#       OPTIONS="efa.spin_us=200 ..." (engine options for both processes of every build)
 # Prints a Markdown table at 64 KiB, 1 MiB and 4 MiB:
 #   - fi_pingpong -p tcp -e rdm (libfabric-bin): one message in flight, its MB/sec (1e6 B/s);
 #   - transfer_engine_bench --protocol=efa (efa.provider=tcp) with target and initiator in two
 #     processes, WRITE and READ, one op in flight (--batch_size=1, like fi_pingpong) and 128;
 #   - transfer_engine_bench --protocol=tcp (tcp.so), same shape;
-# each with its ratio to fi_pingpong at the same size. fi_pingpong's server listens on every
+# each with its ratio to fi_pingpong at the same size. fi_pingpong swings between levels from
+# run to run, so with several builds (e.g. `main=/work/main/build this=build`) and ROUNDS=n every
+# round runs fi_pingpong and then each row of every build, interleaved (the builds' order
+# alternates between rounds); a row prints the median over rounds of its GB/s and of its ratio
+# to the same round's fi_pingpong, and every round's GB/s. fi_pingpong's server listens on every
 # interface, so both fi_pingpong processes run in a private network namespace that has only
 # loopback (unshare -n); Ferry's processes bind 127.0.0.1 (FI_TCP_IFACE=lo as well).
 set -euo pipefail
-build=${1:-build}
+[ $# -gt 0 ] || set -- build
+labels=() builds=()
+for arg in "$@"; do
+  if [[ "$arg" == *=* ]]; then labels+=("${arg%%=*}"); builds+=("${arg#*=}"); else labels+=("$arg"); builds+=("$arg"); fi
+  [ -x "${builds[-1]}/bench/transfer_engine_bench" ] || { echo "build first: ${builds[-1]}/bench/transfer_engine_bench is missing" >&2; exit 1; }
+done
 duration=${DURATION:-5}
-bench="$build/bench/transfer_engine_bench"
+rounds=${ROUNDS:-1}
 py=/usr/bin/python3
-export FERRY_PLUGIN_PATH="$build/plugins/efa:$build/plugins/tcp"
 export FI_TCP_IFACE=lo
 buffer=268435456
-[ -x "$bench" ] || { echo "build first: $bench is missing" >&2; exit 1; }
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong is missing: apt-get install libfabric-bin" >&2; exit 1; }
 tmp=$(mktemp -d)
 target_pid=""
@@ -47,11 +56,14 @@ pingpong_once() { # size -> GB/s (fi_pingpong prints MB/sec = 1e6 B/s)
     awk '$1 ~ /^[0-9]+[kmg]?$/ && NF >= 8 {mb = $6} END {if (mb == "") print "n/a"; else printf "%.2f\n", mb / 1000}'
 }
 
-# protocol block operation batch -> GB/s; target and initiator are two processes.
+# build protocol block operation batch -> GB/s; target and initiator are two processes.
 ferry_rate_once() {
-  local proto=$1 block=$2 op=$3 batch=$4
+  local build=$1 proto=$2 block=$3 op=$4 batch=$5
+  local bench="$build/bench/transfer_engine_bench"
+  export FERRY_PLUGIN_PATH="$build/plugins/efa:$build/plugins/tcp"
   local opts=(--option "plugins=$proto")
   [ "$proto" = efa ] && opts+=(--option efa.provider=tcp)
+  for kv in ${OPTIONS:-}; do opts+=(--option "$kv"); done
   "$bench" --mode=target --local_server_name=127.0.0.1:0 --buffer_size=$buffer "${opts[@]}" >"$tmp/target.out" 2>&1 &
   target_pid=$!
   local segment=""
@@ -82,24 +94,59 @@ best_of() {
 pingpong() { best_of pingpong_once "$@"; }
 ferry_rate() { best_of ferry_rate_once "$@"; }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), libfabric $(fi_info --version 2>/dev/null | awk '/libfabric:/ {print $2}')"
-echo "date: $(date -u +%Y-%m-%dT%H:%MZ), ${duration}s per run, best of ${REPEAT:-1} per row, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-echo "| what | block | in flight | GB/s | vs fi_pingpong |"
-echo "|---|---|---|---|---|"
+median() { $py -c 'import statistics,sys; v=[float(x) for x in sys.argv[1:] if x != "n/a"]; print("%.2f" % statistics.median(v) if v else "n/a")' "$@"; }
+
+# Every round: per block, fi_pingpong once, then every row of every build.
+declare -A got
+rows=()
 for block in ${BLOCKS:-65536 1048576 4194304}; do
-  label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
-  p=$(pingpong "$block")
-  echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $p | 1.00 |"
   for proto in ${PROTOS:-efa tcp}; do
     for op in write read; do
       for batch in 1 128; do
         [ "$op" = read ] && [ "$batch" = 1 ] && continue
-        v=$(ferry_rate "$proto" "$block" "$op" "$batch")
-        r=$([ "$p" = n/a ] && echo n/a || ratio "$v" "$p")
-        name=$([ "$proto" = efa ] && echo "efa.so (tcp;ofi_rxm)" || echo "tcp.so")
-        echo "| $name $op | $label | $batch | $v | $r |"
+        rows+=("$block $proto $op $batch")
       done
+    done
+  done
+done
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r), libfabric $(fi_info --version 2>/dev/null | awk '/libfabric:/ {print $2}')"
+echo "date: $(date -u +%Y-%m-%dT%H:%MZ), ${duration}s per run, best of ${REPEAT:-1} per row, $rounds round(s), builds: $*, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq 1 "$rounds"); do
+  order=("${!builds[@]}")
+  if [ $((round % 2)) -eq 0 ]; then order=(); for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("$i"); done; fi
+  for block in ${BLOCKS:-65536 1048576 4194304}; do
+    got["ping $block $round"]=$(pingpong "$block")
+    for row in "${rows[@]}"; do
+      read -r b proto op batch <<<"$row"
+      [ "$b" = "$block" ] || continue
+      for i in "${order[@]}"; do
+        got["$i $row $round"]=$(ferry_rate "${builds[$i]}" "$proto" "$block" "$op" "$batch")
+      done
+    done
+  done
+  echo "round $round done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+done
+echo
+echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round |"
+echo "|---|---|---|---|---|---|"
+for block in ${BLOCKS:-65536 1048576 4194304}; do
+  label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
+  ps=() p_all=""
+  for round in $(seq 1 "$rounds"); do ps+=("${got["ping $block $round"]}"); done
+  echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $(median "${ps[@]}") | 1.00 | ${ps[*]} |"
+  for row in "${rows[@]}"; do
+    read -r b proto op batch <<<"$row"
+    [ "$b" = "$block" ] || continue
+    for i in "${!builds[@]}"; do
+      vs=() rs=()
+      for round in $(seq 1 "$rounds"); do
+        v=${got["$i $row $round"]} p=${ps[$((round - 1))]}
+        vs+=("$v")
+        rs+=("$([ "$p" = n/a ] || [ "$v" = n/a ] && echo n/a || ratio "$v" "$p")")
+      done
+      name=$([ "$proto" = efa ] && echo "efa.so (tcp;ofi_rxm)" || echo "tcp.so")
+      [ ${#builds[@]} -gt 1 ] && name="$name, ${labels[$i]}"
+      echo "| $name $op | $label | $batch | $(median "${vs[@]}") | $(median "${rs[@]}") | ${vs[*]} |"
     done
   done
 done

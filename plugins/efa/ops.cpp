@@ -346,7 +346,15 @@ void Transport::fail_op(Op &op, int status, const std::string &message) {
 void Transport::maybe_finish(Op &op) {
     if (op.unposted != 0 || op.outstanding != 0) return;
     if (op.staged && !stage_end(op)) return;
-    cq_.push(op.user_data, op.status, op.message);
+    if (host_n_ < host_room_) {  // a host thread in poll() found it: straight into its array
+        ferry_completion_t &c = host_out_[host_n_++];
+        c.user_data = op.user_data;
+        c.status = op.status;
+        c.reserved = 0;
+        copy_message(c.message, op.status != 0 ? op.message.c_str() : "");
+    } else {
+        cq_.push(op.user_data, op.status, op.message);
+    }
     op.pin->unpin();
     ops_.erase(&op);
 }

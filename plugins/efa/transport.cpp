@@ -115,6 +115,19 @@ int Transport::start(ferry_error_t *err) {
     if (fab_.wait_fd >= 0) {
         ev.data.fd = fab_.wait_fd;
         epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fab_.wait_fd, &ev);
+        // The host's completion fd (host_progress) and the progress thread's sleep beside it.
+        host_fd_ = epoll_create1(EPOLL_CLOEXEC);
+        aside_fd_ = epoll_create1(EPOLL_CLOEXEC);
+        if (host_fd_ < 0 || aside_fd_ < 0) return set_error(err, -errno, "efa: epoll: %s", errno_string(errno).c_str());
+        for (int fd : {cq_.fd(), fab_.wait_fd}) {
+            ev.data.fd = fd;
+            if (epoll_ctl(host_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+                return set_error(err, -errno, "efa: epoll_ctl: %s", errno_string(errno).c_str());
+        }
+        for (int fd : {wake_fd_, timer_fd_}) {
+            ev.data.fd = fd;
+            epoll_ctl(aside_fd_, EPOLL_CTL_ADD, fd, &ev);
+        }
     }
     next_timeout_scan_ = Clock::now();
     progress_ = std::thread([this] { progress_loop(); });
@@ -145,7 +158,7 @@ Transport::~Transport() {
     if (ctrl_mr_) fi_close(&ctrl_mr_->fid);
     for (auto &[p, op] : ops_)
         if (op->pin) op->pin->unpin();
-    for (int fd : {wake_fd_, timer_fd_, epoll_fd_})
+    for (int fd : {wake_fd_, timer_fd_, epoll_fd_, host_fd_, aside_fd_})
         if (fd >= 0) close(fd);
 }
 
@@ -346,8 +359,33 @@ void Transport::on_error(const fi_cq_err_entry &e) {
     }
 }
 
+// Reads one round of completions (mu_ held): how many entries, errors included.
+size_t Transport::read_cq() {
+    fi_cq_msg_entry entries[kCqBatch];
+    ssize_t n;
+    {
+        auto lk = fab_.lock();
+        n = fi_cq_read(fab_.cq, entries, kCqBatch);
+    }
+    if (n > 0) {
+        for (ssize_t i = 0; i < n; ++i) on_completion(entries[i]);
+        return static_cast<size_t>(n);
+    }
+    if (n == -FI_EAVAIL) {
+        fi_cq_err_entry e{};
+        ssize_t got;
+        {
+            auto lk = fab_.lock();
+            got = fi_cq_readerr(fab_.cq, &e, 0);
+        }
+        if (got == 1) on_error(e);
+        return 1;
+    }
+    if (n != -FI_EAGAIN) log_.log(FERRY_LOG_ERROR, "fi_cq_read: %s", fi_error_string(static_cast<int>(n)).c_str());
+    return 0;
+}
+
 void Transport::progress_loop() {
-    fi_cq_msg_entry entries[64];
     while (!stop_.load(std::memory_order_acquire)) {
         bool busy = false;
         {
@@ -357,43 +395,79 @@ void Transport::progress_loop() {
             busy |= post_ctrl_sends();
             busy |= stage_progress();
             busy |= post_ops();
-            ssize_t n;
-            {
-                auto lk = fab_.lock();
-                n = fi_cq_read(fab_.cq, entries, 64);
-            }
-            if (n > 0) {
-                for (ssize_t i = 0; i < n; ++i) on_completion(entries[i]);
-                busy = true;
-            } else if (n == -FI_EAVAIL) {
-                fi_cq_err_entry e{};
-                ssize_t got;
-                {
-                    auto lk = fab_.lock();
-                    got = fi_cq_readerr(fab_.cq, &e, 0);
-                }
-                if (got == 1) on_error(e);
-                busy = true;
-            } else if (n != -FI_EAGAIN) {
-                log_.log(FERRY_LOG_ERROR, "fi_cq_read: %s", fi_error_string(static_cast<int>(n)).c_str());
-            }
+            busy |= read_cq() > 0;
             if (cfg_.op_timeout_ms && Clock::now() >= next_timeout_scan_) {
                 check_timeouts();
                 next_timeout_scan_ = Clock::now() + std::chrono::milliseconds(50);
             }
             if (!ready_.empty()) busy = true;  // the provider pushed back (-FI_EAGAIN): keep progressing
+            // Leased to a host: it reads what follows; going round again would only contend
+            // with it for mu_ (measured: a futex sleep per op).
+            int unused;
+            if (busy && ready_.empty() && !cfg_.busy_poll && !stage_active() && host_leased(Clock::now(), &unused))
+                busy = false;
         }
         if (busy) last_work_ = Clock::now();
         else idle_wait();
     }
 }
 
+int Transport::poll(ferry_completion_t *out, size_t max) {
+    size_t n = host_fd_ >= 0 ? host_progress(out, max) : 0;
+    return static_cast<int>(n + cq_.poll(out + n, max - n));
+}
+
+// A host thread polls, usually because it woke on host_fd_: it reads the CQ itself (the provider
+// progresses inside fi_cq_read), so the op completes without waking the progress thread and
+// then this thread through the completion eventfd, and re-arms the CQ's wait object before the
+// host sleeps on it again. mu_ keeps the CQ to one reader at a time. Staged device memory stays
+// with the progress thread (it calls the host's staging functions). Returns how many
+// completions it wrote into out; more go to cq_.
+size_t Transport::host_progress(ferry_completion_t *out, size_t max) {
+    host_polled_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    std::lock_guard lock(mu_);
+    if (stage_active() || stage_kick_.load()) {
+        wake();
+        return 0;
+    }
+    host_out_ = out;
+    host_room_ = max;
+    host_n_ = 0;
+    bool armed = false;
+    for (int round = 0; round < 4 && !armed && !stage_active(); ++round) {
+        // A short read emptied the CQ for now; fi_trywait below says whether more came.
+        for (int reads = 0; reads < 16 && !stage_active() && read_cq() == kCqBatch; ++reads) {}
+        post_ctrl_sends();  // answers to control messages just read
+        post_ops();         // ops a peer's answer released
+        fid *fids[1] = {&fab_.cq->fid};
+        auto lk = fab_.lock();
+        armed = fi_trywait(fab_.fabric, fids, 1) == FI_SUCCESS;
+    }
+    host_out_ = nullptr;
+    host_room_ = 0;
+    if (!armed) cq_.signal();  // more is waiting: the host polls again rather than sleeping
+    // Work that is the progress thread's: pieces the provider pushed back, staged requests.
+    if (!ready_.empty() || stage_active() || stage_kick_.load()) wake();
+    return host_n_;
+}
+
+// While a host polled within kHostLease the progress thread stays off the CQ; *left_ms: the
+// lease's rest, rounded up.
+bool Transport::host_leased(Clock::time_point now, int *left_ms) const {
+    if (host_fd_ < 0) return false;
+    auto since = now - Clock::time_point(Clock::duration(host_polled_.load(std::memory_order_relaxed)));
+    if (since >= kHostLease) return false;
+    *left_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(kHostLease - since).count());
+    return true;
+}
+
 // Sleeps until the CQ or a submit has something, never longer than the next timer.
 void Transport::idle_wait() {
-    bool active;
+    bool active, staged;
     {
         std::lock_guard lock(mu_);
-        active = !ops_.empty() || !ctrl_out_.empty() || stage_active() || stage_kick_.load();
+        staged = stage_active() || stage_kick_.load();
+        active = !ops_.empty() || !ctrl_out_.empty() || staged;
         for (auto &[t, r] : remotes_)
             if (r->state == Remote::State::Checking || r->state == Remote::State::Resetting) active = true;
         parked_ = !active;  // from here until the loop's next pass
@@ -401,12 +475,19 @@ void Transport::idle_wait() {
     // Right after work (ours, or a wake-up by the provider: a peer's RMA into us also needs our
     // polling) more usually follows within microseconds: poll a little longer before paying for
     // a sleep and a wake-up. The tcp provider makes progress only while polled.
-    if (cfg_.busy_poll || Clock::now() - last_work_ < std::chrono::microseconds(cfg_.spin_us)) {
+    // A host polls the CQ: stand aside (no spinning, no CQ wait fd) until its lease ends; the
+    // timer still bounds the sleep while ops are in flight, for their timeouts.
+    int lease_ms = 0;
+    const auto now = Clock::now();
+    const bool aside = !cfg_.busy_poll && !staged && host_leased(now, &lease_ms);
+    if (!aside && (cfg_.busy_poll || now - last_work_ < std::chrono::microseconds(cfg_.spin_us))) {
         sched_yield();
         return;
     }
     int timeout = active ? kActiveWaitMs : -1;
-    if (fab_.wait_fd >= 0) {
+    if (aside) {
+        timeout = timeout < 0 ? lease_ms : std::min(timeout, lease_ms);
+    } else if (fab_.wait_fd >= 0) {
         fid *fids[1] = {&fab_.cq->fid};
         int rc;
         {
@@ -424,7 +505,7 @@ void Transport::idle_wait() {
         timeout = 1;
     }
     epoll_event ev[4];
-    int n = epoll_wait(epoll_fd_, ev, 4, timeout);
+    int n = epoll_wait(aside ? aside_fd_ : epoll_fd_, ev, 4, timeout);
     if (n > 0) last_work_ = Clock::now();
     for (int i = 0; i < n; ++i)
         if (ev[i].data.fd == wake_fd_ || ev[i].data.fd == timer_fd_) {

@@ -1,6 +1,7 @@
-// One efa.so instance: one RDM endpoint + CQ on one domain, a progress thread that is the only
-// caller of the endpoint and CQ (posting RMA, reading completions, driving the provider's
-// progress, which the tcp provider needs on BOTH sides), and the state of the peers.
+// One efa.so instance: one RDM endpoint + CQ on one domain, a progress thread (posting RMA,
+// reading completions, driving the provider's progress, which the tcp provider needs on BOTH
+// sides), and the state of the peers. A host thread in poll() reads the CQ too, under mu_ (one
+// reader at a time), and the progress thread stands aside meanwhile (transport.cpp).
 //
 // Remotes: one per other instance (keyed by its random token), shared by every connect() to it
 // and by the serving role (we answer its control messages). A remote is Up, Checking (a Hello is
@@ -129,8 +130,13 @@ inline constexpr size_t kMaxQueuedAnswers = 4096;    // all peers together (answ
 inline constexpr unsigned kMaxSendsPerRemote = 4;    // of the send buffers, so one peer cannot hold them all
 inline constexpr unsigned kMaxUnverifiedSends = 16;  // to peers never reached yet (a Hello names any address)
 inline constexpr auto kIgnoredLogInterval = std::chrono::seconds(10);
+inline constexpr size_t kCqBatch = 64;                    // completions per fi_cq_read
 inline constexpr int kActiveWaitMs = 20;                  // the progress thread's longest sleep while ops are in flight
 inline constexpr uint64_t kQuietSubmitBytes = 256 << 10;  // submits up to this size do not wake it
+// How long after a host's poll() the progress thread leaves the CQ to the host: longer than one
+// op's round trip (a host in Engine::wait polls once per wake-up), short enough that a host
+// that stopped polling delays the provider's progress by at most this much.
+inline constexpr auto kHostLease = std::chrono::milliseconds(2);
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
@@ -186,8 +192,8 @@ public:
                    ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t remote_mem, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
-    int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
-    int completion_fd() const { return cq_.fd(); }
+    int poll(ferry_completion_t *out, size_t max);
+    int completion_fd() const { return host_fd_ >= 0 ? host_fd_ : cq_.fd(); }
 
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
@@ -195,6 +201,9 @@ private:
 
     // transport.cpp: the progress thread
     void progress_loop();
+    size_t read_cq();
+    size_t host_progress(ferry_completion_t *out, size_t max);
+    bool host_leased(Clock::time_point now, int *left_ms) const;
     void idle_wait();
     void wake();
     void arm_timer();
@@ -294,6 +303,16 @@ private:
     std::atomic<bool> stop_{false};
     std::thread progress_;
     int wake_fd_ = -1, timer_fd_ = -1, epoll_fd_ = -1;
+    // The host's side (issue 23): completion_fd is host_fd_, an epoll set of the completion
+    // eventfd and the CQ's wait fd, so a host thread waiting on it wakes on the provider's events
+    // and poll() reads the CQ itself. While a host polled within kHostLease, the progress thread
+    // sleeps on aside_fd_ (wake_fd_, timer_fd_: not the CQ) so the data wakes one thread only.
+    int host_fd_ = -1, aside_fd_ = -1;
+    std::atomic<int64_t> host_polled_{0};  // Clock ticks of the last host poll()
+    // While host_progress runs (mu_ held): the caller's array, which maybe_finish fills first
+    // (no eventfd write and read for completions the polling thread takes at once).
+    ferry_completion_t *host_out_ = nullptr;
+    size_t host_room_ = 0, host_n_ = 0;
 
     std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_;  // by handle
     uint64_t next_region_ = 1;

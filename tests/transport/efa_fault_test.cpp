@@ -282,6 +282,51 @@ TEST_F(EfaFaultTest, OpToTargetStoppedWhileIdleEndsInTime) {
     p.child.resume();
 }
 
+// A host that polls without pause keeps the progress thread off the CQ (it reads the CQ itself
+// in poll): an op to a stopped target must still end with -ETIMEDOUT in time, from the progress
+// thread's timer, and a connection cut must still fail the ops the host is polling for.
+TEST_F(EfaFaultTest, OpTimesOutWhileTheHostPollsWithoutPause) {
+    Pair p(*plugin, kMiB, 1000);
+    ASSERT_TRUE(p.ok) << p.why;
+    p.child.stop();
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(p.a.submit(p.peer, {make_op(FERRY_OP_WRITE, p.loc.addr(), p.hl, p.child.addr(), p.rmem, kMiB, 7)}), 0);
+    ferry_completion_t c[4];
+    ferry_error_t e{};
+    int n = 0;
+    while (n == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+        n = (*plugin)->poll(p.a.t(), c, 4, &e);
+        ASSERT_GE(n, 0) << e.message;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    ASSERT_EQ(n, 1) << "still pending after 30 s with op_timeout_ms=1000";
+    EXPECT_EQ(c[0].user_data, 7u);
+    EXPECT_EQ(c[0].status, -ETIMEDOUT) << c[0].message;
+    std::cout << "op ended after " << took.count() << " ms\n";
+    EXPECT_LT(took.count(), 10000) << "far past op_timeout_ms=1000";
+    p.child.resume();
+}
+
+TEST_F(EfaFaultTest, KilledTargetFailsOpsTheHostPollsFor) {
+    Pair p(*plugin, 16 * kMiB, 30000);
+    ASSERT_TRUE(p.ok) << p.why;
+    std::vector<ferry_xfer_op_t> ops;
+    for (int i = 0; i < 16; ++i)
+        ops.push_back(make_op(i % 2 ? FERRY_OP_READ : FERRY_OP_WRITE, p.loc.addr() + i * kMiB, p.hl,
+                              p.child.addr() + i * kMiB, p.rmem, kMiB, i));
+    p.child.stop();  // the ops stay in flight until the cut
+    ASSERT_EQ(p.a.submit(p.peer, ops), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    p.child.kill_now();
+    const auto start = std::chrono::steady_clock::now();
+    auto c = p.a.wait(ops.size(), std::chrono::seconds(20));
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    ASSERT_EQ(c.size(), ops.size()) << "ops still pending 20 s after the target died";
+    for (const auto &x : c) EXPECT_NE(x.status, 0) << "op " << x.user_data;
+    EXPECT_LT(took.count(), 10000);
+}
+
 }  // namespace
 }  // namespace ferry_test
 
