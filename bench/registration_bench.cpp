@@ -314,7 +314,9 @@ void lookup_figures(size_t n) {
         return it == main_imported.end() ? 0 : it->second;
     };
     // One op at a time: find, rows.find and route_fast, no window.
-    auto one_by_one = [&](uint64_t a) -> uint64_t { return route(local.find(a, 8), seg.rows.find(seg.descriptor, a, 8)); };
+    auto one_by_one = [&](uint64_t a) -> uint64_t {
+        return route(local.find(a, 8), seg.rows.find(seg.descriptor, a, 8));
+    };
     double all_ns = submit_like(addrs, true), unwindowed_ns = time(addrs, one_by_one);
     double local_ns = time(addrs, local_find), remote_ns = time(addrs, remote_find);
     double main_local_ns = time(addrs, main_local_find), main_import_ns = time(addrs, main_import_find);

@@ -63,7 +63,8 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
     if (seg.rows.built_for(seg.descriptor)) {
         size_t at = row ? *row : seg.rows.find(seg.descriptor, rq.remote, rq.length);
         if (at != RemoteRows::kNone) {
-            if (rq.transport.empty() && attempts.failed.empty() && route_fast(seg, priority, lr, seg.rows[at], rq.opcode, out))
+            if (rq.transport.empty() && attempts.failed.empty() &&
+                route_fast(seg, priority, lr, seg.rows[at], rq.opcode, out))
                 return out;
             rr = &seg.descriptor.regions[at];
             out.row = &seg.rows[at];

@@ -5,6 +5,7 @@
 // peer's rows (RemoteRows) against SegmentDescriptor::find_region.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "engine_impl.hpp"
+#include "ferry/engine.hpp"
 #include "region_index.hpp"
 
 using namespace ferry;
@@ -219,7 +221,7 @@ TEST(RegionIndex, ARegionRegisteredAgainAtTheSameStartIsFoundWithItsNewRow) {
     EXPECT_EQ(r->length, 32u);
     EXPECT_EQ(r->handle(0), 777u);
     EXPECT_EQ(index.find(64 * 500 + 40, 4), nullptr);  // inside the old region, past the new one
-    build_snapshot(index);                              // and from the rebuilt snapshot
+    build_snapshot(index);                             // and from the rebuilt snapshot
     EXPECT_EQ(index.find(64 * 500 + 10, 4)->handle(0), 777u);
     EXPECT_EQ(index.find(64 * 500 + 40, 4), nullptr);
 }
@@ -278,8 +280,7 @@ TEST(RegionIndex, FindsRacingReRegistrationsSeeTheCurrentRowWhole) {
         });
     std::mt19937_64 rng(5);
     auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (int step = 0; step < 20000 || (finds.load() < 20000 && std::chrono::steady_clock::now() < give_up);
-         ++step) {
+    for (int step = 0; step < 20000 || (finds.load() < 20000 && std::chrono::steady_clock::now() < give_up); ++step) {
         uint64_t i = rng() % kRegions;
         writer_waiting = true;
         std::unique_lock l(lock);
@@ -364,8 +365,8 @@ TEST(RemoteRows, MatchTheDescriptorAndHoldImports) {
 // whether it must connect or import first; it leaves errors and GPU memory to route().
 TEST(RemoteRows, RouteFastPicksByPriorityAndLeavesTheRestToRoute) {
     RemoteSegment seg;
-    seg.descriptor = descriptor_with({{4096, 4096, 0, -1, kRemoteRead, {{"tcp", {1}}, {"shm", {2}}}},
-                                      {8192, 4096, 0, -1, 3, {{"tcp", {1}}}}});
+    seg.descriptor = descriptor_with(
+        {{4096, 4096, 0, -1, kRemoteRead, {{"tcp", {1}}, {"shm", {2}}}}, {8192, 4096, 0, -1, 3, {{"tcp", {1}}}}});
     seg.peers.resize(2);
     std::string_view names[] = {"shm", "tcp"};
     uint64_t caps[] = {FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE,
@@ -408,4 +409,106 @@ TEST(RemoteRows, RouteFastPicksByPriorityAndLeavesTheRestToRoute) {
     // A transport marked unusable: route() decides (it knows when that ends).
     seg.unusable[1] = {std::chrono::steady_clock::now(), "x"};
     EXPECT_FALSE(route_fast(seg, priority, lr, seg.rows[1], Opcode::Read, r));
+}
+
+namespace {
+
+std::unique_ptr<Engine> example_engine() {
+    auto e =
+        Engine::create({{"plugin_path", FERRY_EXAMPLE_PLUGIN_DIR}, {"plugins", "example"}, {"local_ip", "127.0.0.1"}});
+    EXPECT_TRUE(e) << e.error().message;
+    return e ? std::move(*e) : nullptr;
+}
+
+Result<void> run(Engine &e, const std::vector<Request> &reqs) {
+    auto b = e.submit(reqs);
+    if (!b) return std::unexpected(b.error());
+    auto w = e.wait(*b, std::chrono::seconds(30));
+    (void)e.free_batch(*b);
+    return w;
+}
+
+}  // namespace
+
+// The rows end to end, over the in-process example transport: batches of ops to random ones of
+// many small adjacent regions, local and remote, on two segments interleaved within a lookup
+// window, move the right bytes; a region the peer registers after the fetch is found (the re-read
+// rebuilds the rows, imports kept); an op on a local region unregistered since the snapshot was
+// built is refused, and one registered again at the same start is found with its new extent.
+TEST(RegionRows, BatchesToManyRegionsOnTwoSegmentsMoveTheRightBytes) {
+    auto a = example_engine(), b = example_engine(), initiator = example_engine();
+    ASSERT_TRUE(a && b && initiator);
+    constexpr size_t kRegions = 200, kSize = 64;  // the example transport holds 256 regions
+    std::vector<uint8_t> ra(kRegions * kSize), rb(kRegions * kSize), local(kRegions * kSize);
+    for (size_t i = 0; i < ra.size(); ++i) {
+        ra[i] = static_cast<uint8_t>(i * 7 + 1);
+        rb[i] = static_cast<uint8_t>(i * 11 + 5);
+    }
+    for (size_t i = 0; i < kRegions; ++i) {
+        ASSERT_TRUE(a->register_memory(ra.data() + i * kSize, kSize));
+        ASSERT_TRUE(b->register_memory(rb.data() + i * kSize, kSize));
+        ASSERT_TRUE(initiator->register_memory(local.data() + i * kSize, kSize));
+    }
+    auto sa = initiator->open_segment(a->segment_name()), sb = initiator->open_segment(b->segment_name());
+    ASSERT_TRUE(sa && sb);
+    std::mt19937_64 rng(11);
+    // Each op reads into its own local region, so the bytes of every op can be checked.
+    auto batch = [&](size_t ops, std::vector<std::pair<size_t, size_t>> &where, std::vector<uint64_t> &offs,
+                     std::vector<uint64_t> &lens, std::vector<bool> &from_b) {
+        std::vector<Request> reqs;
+        std::vector<size_t> locals(kRegions);
+        std::iota(locals.begin(), locals.end(), 0);
+        std::shuffle(locals.begin(), locals.end(), rng);
+        where.clear(), offs.clear(), lens.clear(), from_b.clear();
+        for (size_t i = 0; i < ops; ++i) {
+            size_t l = locals[i], r = rng() % kRegions;
+            uint64_t off = rng() % kSize, len = 1 + rng() % (kSize - off);
+            bool on_b = rng() % 3 == 0;
+            uint8_t *remote = (on_b ? rb : ra).data() + r * kSize + off;
+            reqs.push_back({Opcode::Read, local.data() + l * kSize + off, on_b ? *sb : *sa,
+                            reinterpret_cast<uintptr_t>(remote), len, ""});
+            where.emplace_back(l, r), offs.push_back(off), lens.push_back(len), from_b.push_back(on_b);
+        }
+        return reqs;
+    };
+    std::vector<std::pair<size_t, size_t>> where;
+    std::vector<uint64_t> offs, lens;
+    std::vector<bool> from_b;
+    for (int round = 0; round < 30; ++round) {
+        std::fill(local.begin(), local.end(), 0);
+        auto reqs = batch(kRegions, where, offs, lens, from_b);
+        auto r = run(*initiator, reqs);
+        ASSERT_TRUE(r) << "round " << round << ": " << r.error().message;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            const uint8_t *want = (from_b[i] ? rb : ra).data() + where[i].second * kSize + offs[i];
+            ASSERT_EQ(memcmp(local.data() + where[i].first * kSize + offs[i], want, lens[i]), 0)
+                << "round " << round << ", op " << i;
+        }
+    }
+
+    // Registered on `a` after the fetch (just past the others): found after the re-read, and the
+    // regions imported before still carry bytes.
+    std::vector<uint8_t> later(4096, 9);
+    ASSERT_TRUE(a->register_memory(later.data(), later.size()));
+    ASSERT_TRUE(
+        run(*initiator, {{Opcode::Read, local.data(), *sa, reinterpret_cast<uintptr_t>(later.data()), 64, ""},
+                         {Opcode::Read, local.data() + 64, *sa, reinterpret_cast<uintptr_t>(ra.data()), 64, ""}}));
+    EXPECT_EQ(local[10], 9);
+    EXPECT_EQ(memcmp(local.data() + 64, ra.data(), 64), 0);
+
+    // A local region unregistered after the snapshot served many finds: refused, as is a range
+    // past the shorter region registered again at its start.
+    uint8_t *gone = local.data() + 70 * kSize;
+    ASSERT_TRUE(initiator->unregister_memory(gone));
+    auto refused = initiator->submit(
+        std::vector<Request>{{Opcode::Read, gone + 8, *sa, reinterpret_cast<uintptr_t>(ra.data()), 8, ""}});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, -EFAULT);
+    ASSERT_TRUE(initiator->register_memory(gone, 32));
+    ASSERT_TRUE(run(*initiator, {{Opcode::Read, gone + 8, *sa, reinterpret_cast<uintptr_t>(ra.data()), 8, ""}}));
+    EXPECT_EQ(memcmp(gone + 8, ra.data(), 8), 0);
+    refused = initiator->submit(
+        std::vector<Request>{{Opcode::Read, gone + 40, *sa, reinterpret_cast<uintptr_t>(ra.data()), 8, ""}});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, -EFAULT);
 }
