@@ -191,11 +191,12 @@ int run(const Args &a, size_t n) {
 
 // The lookups of one op, on n regions of 64 bytes, at random regions and in runs of kRun ops to
 // the same region, done as submit() does them (core/submit.cpp): the ops of a batch in windows of
-// RegionIndex::kMaxMany, each window's local rows (RegionIndex::find_many) and remote rows
-// (RemoteRows::find_many) looked up together, then per op submit's same-region check and
-// route_fast (the route a ready op takes: transport, peer, imported handle) on a RemoteSegment
-// built as open_segment and the connector build it. What is left out is not lookup: the checks of
-// opcode and length, the batch's allocation, grouping and posting.
+// RegionIndex::kMaxMany, each window's local and remote rows looked up together
+// (RegionIndex::find_many with a RemoteProbe; an op within a page of the one before it is left
+// out), then per op submit's same-region check and route_fast (the route a ready op takes:
+// transport, peer, imported handle) on a RemoteSegment built as open_segment and the connector
+// build it. Left out, as not lookup: the checks of opcode and length, the batch's allocation,
+// grouping and posting.
 void lookup_figures(size_t n) {
     constexpr size_t kLookups = 1 << 20;
     constexpr size_t kRun = 16;
@@ -262,11 +263,13 @@ void lookup_figures(size_t n) {
             std::abort();
         return *lr->handle(r.transport) + r.peer + r.remote_mem;
     };
-    // submit's loop over ops at `which` (local and remote at the same address, 8 bytes each).
+    // submit's loop over ops at `which` (local and remote at the same address, 8 bytes each):
+    // windows of kMany ops, an op near the one before it left out of the window's lookups.
     auto submit_like = [&](const std::vector<uint64_t> &which, bool check) {
         double best = 1e300;
         uint64_t lens[kMany];
         std::fill(std::begin(lens), std::end(lens), uint64_t{8});
+        auto near = [](uint64_t a, uint64_t b) { return (a > b ? a - b : b - a) < 4096; };
         for (int round = 0; round < 3; ++round) {
             double t0 = cpu_ns();
             const ferry::LocalRow *prev_lr = nullptr;
@@ -274,18 +277,29 @@ void lookup_figures(size_t n) {
             uint64_t prev = 0;
             for (size_t w = 0; w < which.size(); w += kMany) {
                 const ferry::LocalRow *lrs[kMany];
-                size_t rows[kMany];
-                local.find_many(&which[w], lens, kMany, lrs);
-                seg.rows.find_many(seg.descriptor, &which[w], lens, kMany, rows);
+                size_t rows[kMany], slot[kMany], m = 0;
+                uint64_t addrs_[kMany];
+                for (size_t k = 0; k < kMany; ++k) {
+                    if (check && w + k > 0 && near(which[w + k], which[w + k - 1])) {
+                        slot[k] = kMany;
+                        continue;
+                    }
+                    slot[k] = m;
+                    addrs_[m++] = which[w + k];
+                }
+                ferry::RegionIndex::RemoteProbe probe{&seg.rows, &seg.descriptor, addrs_, rows};
+                local.find_many(addrs_, lens, m, lrs, &probe);
                 for (size_t k = 0; k < kMany; ++k) {
                     uint64_t a = which[w + k];
                     if (check && prev_lr && prev_lr->holds(a, 8) && prev_row->holds(a, 8)) {
                         sink += prev;
                         continue;
                     }
-                    prev = route(lrs[k], rows[k]);
-                    prev_lr = lrs[k];
-                    prev_row = &seg.rows[rows[k]];
+                    const ferry::LocalRow *lr = slot[k] < kMany ? lrs[slot[k]] : local.find(a, 8);
+                    size_t row = slot[k] < kMany ? rows[slot[k]] : seg.rows.find(seg.descriptor, a, 8);
+                    prev = route(lr, row);
+                    prev_lr = lr;
+                    prev_row = &seg.rows[row];
                     sink += prev;
                 }
             }

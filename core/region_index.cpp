@@ -51,26 +51,41 @@ void RegionIndex::erase(Map::iterator it) {
     writer_changed();
 }
 
-void RegionIndex::find_many(const uint64_t *addr, const uint64_t *length, size_t n, const LocalRow **out) const {
+void RegionIndex::find_many(const uint64_t *addr, const uint64_t *length, size_t n, const LocalRow **out,
+                            const RemoteProbe *remote) const {
     assert(n <= kMaxMany);
+    assert(!remote || remote->rows->built_for(*remote->descriptor));
     const Flat *f = flat_.load(std::memory_order_acquire);
-    if (!f) {
-        for (size_t k = 0; k < n; ++k) out[k] = find_slow(addr[k], length[k], f);
-        return;
-    }
-    size_t at[kMaxMany];
+    const StartIndex *rs = remote ? &remote->descriptor->starts : nullptr;
+    const RemoteRow *rrows = remote ? remote->rows->rows_.data() : nullptr;
+    size_t at[kMaxMany], rat[kMaxMany];
     for (size_t k = 0; k < n; ++k) {
-        at[k] = f->index.leaf_block(addr[k]);
-        f->index.prefetch_leaf(at[k]);
+        if (f) {
+            at[k] = f->index.leaf_block(addr[k]);
+            f->index.prefetch_leaf(at[k]);
+        }
+        if (rs) {
+            rat[k] = rs->leaf_block(remote->addr[k]);
+            rs->prefetch_leaf(rat[k]);
+        }
     }
     for (size_t k = 0; k < n; ++k) {
-        at[k] = f->index.in_leaf(at[k], addr[k]);
-        if (at[k]) __builtin_prefetch(&f->rows[at[k] - 1]);
+        if (f) {
+            at[k] = f->index.in_leaf(at[k], addr[k]);
+            if (at[k]) __builtin_prefetch(&f->rows[at[k] - 1]);
+        }
+        if (rs) {
+            rat[k] = rs->in_leaf(rat[k], remote->addr[k]);
+            if (rat[k]) __builtin_prefetch(&rrows[rat[k] - 1]);
+        }
     }
     for (size_t k = 0; k < n; ++k) {
-        const LocalRow *r = at[k] ? &f->rows[at[k] - 1] : nullptr;
+        const LocalRow *r = f && at[k] ? &f->rows[at[k] - 1] : nullptr;
         if (r && r->holds(addr[k], length[k])) out[k] = r;
-        else out[k] = f->changes == 0 ? nullptr : find_slow(addr[k], length[k], f);
+        else out[k] = f && f->changes == 0 ? nullptr : find_slow(addr[k], length[k], f);
+        if (rs)
+            remote->out[k] =
+                rat[k] && rrows[rat[k] - 1].holds(remote->addr[k], length[k]) ? rat[k] - 1 : RemoteRows::kNone;
     }
 }
 

@@ -36,8 +36,9 @@ inline constexpr size_t kRowMaskBits = 32;
 
 struct LocalRegion;
 
-// A local region's hot fields, one cache line.
-struct alignas(64) LocalRow {
+// A local region's hot fields, one cache line (in the snapshot's line-aligned array; not aligned
+// in the map's node, where an over-aligned type would take glibc's slow memalign path).
+struct LocalRow {
     uint64_t addr = 0;
     uint64_t length = 0;                  // 0: unregistered since its snapshot was built
     const LocalRegion *region = nullptr;  // the whole region: device, keys, later transports' handles
@@ -70,6 +71,22 @@ std::optional<uint64_t> LocalRow::handle(size_t t) const {
     return t < region->handles.size() ? region->handles[t] : std::nullopt;
 }
 
+static_assert(sizeof(LocalRow) == 64);
+
+// Rows are kept in arrays of whole, aligned cache lines: a row is one line, never two.
+template <class T>
+struct LineAllocator {
+    using value_type = T;
+    LineAllocator() = default;
+    template <class U>
+    LineAllocator(const LineAllocator<U> &) {}
+    T *allocate(size_t n) { return static_cast<T *>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T *p, size_t) { ::operator delete (p, std::align_val_t{64}); }
+    bool operator==(const LineAllocator &) const { return true; }
+};
+template <class T>
+using Rows = std::vector<T, LineAllocator<T>>;
+
 class RegionIndex {
 public:
     // The map's node: the region and its row (what a find that falls back to the map returns).
@@ -97,10 +114,13 @@ public:
         }
         return find_slow(addr, length, f);
     }
-    // find() for n <= kMaxMany ranges: out[k] = find(addr[k], length[k]). Every leaf block is
-    // asked for before any is read, then every row, so the lookups' cache misses overlap instead
-    // of following one another (a batch's ops are independent).
-    void find_many(const uint64_t *addr, const uint64_t *length, size_t n, const LocalRow **out) const;
+    // find() for n <= kMaxMany ranges: out[k] = find(addr[k], length[k]), and where `remote` is
+    // given, its rows' find() for its ranges (same lengths) alongside. Every leaf block is asked
+    // for before any is read, then every row, so the lookups' cache misses overlap instead of
+    // following one another (a batch's ops are independent).
+    struct RemoteProbe;
+    void find_many(const uint64_t *addr, const uint64_t *length, size_t n, const LocalRow **out,
+                   const RemoteProbe *remote = nullptr) const;
 
     // Writers (the regions lock held exclusively).
     Map::iterator lower_bound(uint64_t addr) { return map_.lower_bound(addr); }
@@ -113,8 +133,8 @@ public:
 private:
     struct Flat {
         StartIndex index;
-        std::vector<LocalRow> rows;  // parallel to the index; length 0: erased since
-        size_t changes = 0;          // writes since it was built (written by writers only)
+        Rows<LocalRow> rows;  // parallel to the index; length 0: erased since
+        size_t changes = 0;   // writes since it was built (written by writers only)
     };
 
     const LocalRow *find_slow(uint64_t addr, uint64_t length, const Flat *seen) const;
@@ -128,7 +148,7 @@ private:
 };
 
 // A peer's region's hot fields, one cache line, and what this engine imported of it.
-struct alignas(64) RemoteRow {
+struct RemoteRow {
     uint64_t addr = 0;
     uint64_t length = 0;
     uint32_t access = 0;
@@ -140,6 +160,7 @@ struct alignas(64) RemoteRow {
     uint64_t end() const { return addr + length; }
     bool holds(uint64_t a, uint64_t len) const { return a >= addr && len <= length && a - addr <= length - len; }
 };
+static_assert(sizeof(RemoteRow) == 64);
 
 // Rows parallel to a SegmentDescriptor's regions, searched with its StartIndex. Owned by the
 // segment and guarded by its mutex; rebuilt whenever its descriptor is replaced.
@@ -169,7 +190,16 @@ public:
     void set_imported(const SegmentDescriptor &d, size_t t, uint64_t addr, uint64_t handle);
 
 private:
-    std::vector<RemoteRow> rows_;
+    friend class RegionIndex;
+    Rows<RemoteRow> rows_;
+};
+
+// A window's remote lookups, made by RegionIndex::find_many with its local ones.
+struct RegionIndex::RemoteProbe {
+    const RemoteRows *rows;
+    const SegmentDescriptor *descriptor;
+    const uint64_t *addr;
+    size_t *out;
 };
 
 }  // namespace ferry

@@ -68,9 +68,14 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
         // The lookups of a window of up to kMany ops, made together so that their cache misses
         // overlap (region_index.hpp, find_many): the local rows, and the remote rows in
         // `window_seg` (the segment of the window's first op, locked since; null once unlocked).
+        // An op near the one before it (same segment, both ranges within a page of its) is left
+        // out: it is most likely in the same regions, which the same-route check then reuses
+        // without a lookup; where it is not, it looks its own up.
         constexpr size_t kMany = RegionIndex::kMaxMany;
+        constexpr uint64_t kNear = 4096;
         const LocalRow *window_local[kMany];
         size_t window_remote[kMany];
+        size_t window_slot[kMany];  // the op's lookup in the two above; kMany: none made
         const RemoteSegment *window_seg = nullptr;
         size_t window = 0, window_end = 0;
         auto switch_segment = [&](SegmentId id) {
@@ -80,6 +85,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             seg = segment(id);
             if (seg) seg_lock = std::unique_lock(seg->mutex);
         };
+        auto near = [](uint64_t a, uint64_t b) { return (a > b ? a - b : b - a) < kNear; };
         for (size_t i = 0; i < requests.size(); ++i) {
             const Request &rq = requests[i];
             uint64_t local = reinterpret_cast<uintptr_t>(rq.local);
@@ -87,22 +93,35 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                 window = i;
                 window_end = std::min(requests.size(), i + kMany);
                 uint64_t locals[kMany], remotes[kMany], lengths[kMany];
-                for (size_t k = 0; k < window_end - window; ++k) {
-                    locals[k] = reinterpret_cast<uintptr_t>(requests[window + k].local);
-                    remotes[k] = requests[window + k].remote;
-                    lengths[k] = requests[window + k].length;
+                size_t m = 0;
+                for (size_t j = window; j < window_end; ++j) {
+                    const Request &q = requests[j];
+                    uint64_t a = reinterpret_cast<uintptr_t>(q.local);
+                    if (j > 0 && q.segment == requests[j - 1].segment &&
+                        near(a, reinterpret_cast<uintptr_t>(requests[j - 1].local)) &&
+                        near(q.remote, requests[j - 1].remote)) {
+                        window_slot[j - window] = kMany;
+                        continue;
+                    }
+                    window_slot[j - window] = m;
+                    locals[m] = a;
+                    remotes[m] = q.remote;
+                    lengths[m++] = q.length;
                 }
-                regions.find_many(locals, lengths, window_end - window, window_local);
                 if (!seg || seg->id != rq.segment) switch_segment(rq.segment);  // a missing one fails below
                 if (seg && seg->rows.built_for(seg->descriptor)) {
-                    seg->rows.find_many(seg->descriptor, remotes, lengths, window_end - window, window_remote);
+                    RegionIndex::RemoteProbe probe{&seg->rows, &seg->descriptor, remotes, window_remote};
+                    regions.find_many(locals, lengths, m, window_local, &probe);
                     window_seg = seg.get();
+                } else {
+                    regions.find_many(locals, lengths, m, window_local);
                 }
             }
+            size_t slot = window_slot[i - window];
             bool like_prev = prev && rq.length != 0 && rq.opcode == prev->opcode && rq.transport == prev->transport;
             const LocalRow *lr = like_prev && prev_lr->holds(local, rq.length) ? prev_lr : nullptr;
             if (!lr) {
-                auto found = local_region(rq, i, window_local[i - window]);
+                auto found = slot < kMany ? local_region(rq, i, window_local[slot]) : local_region(rq, i);
                 if (!found) return std::unexpected(found.error());
                 lr = *found;
             }
@@ -132,7 +151,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             // What the cache already answers (no access, no transport that can carry it) fails
             // here; what only the peer can answer waits for the connector.
             std::optional<size_t> row;
-            if (window_seg == seg.get()) row = window_remote[i - window];
+            if (slot < kMany && window_seg == seg.get()) row = window_remote[slot];
             auto r = route(*seg, rq, i, *lr, RouteAttempts{}, row);
             if (!r) return std::unexpected(r.error());
             if (r->need == Route::Need::Nothing) {
