@@ -6,6 +6,7 @@
 // keys (or a std::map) costs ~17 dependent ones. Immutable once built; built in O(n).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -59,7 +60,8 @@ public:
         for (size_t l = levels_.size() - 1; l > 0; --l) {
             size_t c = count(levels_[l].keys.get() + block * kWidth, x);
             if (c == 0) return kBelowAll;  // below the first key (top level only)
-            block = block * kWidth + c - 1;
+            // Padding counts only for x == UINT64_MAX: the last real block of the level below.
+            block = std::min(block * kWidth + c - 1, levels_[l - 1].blocks - 1);
         }
         return block;
     }

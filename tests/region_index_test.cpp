@@ -512,3 +512,22 @@ TEST(RegionRows, BatchesToManyRegionsOnTwoSegmentsMoveTheRightBytes) {
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error().code, -EFAULT);
 }
+
+// The index against std::upper_bound for every size up to a few levels, with keys that reach
+// the top of the address space: padding (UINT64_MAX) must never lead a search past the real
+// blocks, at any level (x == UINT64_MAX once read past the leaves of an index of two blocks).
+TEST(StartIndex, MatchesUpperBoundUpToTheTopOfTheAddressSpace) {
+    for (size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 300, 4096, 4097}) {
+        std::vector<uint64_t> keys(n);
+        for (size_t i = 0; i < n; ++i) keys[i] = UINT64_MAX - 64 * (n - i);
+        if (n > 2) keys[n - 1] = UINT64_MAX;  // a key equal to the padding
+        StartIndex index(keys);
+        std::vector<uint64_t> xs{0, UINT64_MAX, UINT64_MAX - 1};
+        for (uint64_t k : keys) xs.insert(xs.end(), {k - 1, k, k + 1});
+        for (uint64_t x : xs) {
+            size_t want = std::upper_bound(keys.begin(), keys.end(), x) - keys.begin();
+            ASSERT_EQ(index.upper_bound(x), want) << n << " keys, x " << x;
+            ASSERT_EQ(index.in_leaf(index.leaf_block(x), x), want) << n << " keys, x " << x;
+        }
+    }
+}
