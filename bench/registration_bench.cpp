@@ -2,9 +2,9 @@
 // descriptor fetch) costs, and what an op to a random one of N regions costs over one to a single
 // region over tcp.so (loopback: noisy, the transport dominates). Then the per-op lookups alone,
 // as submit() does them on the engine's own structures: the local region (Engine::Impl::regions),
-// the remote region (SegmentDescriptor::find_region on a decoded descriptor) and the imported
-// handle (RemoteSegment::imported), next to main's std::map for the last. Plain timers, wall
-// time.
+// the remote region and its imported handle (RemoteSegment::rows) and the route, next to main's
+// structures (std::map, find_region, std::map). Plain timers, wall time; thread CPU time for the
+// lookups.
 //
 //   registration_bench [--plugin-path DIR[:DIR]] [--plugins tcp] [--regions 1000,10000,100000]
 //                      [--budget-s 60] [--ops 200000] [--etcd HOST:PORT] [--batch]
@@ -189,11 +189,18 @@ int run(const Args &a, size_t n) {
     return 0;
 }
 
-// The three lookups of one op, on n regions of 64 bytes: at random regions, and in runs of
-// kRun ops to the same region (what submit's same-region check then skips).
+// The lookups of one op, on n regions of 64 bytes, at random regions and in runs of kRun ops to
+// the same region, done as submit() does them (core/submit.cpp): the ops of a batch in windows of
+// RegionIndex::kMaxMany, each window's local and remote rows looked up together
+// (RegionIndex::find_many with a RemoteProbe; an op within a page of the one before it is left
+// out), then per op submit's same-region check and route_fast (the route a ready op takes:
+// transport, peer, imported handle) on a RemoteSegment built as open_segment and the connector
+// build it. Left out, as not lookup: the checks of opcode and length, the batch's allocation,
+// grouping and posting.
 void lookup_figures(size_t n) {
     constexpr size_t kLookups = 1 << 20;
     constexpr size_t kRun = 16;
+    constexpr size_t kMany = ferry::RegionIndex::kMaxMany;
     const uint64_t base = 1ull << 32;
     ferry::RegionIndex local;
     std::map<uint64_t, ferry::LocalRegion> main_local;  // main's type
@@ -211,11 +218,16 @@ void lookup_figures(size_t n) {
     if (!decoded) std::abort();
     ferry::RemoteSegment seg;
     seg.descriptor = std::move(*decoded);
+    seg.peers = {uint64_t{1}};
     std::map<std::pair<size_t, uint64_t>, uint64_t> main_imported;  // main's type
     for (size_t i = 0; i < n; ++i) {
         seg.imported[{0, base + i * kRegion}] = i;
         main_imported[{0, base + i * kRegion}] = i;
     }
+    std::string_view names[] = {"tcp"};
+    uint64_t caps[] = {FERRY_CAP_MEM_HOST | FERRY_CAP_INTRA_NODE | FERRY_CAP_INTER_NODE};
+    seg.reindex(names, caps);  // rows, masks and the imports above, as open_segment and a re-read do
+    const std::vector<size_t> priority{0};
     std::mt19937_64 rng(7);
     std::vector<uint64_t> addrs(kLookups), runs(kLookups);
     for (auto &a : addrs) a = base + (rng() % n) * kRegion + 8;
@@ -242,59 +254,97 @@ void lookup_figures(size_t n) {
         }
         return best;
     };
+    // One op's route once its two rows are known (route() with no transport forced).
+    auto route = [&](const ferry::LocalRow *lr, size_t row) -> uint64_t {
+        ferry::Route r;
+        if (!lr || row == ferry::RemoteRows::kNone ||
+            !ferry::route_fast(seg, priority, *lr, seg.rows[row], ferry::Opcode::Read, r) ||
+            r.need != ferry::Route::Need::Nothing)
+            std::abort();
+        return *lr->handle(r.transport) + r.peer + r.remote_mem;
+    };
+    // submit's loop over ops at `which` (local and remote at the same address, 8 bytes each):
+    // windows of kMany ops, an op near the one before it left out of the window's lookups.
+    auto submit_like = [&](const std::vector<uint64_t> &which, bool check) {
+        double best = 1e300;
+        uint64_t lens[kMany];
+        std::fill(std::begin(lens), std::end(lens), uint64_t{8});
+        auto near = [](uint64_t a, uint64_t b) { return (a > b ? a - b : b - a) < 4096; };
+        for (int round = 0; round < 3; ++round) {
+            double t0 = cpu_ns();
+            const ferry::LocalRow *prev_lr = nullptr;
+            const ferry::RemoteRow *prev_row = nullptr;
+            uint64_t prev = 0;
+            for (size_t w = 0; w < which.size(); w += kMany) {
+                const ferry::LocalRow *lrs[kMany];
+                size_t rows[kMany], slot[kMany], m = 0;
+                uint64_t addrs_[kMany];
+                for (size_t k = 0; k < kMany; ++k) {
+                    if (check && w + k > 0 && near(which[w + k], which[w + k - 1])) {
+                        slot[k] = kMany;
+                        continue;
+                    }
+                    slot[k] = m;
+                    addrs_[m++] = which[w + k];
+                }
+                ferry::RegionIndex::RemoteProbe probe{&seg.rows, &seg.descriptor, addrs_, rows};
+                local.find_many(addrs_, lens, m, lrs, &probe);
+                for (size_t k = 0; k < kMany; ++k) {
+                    uint64_t a = which[w + k];
+                    if (check && prev_lr && prev_lr->holds(a, 8) && prev_row->holds(a, 8)) {
+                        sink += prev;
+                        continue;
+                    }
+                    const ferry::LocalRow *lr = slot[k] < kMany ? lrs[slot[k]] : local.find(a, 8);
+                    size_t row = slot[k] < kMany ? rows[slot[k]] : seg.rows.find(seg.descriptor, a, 8);
+                    prev = route(lr, row);
+                    prev_lr = lr;
+                    prev_row = &seg.rows[row];
+                    sink += prev;
+                }
+            }
+            best = std::min(best, (cpu_ns() - t0) / kLookups);
+        }
+        return best;
+    };
     auto local_find = [&](uint64_t a) -> uint64_t {
         auto *r = local.find(a, 8);
-        return r ? *r->handles[0] : 0;
+        return r ? *r->handle(0) : 0;
     };
     auto main_local_find = [&](uint64_t a) -> uint64_t {
         auto it = main_local.upper_bound(a);
         return it == main_local.begin() ? 0 : *std::prev(it)->second.handles[0];
     };
     auto remote_find = [&](uint64_t a) -> uint64_t {
+        size_t i = seg.rows.find(seg.descriptor, a, 8);
+        return i == ferry::RemoteRows::kNone ? 0 : seg.rows[i].imported[0];
+    };
+    auto main_remote_find = [&](uint64_t a) -> uint64_t {
         auto *r = seg.descriptor.find_region(a, 8);
         return r ? r->addr + r->key_for("tcp")->key.size() : 0;
-    };
-    auto import_find = [&](uint64_t a) -> uint64_t {
-        auto it = seg.imported.find({0, a & ~uint64_t{kRegion - 1}});
-        return it == seg.imported.end() ? 0 : it->second;
     };
     auto main_import_find = [&](uint64_t a) -> uint64_t {
         auto it = main_imported.find({0, a & ~uint64_t{kRegion - 1}});
         return it == main_imported.end() ? 0 : it->second;
     };
-    // All three as submit does them: the local region, the remote region and its imported handle.
-    auto all = [&](uint64_t a) -> uint64_t {
-        auto *lr = local.find(a, 8);
-        auto *r = seg.descriptor.find_region(a, 8);
-        auto im = seg.imported.find({0, r->addr});
-        return *lr->handles[0] + r->key_for("tcp")->key.size() + im->second;
+    // One op at a time: find, rows.find and route_fast, no window.
+    auto one_by_one = [&](uint64_t a) -> uint64_t {
+        return route(local.find(a, 8), seg.rows.find(seg.descriptor, a, 8));
     };
-    // With submit's check: an op inside the previous op's local and remote regions reuses its route.
-    const ferry::LocalRegion *prev_lr = nullptr;
-    const ferry::RegionDescriptor *prev_rr = nullptr;
-    uint64_t prev_handle = 0;
-    auto all_with_check = [&](uint64_t a) -> uint64_t {
-        if (prev_lr && prev_lr->holds(a, 8) && prev_rr->holds(a, 8)) return prev_handle;
-        prev_lr = local.find(a, 8);
-        prev_rr = seg.descriptor.find_region(a, 8);
-        auto im = seg.imported.find({0, prev_rr->addr});
-        prev_handle = *prev_lr->handles[0] + prev_rr->key_for("tcp")->key.size() + im->second;
-        return prev_handle;
-    };
-    double all_ns = time(addrs, all), all_checked_ns = time(addrs, all_with_check);
-    double local_ns = time(addrs, local_find), main_local_ns = time(addrs, main_local_find);
-    double remote_ns = time(addrs, remote_find);
-    double import_ns = time(addrs, import_find), main_import_ns = time(addrs, main_import_find);
-    double runs_ns = time(runs, all_with_check), runs_unchecked_ns = time(runs, all);
-    double main_all_ns =
-        time(addrs, [&](uint64_t a) -> uint64_t { return main_local_find(a) + remote_find(a) + main_import_find(a); });
+    double all_ns = submit_like(addrs, true), unwindowed_ns = time(addrs, one_by_one);
+    double local_ns = time(addrs, local_find), remote_ns = time(addrs, remote_find);
+    double main_local_ns = time(addrs, main_local_find), main_import_ns = time(addrs, main_import_find);
+    double runs_ns = submit_like(runs, true), runs_unchecked_ns = submit_like(runs, false);
+    double main_all_ns = time(
+        addrs, [&](uint64_t a) -> uint64_t { return main_local_find(a) + main_remote_find(a) + main_import_find(a); });
     printf(
         "%7zu regions: per-op lookups (thread CPU time, best of 3): random regions: all three %.0f ns "
-        "(with the same-region check %.0f; local region %.0f, remote region %.0f, imported handle %.0f); "
-        "main's structures (std::map local and imported, same remote) %.0f ns (local %.0f, imported %.0f); "
+        "(as submit does them: windows of %zu, the same-region check, route_fast; one op at a time %.0f; local row %.0f, "
+        "remote row with its import %.0f); "
+        "main's structures (std::map local and imported, descriptor find_region) %.0f ns (local %.0f, imported %.0f); "
         "runs of %zu ops to one region: %.0f ns with the check, %.0f ns without%s\n",
-        n, all_ns, all_checked_ns, local_ns, remote_ns, import_ns, main_all_ns, main_local_ns, main_import_ns, kRun,
-        runs_ns, runs_unchecked_ns, sink == 42 ? " " : "");
+        n, all_ns, kMany, unwindowed_ns, local_ns, remote_ns, main_all_ns, main_local_ns, main_import_ns, kRun, runs_ns,
+        runs_unchecked_ns, sink == 42 ? " " : "");
     fflush(stdout);
 }
 

@@ -200,7 +200,10 @@ void Engine::Impl::serve_segment(RemoteSegment &seg) {
                     } else {
                         auto key = std::make_pair(n.transport, n.region.addr);
                         if (seg.closed || seg.peers[n.transport] != n.peer || seg.imported.count(key)) stray = *got;
-                        else seg.imported[key] = *got;
+                        else {
+                            seg.imported[key] = *got;
+                            seg.rows.set_imported(seg.descriptor, key.first, key.second, *got);
+                        }
                     }
                 }
                 if (stray) {

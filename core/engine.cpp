@@ -183,6 +183,7 @@ Result<SegmentId> Engine::open_segment(std::string_view name) {
     seg->same_host = descriptor->host_id == im.host_id;
     seg->descriptor = std::move(*descriptor);
     seg->peers.resize(im.transports.size());
+    im.reindex(*seg);
     std::lock_guard lock(im.segments_mutex);
     if (auto it = im.segment_ids.find(key); it != im.segment_ids.end()) return it->second;
     seg->id = im.next_segment++;
@@ -214,6 +215,7 @@ Result<void> Engine::close_segment(SegmentId id) {
             if (peer) (void)im.transports[key.first]->release_mem(*peer, handle);
         }
         seg->imported.clear();
+        seg->rows.clear();
         for (size_t i = 0; i < seg->peers.size(); ++i)
             if (seg->peers[i]) (void)im.transports[i]->disconnect(*seg->peers[i]);
         std::fill(seg->peers.begin(), seg->peers.end(), std::nullopt);
@@ -285,6 +287,7 @@ Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
     }
     seg.same_host = fresh->host_id == host_id;
     seg.descriptor = std::move(*fresh);
+    reindex(seg);
     return {};
 }
 

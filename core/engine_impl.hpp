@@ -56,13 +56,23 @@ struct RemoteSegment {
     // Transports whose connect to this segment failed: skipped (falling back to the next one)
     // until the retry time passes.
     std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
-    // (transport, region addr) -> handle; hashed: looked up for every op.
+    // (transport, region addr) -> handle: every import, released from here. Transports below
+    // kRowHandles have theirs in `rows` too, which is what an op reads.
     struct ImportKeyHash {
         size_t operator()(const std::pair<size_t, uint64_t> &k) const noexcept {
             return std::hash<uint64_t>{}(k.second * 0x9e3779b97f4a7c15ull + k.first);
         }
     };
     std::unordered_map<std::pair<size_t, uint64_t>, uint64_t, ImportKeyHash> imported;
+    // The descriptor's regions as rows (region_index.hpp) with their imports, and what route's
+    // fast path needs of the segment as masks by transport index: reach_mask (the peer has the
+    // transport's endpoint and the transport reaches it), moves_mask[kind] (the transport moves
+    // that local memory kind). Rebuilt by reindex whenever the descriptor is replaced.
+    RemoteRows rows;
+    uint32_t reach_mask = 0;
+    uint32_t moves_mask[3] = {};
+    // `names`/`caps`: the local transports' by index.
+    void reindex(std::span<const std::string_view> names, std::span<const uint64_t> caps);
     std::deque<DeferredOp> deferred;  // ops waiting for the connector
     bool scheduled = false;           // queued for, or held by, a connector thread
     bool closed = false;              // close_segment ran: its ops fail, nothing new connects
@@ -149,7 +159,42 @@ struct Route {
     uint64_t peer = 0, remote_mem = 0;
     bool staged = false;                       // GPU memory moved through pinned slices
     const RegionDescriptor *region = nullptr;  // valid while the segment's mutex is held
+    const RemoteRow *row = nullptr;            // the region's row, where the segment has rows; same
 };
+
+// route()'s common case from the rows and masks alone (no string, hash or descriptor region
+// read): the op's remote row `remote`, no transport forced, none failed or marked unusable.
+// Picks what route() would pick, or returns false where route() must decide itself (no access,
+// no transport, local GPU memory that might be staged, a transport past the rows' handles).
+inline bool route_fast(const RemoteSegment &seg, std::span<const size_t> priority, const LocalRow &lr,
+                       const RemoteRow &rr, Opcode op, Route &out) {
+    uint32_t need = op == Opcode::Read ? kRemoteRead : kRemoteWrite;
+    if (!(rr.access & need) || !seg.unusable.empty() || lr.kind > 2) return false;
+    uint32_t usable = seg.reach_mask & rr.key_mask;
+    uint32_t local = lr.handle_mask & seg.moves_mask[lr.kind];
+    for (size_t t : priority) {
+        if (t >= kRowHandles) return false;
+        uint32_t bit = uint32_t{1} << t;
+        if (!(usable & bit)) continue;
+        if (!(local & bit)) {
+            if (lr.kind != FERRY_MEM_HOST) return false;  // staged through pinned slices, maybe
+            continue;
+        }
+        out = Route{};
+        out.transport = t;
+        out.region = &seg.descriptor.regions[rr.index];  // not read here
+        out.row = &rr;
+        if (!seg.peers[t]) {
+            out.need = Route::Need::Connect;
+        } else {
+            out.peer = *seg.peers[t];
+            if (rr.imported_mask & bit) out.remote_mem = rr.imported[t];
+            else out.need = Route::Need::Import;
+        }
+        return true;
+    }
+    return false;
+}
 
 // What routing an op already tried: the connector's transports that failed to connect or
 // import for it (skipped with their error), and whether a missing region may still be looked
@@ -282,11 +327,15 @@ struct Engine::Impl {
 
     // route.cpp
     // The op's local region, after the checks that need nothing remote (regions_mutex held).
-    Result<const LocalRegion *> local_region(const Request &rq, size_t index) const;
+    // `found`: what regions.find answered for it already (find_many), else it looks.
+    Result<const LocalRow *> local_region(const Request &rq, size_t index,
+                                          std::optional<const LocalRow *> found = std::nullopt) const;
     // Picks the op's transport from what is cached (seg.mutex held); never touches the network.
-    Result<Route> route(RemoteSegment &seg, const Request &rq, size_t index, const LocalRegion &lr,
-                        const RouteAttempts &attempts);
-    void add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRegion &lr, const Route &r);
+    // `row`: what seg.rows.find answered for the remote range already, else it looks.
+    Result<Route> route(RemoteSegment &seg, const Request &rq, size_t index, const LocalRow &lr,
+                        const RouteAttempts &attempts, std::optional<size_t> row = std::nullopt);
+    void add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRow &lr, const Route &r);
+    void reindex(RemoteSegment &seg) const;  // seg.reindex with this engine's transports
     void post(Posting &posting);
 
     // connector.cpp: descriptor fetches, connects and imports, on connector threads.

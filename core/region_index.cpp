@@ -1,5 +1,7 @@
 #include "region_index.hpp"
 
+#include <cassert>
+
 namespace ferry {
 namespace {
 
@@ -10,6 +12,20 @@ size_t rebuild_after(size_t regions) { return 64 + regions / 64; }
 
 }  // namespace
 
+LocalRow LocalRegion::row() const {
+    LocalRow r;
+    r.addr = addr;
+    r.length = length;
+    r.region = this;
+    r.kind = kind;
+    for (size_t t = 0; t < handles.size() && t < kRowMaskBits; ++t) {
+        if (!handles[t]) continue;
+        r.handle_mask |= uint32_t{1} << t;
+        if (t < kRowHandles) r.handles[t] = *handles[t];
+    }
+    return r;
+}
+
 void RegionIndex::writer_changed() {
     std::lock_guard lock(rebuild_mutex_);
     // No find runs now (the lock is held exclusively): replaced snapshots can go.
@@ -19,24 +35,64 @@ void RegionIndex::writer_changed() {
 
 void RegionIndex::insert(LocalRegion region) {
     uint64_t a = region.addr;
-    map_.emplace(a, std::move(region));
+    auto [it, added] = map_.emplace(a, Entry{std::move(region), {}});
+    assert(added);
+    it->second.hot = it->second.row();  // the node's address is final now
     writer_changed();
 }
 
 void RegionIndex::erase(Map::iterator it) {
-    // Its slot in the snapshot is cleared before the region goes: no find sees it afterwards.
+    // Its row in the snapshot is cleared before the region goes: no find sees it afterwards.
     if (Flat *f = flat_.load(std::memory_order_relaxed)) {
         size_t i = f->index.upper_bound(it->first);
-        if (i && f->regions[i - 1] == &it->second) f->regions[i - 1] = nullptr;
+        if (i && f->rows[i - 1].region == &it->second) f->rows[i - 1] = LocalRow{};
     }
     map_.erase(it);
     writer_changed();
 }
 
-const LocalRegion *RegionIndex::find_slow(uint64_t addr, uint64_t length, const Flat *seen) const {
-    const LocalRegion *found = nullptr;
+void RegionIndex::find_many(const uint64_t *addr, const uint64_t *length, size_t n, const LocalRow **out,
+                            const RemoteProbe *remote) const {
+    assert(n <= kMaxMany);
+    assert(!remote || remote->rows->built_for(*remote->descriptor));
+    const Flat *f = flat_.load(std::memory_order_acquire);
+    const StartIndex *rs = remote ? &remote->descriptor->starts : nullptr;
+    const RemoteRow *rrows = remote ? remote->rows->rows_.data() : nullptr;
+    size_t at[kMaxMany], rat[kMaxMany];
+    for (size_t k = 0; k < n; ++k) {
+        if (f) {
+            at[k] = f->index.leaf_block(addr[k]);
+            f->index.prefetch_leaf(at[k]);
+        }
+        if (rs) {
+            rat[k] = rs->leaf_block(remote->addr[k]);
+            rs->prefetch_leaf(rat[k]);
+        }
+    }
+    for (size_t k = 0; k < n; ++k) {
+        if (f) {
+            at[k] = f->index.in_leaf(at[k], addr[k]);
+            if (at[k]) __builtin_prefetch(&f->rows[at[k] - 1]);
+        }
+        if (rs) {
+            rat[k] = rs->in_leaf(rat[k], remote->addr[k]);
+            if (rat[k]) __builtin_prefetch(&rrows[rat[k] - 1]);
+        }
+    }
+    for (size_t k = 0; k < n; ++k) {
+        const LocalRow *r = f && at[k] ? &f->rows[at[k] - 1] : nullptr;
+        if (r && r->holds(addr[k], length[k])) out[k] = r;
+        else out[k] = f && f->changes == 0 ? nullptr : find_slow(addr[k], length[k], f);
+        if (rs)
+            remote->out[k] =
+                rat[k] && rrows[rat[k] - 1].holds(remote->addr[k], length[k]) ? rat[k] - 1 : RemoteRows::kNone;
+    }
+}
+
+const LocalRow *RegionIndex::find_slow(uint64_t addr, uint64_t length, const Flat *seen) const {
+    const LocalRow *found = nullptr;
     if (auto it = map_.upper_bound(addr); it != map_.begin()) {
-        const LocalRegion &cand = std::prev(it)->second;
+        const LocalRow &cand = std::prev(it)->second.hot;
         if (cand.holds(addr, length)) found = &cand;
     }
     if (slow_finds_.fetch_add(1, std::memory_order_relaxed) + 1 < rebuild_after(map_.size())) return found;
@@ -45,16 +101,53 @@ const LocalRegion *RegionIndex::find_slow(uint64_t addr, uint64_t length, const 
     auto f = std::make_unique<Flat>();
     std::vector<uint64_t> starts;
     starts.reserve(map_.size());
-    f->regions.reserve(map_.size());
+    f->rows.reserve(map_.size());
     for (const auto &[a, r] : map_) {
         starts.push_back(a);
-        f->regions.push_back(&r);
+        f->rows.push_back(r.hot);
     }
     f->index.build(starts);
     flat_.store(f.get(), std::memory_order_release);
     owned_.push_back(std::move(f));  // `seen` stays alive: finds may still read it
     slow_finds_.store(0, std::memory_order_relaxed);
     return found;
+}
+
+void RemoteRows::build(const SegmentDescriptor &d, std::span<const std::string_view> transports) {
+    rows_.assign(d.regions.size(), RemoteRow{});
+    for (size_t i = 0; i < d.regions.size(); ++i) {
+        const RegionDescriptor &r = d.regions[i];
+        RemoteRow &row = rows_[i];
+        row.addr = r.addr;
+        row.length = r.length;
+        row.access = r.access;
+        row.index = static_cast<uint32_t>(i);
+        for (size_t t = 0; t < transports.size() && t < kRowMaskBits; ++t)
+            if (r.key_for(transports[t])) row.key_mask |= uint32_t{1} << t;
+    }
+}
+
+void RemoteRows::find_many(const SegmentDescriptor &d, const uint64_t *addr, const uint64_t *length, size_t n,
+                           size_t *out) const {
+    assert(n <= RegionIndex::kMaxMany && built_for(d));
+    size_t at[RegionIndex::kMaxMany];
+    for (size_t k = 0; k < n; ++k) {
+        at[k] = d.starts.leaf_block(addr[k]);
+        d.starts.prefetch_leaf(at[k]);
+    }
+    for (size_t k = 0; k < n; ++k) {
+        at[k] = d.starts.in_leaf(at[k], addr[k]);
+        if (at[k]) __builtin_prefetch(&rows_[at[k] - 1]);
+    }
+    for (size_t k = 0; k < n; ++k) out[k] = at[k] && rows_[at[k] - 1].holds(addr[k], length[k]) ? at[k] - 1 : kNone;
+}
+
+void RemoteRows::set_imported(const SegmentDescriptor &d, size_t t, uint64_t addr, uint64_t handle) {
+    if (t >= kRowHandles || !built_for(d)) return;
+    size_t i = d.starts.upper_bound(addr);
+    if (!i || rows_[i - 1].addr != addr) return;
+    rows_[i - 1].imported[t] = handle;
+    rows_[i - 1].imported_mask |= uint32_t{1} << t;
 }
 
 }  // namespace ferry

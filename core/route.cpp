@@ -15,7 +15,8 @@ std::unexpected<Error> op_failure(size_t i, const Request &rq, int code, const s
 
 }  // namespace
 
-Result<const LocalRegion *> Engine::Impl::local_region(const Request &rq, size_t i) const {
+Result<const LocalRow *> Engine::Impl::local_region(const Request &rq, size_t i,
+                                                    std::optional<const LocalRow *> found) const {
     auto bad = [&](int code, const std::string &why) { return op_failure(i, rq, code, why); };
     if (rq.opcode != Opcode::Read && rq.opcode != Opcode::Write)
         return bad(-EINVAL, cat("unknown opcode ", static_cast<uint32_t>(rq.opcode)));
@@ -24,16 +25,53 @@ Result<const LocalRegion *> Engine::Impl::local_region(const Request &rq, size_t
     if (local + rq.length < local) return bad(-EINVAL, "local range wraps around");
     if (!rq.transport.empty() && !transport_index(rq.transport))
         return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
-    if (const LocalRegion *r = regions.find(local, rq.length)) return r;
+    if (const LocalRow *r = found ? *found : regions.find(local, rq.length)) return r;
     return bad(-EFAULT, cat("local range [", hex(local), ", ", hex(local + rq.length),
                             ") is not inside one registered region; register the buffer first"));
 }
 
-Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t i, const LocalRegion &lr,
-                                  const RouteAttempts &attempts) {
+void RemoteSegment::reindex(std::span<const std::string_view> names, std::span<const uint64_t> caps) {
+    rows.build(descriptor, names);
+    reach_mask = 0;
+    std::fill(std::begin(moves_mask), std::end(moves_mask), 0);
+    const uint64_t kind_cap[3] = {FERRY_CAP_MEM_HOST, FERRY_CAP_MEM_CUDA, FERRY_CAP_MEM_ROCM};
+    for (size_t t = 0; t < names.size() && t < kRowMaskBits; ++t) {
+        uint32_t bit = uint32_t{1} << t;
+        if (descriptor.endpoint_for(names[t]) && caps[t] & (same_host ? FERRY_CAP_INTRA_NODE : FERRY_CAP_INTER_NODE))
+            reach_mask |= bit;
+        for (size_t k = 0; k < 3; ++k)
+            if (caps[t] & kind_cap[k]) moves_mask[k] |= bit;
+    }
+    for (const auto &[key, handle] : imported) rows.set_imported(descriptor, key.first, key.second, handle);
+}
+
+void Engine::Impl::reindex(RemoteSegment &seg) const {
+    std::vector<std::string_view> names;
+    std::vector<uint64_t> caps;
+    for (const auto &t : transports) {
+        names.push_back(t->name());
+        caps.push_back(t->caps());
+    }
+    seg.reindex(names, caps);
+}
+
+Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t i, const LocalRow &lr,
+                                  const RouteAttempts &attempts, std::optional<size_t> row) {
     auto bad = [&](int code, const std::string &why) { return op_failure(i, rq, code, why); };
     Route out;
-    const RegionDescriptor *rr = seg.descriptor.find_region(rq.remote, rq.length);
+    const RegionDescriptor *rr = nullptr;
+    if (seg.rows.built_for(seg.descriptor)) {
+        size_t at = row ? *row : seg.rows.find(seg.descriptor, rq.remote, rq.length);
+        if (at != RemoteRows::kNone) {
+            if (rq.transport.empty() && attempts.failed.empty() &&
+                route_fast(seg, priority, lr, seg.rows[at], rq.opcode, out))
+                return out;
+            rr = &seg.descriptor.regions[at];
+            out.row = &seg.rows[at];
+        }
+    } else {
+        rr = seg.descriptor.find_region(rq.remote, rq.length);
+    }
     if (!rr) {
         // The peer may have registered this memory after we fetched its descriptor.
         if (attempts.may_refresh) {
@@ -69,7 +107,7 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
                             "register the target's GPU memory with staging enabled: gpu_staging_max_bytes > 0, "
                             "a GPU runtime the target's engine loads, and a transport serving staged device "
                             "memory such as tcp)");
-        else if (!lr.handles[t] || !tr->moves(lr.kind)) {
+        else if (!lr.handle(t) || !tr->moves(lr.kind)) {
             // GPU memory on a host-only transport goes through pinned slices (staging.cpp);
             // a handle there only serves peers' access to it.
             std::string no_stager;
@@ -116,7 +154,7 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
     return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg.name, " (", tried, ")"));
 }
 
-void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRegion &lr, const Route &r) {
+void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, const LocalRow &lr, const Route &r) {
     op.transport.store(static_cast<uint16_t>(r.transport), std::memory_order_relaxed);
     if (r.staged) {
         auto st = std::make_shared<StagedOp>();
@@ -126,7 +164,7 @@ void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, 
         st->remote_addr = rq.remote;
         st->remote_mem = r.remote_mem;
         st->kind = lr.kind;
-        st->device = lr.device;
+        st->device = lr.region->device;
         st->gpu = static_cast<char *>(rq.local);
         st->length = rq.length;
         st->read = rq.opcode == Opcode::Read;
@@ -137,7 +175,7 @@ void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, 
     ferry_xfer_op_t x{};
     x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
     x.local_addr = reinterpret_cast<uintptr_t>(rq.local);
-    x.local_mem = *lr.handles[r.transport];
+    x.local_mem = *lr.handle(r.transport);
     x.remote_addr = rq.remote;
     x.remote_mem = r.remote_mem;
     x.length = rq.length;

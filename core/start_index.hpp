@@ -6,6 +6,7 @@
 // keys (or a std::map) costs ~17 dependent ones. Immutable once built; built in O(n).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -42,25 +43,47 @@ public:
     // caller can prefetch its parallel array there and overlap the two misses.
     template <class Leaf>
     size_t upper_bound(uint64_t x, Leaf &&leaf) const {
-        if (size_ == 0) return 0;
-        size_t block = 0;
-        for (size_t l = levels_.size(); l-- > 0;) {
-            if (l == 0) leaf(block * kWidth);
-            const uint64_t *k = levels_[l].keys.get() + block * kWidth;
-            size_t c = 0;
-            for (size_t i = 0; i < kWidth; ++i) c += k[i] <= x;  // branch-free, vectorised
-            size_t idx = block * kWidth + c;
-            if (l == 0) return idx < size_ ? idx : size_;  // padding counts only for x == max
-            if (c == 0) return 0;                          // below the first key (top level only)
-            block = idx - 1;
-        }
-        return 0;
+        size_t block = leaf_block(x);
+        if (block != kBelowAll) leaf(block * kWidth);
+        return in_leaf(block, x);
     }
-    size_t upper_bound(uint64_t x) const {
-        return upper_bound(x, [](size_t) {});
+    size_t upper_bound(uint64_t x) const { return in_leaf(leaf_block(x), x); }
+
+    // upper_bound in two steps, so that a caller looking up many keys can prefetch every one's
+    // leaf block before it reads any (the levels above stay in cache; the leaves are the miss):
+    // leaf_block descends to the block of keys that decides (kBelowAll: x is below every key),
+    // prefetch_leaf asks for its two lines, in_leaf counts in it.
+    static constexpr size_t kBelowAll = SIZE_MAX;
+    size_t leaf_block(uint64_t x) const {
+        if (size_ == 0) return kBelowAll;
+        size_t block = 0;
+        for (size_t l = levels_.size() - 1; l > 0; --l) {
+            size_t c = count(levels_[l].keys.get() + block * kWidth, x);
+            if (c == 0) return kBelowAll;  // below the first key (top level only)
+            // Padding counts only for x == UINT64_MAX: the last real block of the level below.
+            block = std::min(block * kWidth + c - 1, levels_[l - 1].blocks - 1);
+        }
+        return block;
+    }
+    void prefetch_leaf(size_t block) const {
+        if (block == kBelowAll) return;
+        const uint64_t *k = levels_[0].keys.get() + block * kWidth;
+        __builtin_prefetch(k);
+        __builtin_prefetch(k + 8);
+    }
+    size_t in_leaf(size_t block, uint64_t x) const {
+        if (block == kBelowAll) return 0;
+        size_t idx = block * kWidth + count(levels_[0].keys.get() + block * kWidth, x);
+        return idx < size_ ? idx : size_;  // padding counts only for x == max
     }
 
 private:
+    static size_t count(const uint64_t *k, uint64_t x) {
+        size_t c = 0;
+        for (size_t i = 0; i < kWidth; ++i) c += k[i] <= x;  // branch-free, vectorised
+        return c;
+    }
+
     // Shared, immutable once built: copies of an index (of a SegmentDescriptor) share it.
     struct Level {
         std::shared_ptr<uint64_t[]> keys;

@@ -2,6 +2,7 @@
 // segments, their cached descriptors), its routable ops are posted, and ops whose segment
 // needs the network first (a descriptor re-read, a connect, an import) are handed to the
 // connector (connector.cpp). It never waits on the network.
+#include <algorithm>
 #include <cerrno>
 #include <unordered_map>
 
@@ -60,32 +61,80 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
         std::unique_lock<std::mutex> seg_lock;
         // The previous op's checks and route: KV-cache batches hit the same local and remote
         // regions for many ops in a row, and an op inside both takes them without a lookup. Valid
-        // while both locks are held (the route's region pointer lives in seg's descriptor).
+        // while both locks are held (the route's region and row live in seg).
         const Request *prev = nullptr;  // passed local_region's checks
-        const LocalRegion *prev_lr = nullptr;
+        const LocalRow *prev_lr = nullptr;
         std::optional<Route> prev_route;  // prev's, when it was ready to post
+        // The lookups of a window of up to kMany ops, made together so that their cache misses
+        // overlap (region_index.hpp, find_many): the local rows, and the remote rows in
+        // `window_seg` (the segment of the window's first op, locked since; null once unlocked).
+        // An op near the one before it (same segment, both ranges within a page of its) is left
+        // out: it is most likely in the same regions, which the same-route check then reuses
+        // without a lookup; where it is not, it looks its own up.
+        constexpr size_t kMany = RegionIndex::kMaxMany;
+        constexpr uint64_t kNear = 4096;
+        const LocalRow *window_local[kMany];
+        size_t window_remote[kMany];
+        size_t window_slot[kMany];  // the op's lookup in the two above; kMany: none made
+        const RemoteSegment *window_seg = nullptr;
+        size_t window = 0, window_end = 0;
+        auto switch_segment = [&](SegmentId id) {
+            if (seg_lock.owns_lock()) seg_lock.unlock();
+            prev_route.reset();
+            window_seg = nullptr;
+            seg = segment(id);
+            if (seg) seg_lock = std::unique_lock(seg->mutex);
+        };
+        auto near = [](uint64_t a, uint64_t b) { return (a > b ? a - b : b - a) < kNear; };
         for (size_t i = 0; i < requests.size(); ++i) {
             const Request &rq = requests[i];
             uint64_t local = reinterpret_cast<uintptr_t>(rq.local);
+            if (i == window_end) {
+                window = i;
+                window_end = std::min(requests.size(), i + kMany);
+                uint64_t locals[kMany], remotes[kMany], lengths[kMany];
+                size_t m = 0;
+                for (size_t j = window; j < window_end; ++j) {
+                    const Request &q = requests[j];
+                    uint64_t a = reinterpret_cast<uintptr_t>(q.local);
+                    if (j > 0 && q.segment == requests[j - 1].segment &&
+                        near(a, reinterpret_cast<uintptr_t>(requests[j - 1].local)) &&
+                        near(q.remote, requests[j - 1].remote)) {
+                        window_slot[j - window] = kMany;
+                        continue;
+                    }
+                    window_slot[j - window] = m;
+                    locals[m] = a;
+                    remotes[m] = q.remote;
+                    lengths[m++] = q.length;
+                }
+                if (!seg || seg->id != rq.segment) switch_segment(rq.segment);  // a missing one fails below
+                if (seg && seg->rows.built_for(seg->descriptor)) {
+                    RegionIndex::RemoteProbe probe{&seg->rows, &seg->descriptor, remotes, window_remote};
+                    regions.find_many(locals, lengths, m, window_local, &probe);
+                    window_seg = seg.get();
+                } else {
+                    regions.find_many(locals, lengths, m, window_local);
+                }
+            }
+            size_t slot = window_slot[i - window];
             bool like_prev = prev && rq.length != 0 && rq.opcode == prev->opcode && rq.transport == prev->transport;
-            const LocalRegion *lr = like_prev && prev_lr->holds(local, rq.length) ? prev_lr : nullptr;
+            const LocalRow *lr = like_prev && prev_lr->holds(local, rq.length) ? prev_lr : nullptr;
             if (!lr) {
-                auto found = local_region(rq, i);
+                auto found = slot < kMany ? local_region(rq, i, window_local[slot]) : local_region(rq, i);
                 if (!found) return std::unexpected(found.error());
                 lr = *found;
             }
             if (!seg || seg->id != rq.segment) {
-                if (seg_lock.owns_lock()) seg_lock.unlock();
-                prev_route.reset();
-                seg = segment(rq.segment);
+                switch_segment(rq.segment);
                 if (!seg)
                     return fail(-ENOENT,
                                 cat("submit: op ", i, " (", op_name(rq.opcode), " ", rq.length, " bytes): segment id ",
                                     rq.segment, " is not open; call open_segment first"));
-                seg_lock = std::unique_lock(seg->mutex);
             }
-            bool same_route =
-                like_prev && lr == prev_lr && prev_route && prev_route->region->holds(rq.remote, rq.length);
+            bool same_route = like_prev && lr == prev_lr && prev_route &&
+                              (prev_route->row ? prev_route->row->holds(rq.remote, rq.length)
+                                               : prev_route->region->holds(rq.remote, rq.length));
             prev = &rq;
             prev_lr = lr;
             auto &op = batch->ops[i];
@@ -101,7 +150,9 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             }
             // What the cache already answers (no access, no transport that can carry it) fails
             // here; what only the peer can answer waits for the connector.
-            auto r = route(*seg, rq, i, *lr, RouteAttempts{});
+            std::optional<size_t> row;
+            if (slot < kMany && window_seg == seg.get()) row = window_remote[slot];
+            auto r = route(*seg, rq, i, *lr, RouteAttempts{}, row);
             if (!r) return std::unexpected(r.error());
             if (r->need == Route::Need::Nothing) {
                 add_ready(ready, op, rq, *lr, *r);
