@@ -5,6 +5,7 @@ import errno
 import time
 
 from . import _capi
+from ._handles import _WAIT_SLICE_MS, Batch, _check, _handle
 from .errors import FerryError, InvalidArgument
 
 
@@ -22,20 +23,19 @@ class NotificationWaits:
         seconds (None: no limit) passed with none. Ctrl-C gets through while it waits."""
         ffi, lib = _capi.load()
         _need(lib, "ferry_wait_notifications")
-        e = _engine()
         deadline = None if timeout is None else time.monotonic() + timeout
         out = ffi.new("ferry_notification_t **")
         count = ffi.new("size_t *")
         while True:
-            slice_ms = e._WAIT_SLICE_MS
+            slice_ms = _WAIT_SLICE_MS
             if deadline is not None:
                 slice_ms = max(0, min(slice_ms, int((deadline - time.monotonic()) * 1000)))
-            rc = lib.ferry_wait_notifications(e._handle(self._state), slice_ms, out, count)
+            rc = lib.ferry_wait_notifications(_handle(self._state), slice_ms, out, count)
             if rc == -errno.EINPROGRESS:
                 if deadline is None or time.monotonic() < deadline:
                     continue
                 return []
-            e._check(rc, "ferry_wait_notifications")
+            _check(rc, "ferry_wait_notifications")
             return hand_over(ffi, lib, out, count)
 
     def notification_fd(self):
@@ -45,9 +45,8 @@ class NotificationWaits:
         read or close it; it is valid until the engine is closed."""
         ffi, lib = _capi.load()
         _need(lib, "ferry_notification_fd")
-        e = _engine()
         fd = ffi.new("int *")
-        e._check(lib.ferry_notification_fd(e._handle(self._state), fd), "ferry_notification_fd")
+        _check(lib.ferry_notification_fd(_handle(self._state), fd), "ferry_notification_fd")
         return int(fd[0])
 
     async def wait_notifications_async(self, timeout=None):
@@ -94,10 +93,10 @@ class NotificationWaits:
             self._fill(ffi, arr[i], r, keep)
         data = bytes(message)
         out = ffi.new("ferry_batch_id_t *")
-        e._check(lib.ferry_submit_with_notification(e._handle(self._state), arr, len(reqs), int(segment),
+        _check(lib.ferry_submit_with_notification(_handle(self._state), arr, len(reqs), int(segment),
                                                     data, len(data), out),
                  "ferry_submit_with_notification")
-        return e.Batch(self._state, int(out[0]), len(reqs), keep)
+        return Batch(self._state, int(out[0]), len(reqs), keep)
 
 
 def hand_over(ffi, lib, out, count):
