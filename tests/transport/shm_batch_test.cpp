@@ -6,6 +6,7 @@
 #include "../../plugins/shm/wire.hpp"
 #include "harness.hpp"
 #include "peer_process.hpp"
+#include "shm_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,24 +29,7 @@ namespace {
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr uint64_t kKiB = 1024, kMiB = 1ull << 20;
 
-std::string shm_path() {
-    const char *e = std::getenv("FERRY_TEST_SHM_PLUGIN");
-    return e != nullptr && *e ? e : FERRY_TEST_SHM_PLUGIN;
-}
-
-class ShmBatchTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        plugin = std::make_unique<Plugin>(shm_path());
-        ASSERT_TRUE(plugin->ok()) << plugin->error();
-    }
-    std::unique_ptr<Instance> make(const Options &o = {}) {
-        auto i = std::make_unique<Instance>(*plugin, o);
-        EXPECT_EQ(i->create_rc(), 0) << i->last_error();
-        return i->create_rc() == 0 ? std::move(i) : nullptr;
-    }
-    std::unique_ptr<Plugin> plugin;
-};
+class ShmBatchTest : public ShmPluginTest {};
 
 // 256 ops to each of two peer processes, submitted back to back: WRITEs packed (adjacent on
 // both sides), READs packed, then alternating READ/WRITE scattered over 16 local regions, with
@@ -215,28 +199,11 @@ TEST_F(ShmBatchTest, ForgedRequestRunsAreAnsweredOneByOneAndMoveNothingElse) {
     ASSERT_EQ(b->register_mem(ro, kLen, FERRY_ACCESS_REMOTE_READ, &h), 0);
     ASSERT_EQ(mprotect(gates.data() + kPage, kPage, PROT_NONE), 0);  // a revoked gate
     const uint64_t open_gate = gates.addr(), closed_gate = gates.addr() + kPage;
-    auto epb = b->endpoint();
-    EndpointBytes ep;
-    ASSERT_EQ(epb.size(), sizeof ep);
-    memcpy(&ep, epb.data(), sizeof ep);
     alignas(16) static uint64_t probe[2] = {0x1234567887654321ull, 0x1234567887654321ull};
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    std::string name = socket_name(ep.pid, ep.token);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, name.data(), name.size());
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&sa),
-                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
-              0);
-    Hello hello{kHelloMagic,
-                kWireVersion,
-                0,
-                ep.token,
-                reinterpret_cast<uint64_t>(probe),
-                probe[0],
-                static_cast<uint32_t>(getpid()),
-                static_cast<uint32_t>(getuid())};
+    RawShmClient raw = raw_shm_client(b->endpoint(), probe);
+    ASSERT_GE(raw.fd, 0);
+    const int fd = raw.fd;
+    const Hello &hello = raw.hello;
     std::string out(reinterpret_cast<const char *>(&hello), sizeof hello);
     enum Kind { kGood, kOverlap, kRemoteWraps, kLocalWraps, kHuge, kZero, kBadOpcode, kReadOnly, kClosedGate, kKinds };
     constexpr size_t kCount = 3000;

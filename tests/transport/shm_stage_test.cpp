@@ -9,6 +9,7 @@
 #include "../../plugins/shm/wire.hpp"
 #include "harness.hpp"
 #include "peer_process.hpp"
+#include "shm_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -34,24 +35,7 @@ using namespace ferry_shm;
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr uint64_t kKiB = 1024, kMiB = 1ull << 20;
 
-std::string shm_path() {
-    const char *e = std::getenv("FERRY_TEST_SHM_PLUGIN");
-    return e != nullptr && *e ? e : FERRY_TEST_SHM_PLUGIN;
-}
-
-class ShmStageTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        plugin = std::make_unique<Plugin>(shm_path());
-        ASSERT_TRUE(plugin->ok()) << plugin->error();
-    }
-    std::unique_ptr<Instance> make(const Options &o = {}) {
-        auto i = std::make_unique<Instance>(*plugin, o);
-        EXPECT_EQ(i->create_rc(), 0) << i->last_error();
-        return i->create_rc() == 0 ? std::move(i) : nullptr;
-    }
-    std::unique_ptr<Plugin> plugin;
-};
+class ShmStageTest : public ShmPluginTest {};
 
 bool read_exact(int fd, void *out, size_t len) {
     auto *p = static_cast<uint8_t *>(out);
@@ -122,28 +106,11 @@ TEST_F(ShmStageTest, ForgedAreasAndBlocksAreRefusedAndTouchNothingOutside) {
     uint64_t h;
     ASSERT_EQ(b->register_mem(rw, kLen, kRW, &h), 0);
     ASSERT_EQ(b->register_mem(ro, kLen, FERRY_ACCESS_REMOTE_READ, &h), 0);
-    auto epb = b->endpoint();
-    EndpointBytes ep;
-    ASSERT_EQ(epb.size(), sizeof ep);
-    memcpy(&ep, epb.data(), sizeof ep);
     alignas(16) static uint64_t probe[2] = {0x5151515151515151ull, 0x5151515151515151ull};
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(sock, 0);
-    std::string name = socket_name(ep.pid, ep.token);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, name.data(), name.size());
-    ASSERT_EQ(connect(sock, reinterpret_cast<sockaddr *>(&sa),
-                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size())),
-              0);
-    Hello hello{kHelloMagic,
-                kWireVersion,
-                0,
-                ep.token,
-                reinterpret_cast<uint64_t>(probe),
-                probe[0],
-                static_cast<uint32_t>(getpid()),
-                static_cast<uint32_t>(getuid())};
+    RawShmClient raw = raw_shm_client(b->endpoint(), probe);
+    ASSERT_GE(raw.fd, 0);
+    const int sock = raw.fd;
+    const Hello &hello = raw.hello;
     ASSERT_EQ(send(sock, &hello, sizeof hello, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof hello));
     HelloAck ack{};
     ASSERT_TRUE(read_exact(sock, &ack, sizeof ack));

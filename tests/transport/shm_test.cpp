@@ -4,6 +4,7 @@
 // copies for it, and concurrent submitters.
 #include "harness.hpp"
 #include "peer_process.hpp"
+#include "shm_test_util.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,24 +29,7 @@ namespace {
 constexpr uint32_t kRW = FERRY_ACCESS_REMOTE_READ | FERRY_ACCESS_REMOTE_WRITE;
 constexpr uint64_t kMiB = 1ull << 20;
 
-std::string shm_path() {
-    const char *e = std::getenv("FERRY_TEST_SHM_PLUGIN");
-    return e != nullptr && *e ? e : FERRY_TEST_SHM_PLUGIN;
-}
-
-class ShmTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        plugin = std::make_unique<Plugin>(shm_path());
-        ASSERT_TRUE(plugin->ok()) << plugin->error();
-    }
-    std::unique_ptr<Instance> make(const Options &o = {}) {
-        auto i = std::make_unique<Instance>(*plugin, o);
-        EXPECT_EQ(i->create_rc(), 0) << i->last_error();
-        return i->create_rc() == 0 ? std::move(i) : nullptr;
-    }
-    std::unique_ptr<Plugin> plugin;
-};
+class ShmTest : public ShmPluginTest {};
 
 // A shm instance in a forked child that first changes something about itself (its user, its
 // network namespace) and then serves one RW buffer until the parent closes the pipe.
