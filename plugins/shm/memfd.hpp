@@ -53,6 +53,10 @@ std::shared_ptr<PeerMapping> map_peer_memfd(int pidfd, int fd, uint64_t ino, uin
 // false and *why says what it is instead.
 bool sealed_memfd(int fd, std::string *why);
 
+// One sendmsg of `len` bytes from `buf` with `fd` as its only ancillary data (SCM_RIGHTS; none
+// when fd < 0), retried on EINTR: what sendmsg returned (-1 with errno on failure).
+ssize_t send_with_fd(int sock, const void *buf, size_t len, int fd, int flags);
+
 // ---- managed buffers (register_mem_fd, map_wire.hpp) ----
 
 // The serving side's hold on a managed region's memfd: its own descriptor (dup) and the

@@ -11,6 +11,7 @@
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -29,6 +30,27 @@ constexpr int kNeededSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 uint64_t page_size() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
 
 }  // namespace
+
+ssize_t send_with_fd(int sock, const void *buf, size_t len, int fd, int flags) {
+    iovec iov{const_cast<void *>(buf), len};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    if (fd >= 0) {
+        mh.msg_control = control;
+        mh.msg_controllen = sizeof control;
+        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    ssize_t n;
+    do n = sendmsg(sock, &mh, flags);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
 
 bool sealed_memfd(int fd, std::string *why) {
     struct statfs fs {};

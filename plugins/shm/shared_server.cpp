@@ -47,25 +47,7 @@ namespace {
 // One reply, with `fd` (>= 0) as its only ancillary data. False when the socket did not take it
 // whole at once (an initiator that does not read its replies loses the channel).
 bool send_reply(int sock, const MapReply &rep, int fd) {
-    iovec iov{const_cast<MapReply *>(&rep), sizeof rep};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (fd >= 0) {
-        memset(control, 0, sizeof control);
-        mh.msg_control = control;
-        mh.msg_controllen = sizeof control;
-        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    }
-    ssize_t n;
-    do n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    return n == static_cast<ssize_t>(sizeof rep);
+    return send_with_fd(sock, &rep, sizeof rep, fd, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof rep);
 }
 
 }  // namespace

@@ -37,21 +37,7 @@ int Transport::offer_stage(ClientConn &c, ferry_error_t *err) {
     r.opcode = kOpStageOffer;
     r.local_fd = -1;
     r.length = area->size;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{&r, sizeof r};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof ctrl;
-    cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &area->fd, sizeof area->fd);
-    ssize_t n;
-    do n = sendmsg(c.fd, &mh, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    ssize_t n = send_with_fd(c.fd, &r, sizeof r, area->fd, MSG_NOSIGNAL);
     if (n != static_cast<ssize_t>(sizeof r))
         return set_error(err, -ECONNRESET, "shm: %s: sending the staging area: %s", c.who.c_str(),
                          errno_string(n < 0 ? errno : EPIPE).c_str());
