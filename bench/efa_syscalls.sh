@@ -3,7 +3,8 @@
 # provider, per thread of the initiator and the target process (docs/PERFORMANCE.md's efa.so
 # sections).
 #   bench/efa_syscalls.sh [[LABEL=]build-dir ...]
-#       BLOCK=65536, OP=write, BATCH=1 (ops in flight), DURATION=4 seconds
+#       BLOCK=65536, OP=write, BATCH=1 (ops in flight), DURATION=4 seconds,
+#       OPTIONS="efa.spin_us=1000 ..." (engine options for both processes)
 # For each build: transfer_engine_bench's target and initiator (as in efa_vs_fi_pingpong.sh);
 # the initiator runs two identical points of DURATION s (--sweep); `perf stat --per-thread`
 # counts in-kernel (no tracing slowdown) both processes' threads from the end of the first to the
@@ -24,13 +25,14 @@ calls="epoll_wait epoll_pwait poll ppoll read write futex sendmsg recvmsg sendto
 events="context-switches"
 for c in $calls; do events="$events,syscalls:sys_enter_$c"; done
 
-echo "machine: $(nproc) cores, kernel $(uname -r); $op of $block B, $batch in flight; ${duration}s"
+echo "machine: $(nproc) cores, kernel $(uname -r); $op of $block B, $batch in flight; ${duration}s; options: ${OPTIONS:-none}"
 for arg in "$@"; do
   label=${arg%%=*} build=${arg#*=}
   bench="$build/bench/transfer_engine_bench"
   [ -x "$bench" ] || { echo "build first: $bench is missing" >&2; exit 1; }
   export FERRY_PLUGIN_PATH="$build/plugins/efa"
   opts=(--option plugins=efa --option efa.provider=tcp)
+  for kv in ${OPTIONS:-}; do opts+=(--option "$kv"); done
   "$bench" --mode=target --local_server_name=127.0.0.1:0 --buffer_size=268435456 "${opts[@]}" >"$tmp/target.out" 2>&1 &
   target_pid=$!
   segment=""

@@ -1,8 +1,10 @@
 // efa.so end to end through the engine over libfabric's tcp provider (tcp;ofi_rxm on
 // 127.0.0.1), between this process and ferry_test_peer children. Keys travel in the segment
 // descriptor (export_mem bytes). Data verified on both sides, the serving side refusing memory
-// it no longer registers, and a peer killed mid-transfer.
+// it no longer registers, a peer killed mid-transfer, and a spinning host that waits without
+// sleeping.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cinttypes>
 #include <cstring>
@@ -17,9 +19,18 @@ using ferry::test::PeerProcess;
 
 namespace {
 
-std::vector<std::string> peer_args(uint64_t size) {
-    return {"--size",   std::to_string(size), "--option", "plugins=efa",
-            "--option", "efa.provider=tcp",   "--option", "efa.max_mr_size=4m"};
+std::vector<std::string> peer_args(uint64_t size, const std::string &spin_us = "") {
+    std::vector<std::string> a = {"--size",   std::to_string(size), "--option", "plugins=efa",
+                                  "--option", "efa.provider=tcp",   "--option", "efa.max_mr_size=4m"};
+    if (!spin_us.empty()) a.insert(a.end(), {"--option", "efa.spin_us=" + spin_us});
+    return a;
+}
+
+// Sleeps (voluntary context switches) of the calling thread so far.
+long thread_sleeps() {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_nvcsw;
 }
 
 class EfaEngineTest : public ::testing::Test {
@@ -142,4 +153,47 @@ TEST_F(EfaEngineTest, PeerKilledMidTransferFailsItsOpsAndOthersCarryOn) {
     for (uint64_t i = 0; i < survivor.size; ++i) ASSERT_EQ(local[i], test::peer_pattern(i));
     auto again = run({{Opcode::Read, local.data(), *s1, doomed.base, 4096, "efa"}});
     EXPECT_FALSE(again);
+}
+
+// efa.spin_us > 0 (the default with 4 CPUs or more): the thread waiting in Engine::wait reads the
+// CQ itself and the progress thread stands aside while it polls, so the waiting thread has to be
+// the one spinning: with one op in flight it must not sleep in poll(2) per op. (Before it did,
+// the waiting thread slept once per op here and nothing on the initiator spun.) A long spin
+// window keeps a slow (sanitized, shared) machine's round trips inside it.
+TEST_F(EfaEngineTest, SpinningHostWaitsForOneOpInFlightWithoutSleeping) {
+    constexpr int kOps = 300;
+    constexpr uint64_t kBlock = 64 << 10;
+    const std::string spin = "200000";
+    auto e = Engine::create(
+        {{"plugins", "efa"}, {"efa.provider", "tcp"}, {"efa.op_timeout_ms", "10000"}, {"efa.spin_us", spin}});
+    ASSERT_TRUE(e) << e.error().message;
+    auto &eng = **e;
+    std::vector<uint8_t> buf(kOps * kBlock);
+    ASSERT_TRUE(eng.register_memory(buf.data(), buf.size()));
+    PeerProcess peer(peer_args(kOps * kBlock, spin));
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto seg = eng.open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 7 + i / 4093);
+    auto one = [&](int i) -> Result<void> {
+        std::vector<Request> req = {
+            {Opcode::Write, buf.data() + i * kBlock, *seg, peer.base + i * kBlock, kBlock, "efa"}};
+        auto b = eng.submit(req);
+        if (!b) return std::unexpected(b.error());
+        auto w = eng.wait(*b, std::chrono::seconds(30));
+        (void)eng.free_batch(*b);
+        return w;
+    };
+    ASSERT_TRUE(one(0));  // the connection, and the first wake-up
+    const long before = thread_sleeps();
+    for (int i = 1; i < kOps; ++i) {
+        auto r = one(i);
+        ASSERT_TRUE(r) << "op " << i << ": " << r.error().message;
+    }
+    const double per_op = static_cast<double>(thread_sleeps() - before) / (kOps - 1);
+    std::cout << "efa.spin_us=" << spin << ": the waiting thread slept " << per_op << " times per op\n";
+    EXPECT_LT(per_op, 0.25) << "a spinning host slept in poll(2) while its op was in flight";
+    char want[64];
+    snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(buf.data(), buf.size()));
+    EXPECT_EQ(peer.command("sum"), want) << "every WRITE's bytes are in the peer's memory";
 }

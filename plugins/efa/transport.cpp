@@ -413,8 +413,14 @@ void Transport::progress_loop() {
 }
 
 int Transport::poll(ferry_completion_t *out, size_t max) {
-    size_t n = host_fd_ >= 0 ? host_progress(out, max) : 0;
-    return static_cast<int>(n + cq_.poll(out + n, max - n));
+    // The queue first: it clears the completion eventfd once empty, so a signal host_progress
+    // asks for below outlives this call and the host's next poll(2) returns at once.
+    size_t n = cq_.poll(out, max);
+    if (host_fd_ < 0) return static_cast<int>(n);
+    bool again = false;
+    n += host_progress(out + n, max - n, &again);
+    if (again) cq_.signal();
+    return static_cast<int>(n);
 }
 
 // A host thread polls, usually because it woke on host_fd_: it reads the CQ itself (the provider
@@ -422,33 +428,67 @@ int Transport::poll(ferry_completion_t *out, size_t max) {
 // then this thread through the completion eventfd, and re-arms the CQ's wait object before the
 // host sleeps on it again. mu_ keeps the CQ to one reader at a time. Staged device memory stays
 // with the progress thread (it calls the host's staging functions). Returns how many
-// completions it wrote into out; more go to cq_.
-size_t Transport::host_progress(ferry_completion_t *out, size_t max) {
+// completions it wrote into out (more go to cq_); *again: the host should poll again at once
+// rather than sleep (more is waiting, or it spins).
+//
+// Spinning (spin_us > 0) is the host's here: it is the thread that waits for the op, and the
+// progress thread stands aside while it polls. Within spin_us of the last work (a completion
+// read, a submit) the host stays on the CQ while ops are in flight, for at most kHostSpinSlice
+// per call (its own deadline and other transports come between), and then asks to be called
+// again instead of re-arming the wait object: the completion fd stays readable, so its next
+// poll(2), after the op completed and the next one was submitted, does not sleep either.
+size_t Transport::host_progress(ferry_completion_t *out, size_t max, bool *again) {
     host_polled_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (stage_active() || stage_kick_.load()) {
         wake();
         return 0;
     }
+    const auto spin = std::chrono::microseconds(cfg_.spin_us);
+    const auto start = Clock::now();
+    size_t n = 0;
+    bool hot = false;
+    for (;;) {
+        if (host_round(out + n, max - n, &n) > 0) host_work_ = Clock::now();
+        const auto now = Clock::now();
+        hot = cfg_.spin_us > 0 && !stage_active() && now - host_work_ < spin;
+        if (!hot || n > 0 || ops_.empty() || now - start >= kHostSpinSlice) break;
+        lock.unlock();  // submit, and the progress thread's timer, may take it in between
+        sched_yield();
+        lock.lock();
+    }
+    bool armed = hot;  // a spinning host comes back without sleeping: nothing to re-arm
+    for (int round = 0; !armed; ++round) {
+        fid *fids[1] = {&fab_.cq->fid};
+        {
+            auto lk = fab_.lock();
+            armed = fi_trywait(fab_.fabric, fids, 1) == FI_SUCCESS;
+        }
+        if (armed || round == 3 || stage_active()) break;
+        host_round(out + n, max - n, &n);  // fi_trywait found more: read it
+    }
+    *again = hot || !armed;
+    // Work that is the progress thread's: pieces the provider pushed back, staged requests.
+    if (!ready_.empty() || stage_active() || stage_kick_.load()) wake();
+    return n;
+}
+
+// One pass of host_progress (mu_ held): reads the CQ until a short read, then posts what the
+// answers released; completions go into out (room for max), *n counts them. Returns the CQ
+// entries read.
+size_t Transport::host_round(ferry_completion_t *out, size_t max, size_t *n) {
     host_out_ = out;
     host_room_ = max;
     host_n_ = 0;
-    bool armed = false;
-    for (int round = 0; round < 4 && !armed && !stage_active(); ++round) {
-        // A short read emptied the CQ for now; fi_trywait below says whether more came.
-        for (int reads = 0; reads < 16 && !stage_active() && read_cq() == kCqBatch; ++reads) {}
-        post_ctrl_sends();  // answers to control messages just read
-        post_ops();         // ops a peer's answer released
-        fid *fids[1] = {&fab_.cq->fid};
-        auto lk = fab_.lock();
-        armed = fi_trywait(fab_.fabric, fids, 1) == FI_SUCCESS;
-    }
+    size_t got = 0, r = kCqBatch;
+    for (int reads = 0; reads < 16 && r == kCqBatch && !stage_active(); ++reads) got += r = read_cq();
+    post_ctrl_sends();  // answers to control messages just read
+    post_ops();         // ops a peer's answer released
+    *n += host_n_;
     host_out_ = nullptr;
     host_room_ = 0;
-    if (!armed) cq_.signal();  // more is waiting: the host polls again rather than sleeping
-    // Work that is the progress thread's: pieces the provider pushed back, staged requests.
-    if (!ready_.empty() || stage_active() || stage_kick_.load()) wake();
-    return host_n_;
+    host_n_ = 0;
+    return got;
 }
 
 // While a host polled within kHostLease the progress thread stays off the CQ; *left_ms: the

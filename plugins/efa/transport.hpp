@@ -137,6 +137,8 @@ inline constexpr uint64_t kQuietSubmitBytes = 256 << 10;  // submits up to this 
 // op's round trip (a host in Engine::wait polls once per wake-up), short enough that a host
 // that stopped polling delays the provider's progress by at most this much.
 inline constexpr auto kHostLease = std::chrono::milliseconds(2);
+// The longest a spinning host stays in one poll() (transport.cpp, host_progress).
+inline constexpr auto kHostSpinSlice = std::chrono::microseconds(200);
 
 struct IgnoredCtrl {
     uint64_t malformed[static_cast<size_t>(CtrlBad::Count)] = {};
@@ -202,7 +204,8 @@ private:
     // transport.cpp: the progress thread
     void progress_loop();
     size_t read_cq();
-    size_t host_progress(ferry_completion_t *out, size_t max);
+    size_t host_progress(ferry_completion_t *out, size_t max, bool *again);
+    size_t host_round(ferry_completion_t *out, size_t max, size_t *n);
     bool host_leased(Clock::time_point now, int *left_ms) const;
     void idle_wait();
     void wake();
@@ -313,6 +316,7 @@ private:
     // (no eventfd write and read for completions the polling thread takes at once).
     ferry_completion_t *host_out_ = nullptr;
     size_t host_room_ = 0, host_n_ = 0;
+    Clock::time_point host_work_{};  // a host's poll() read the CQ, or a submit: its spin window
 
     std::map<uint64_t, std::shared_ptr<LocalRegion>> regions_;  // by handle
     uint64_t next_region_ = 1;
