@@ -8,14 +8,15 @@
 //
 //   registration_bench [--plugin-path DIR[:DIR]] [--plugins tcp] [--regions 1000,10000,100000]
 //                      [--budget-s 60] [--ops 200000] [--etcd HOST:PORT] [--batch]
-//                      [--registration-only] [--no-unregister]
+//                      [--registration-only] [--no-unregister] [--lookups-only]
 //
 // --etcd publishes both engines through that etcd (under a prefix of this process's own) instead
 // of P2PHANDSHAKE; --batch registers the N regions with one register_memory_batch call and
 // unregisters them with one unregister_memory_batch call (P2PHANDSHAKE too); --registration-only
 // stops after register, open_segment and unregister (no ops, no lookup figures); --no-unregister
 // leaves the regions to the engine's destruction (a baseline without unregister_memory_batch at
-// 100k would take minutes one by one over etcd). bench/etcd_registration.sh runs it against an
+// 100k would take minutes one by one over etcd); --lookups-only prints the per-op lookup figures
+// alone (no engines, no transport). bench/etcd_registration.sh runs it against an
 // etcd of its own, this tree and a baseline in one call.
 //
 // A register loop that runs past --budget-s stops there and says how far it got (the quadratic
@@ -57,6 +58,7 @@ struct Args {
     bool batch = false;
     bool registration_only = false;  // no ops, no lookup figures
     bool no_unregister = false;
+    bool lookups_only = false;  // the lookup figures alone
 };
 
 // Per-op wall time of READ batches whose ops hit the regions `pick` chooses.
@@ -369,6 +371,7 @@ int main(int argc, char **argv) {
         else if (arg == "--batch") a.batch = true;
         else if (arg == "--registration-only") a.registration_only = true;
         else if (arg == "--no-unregister") a.no_unregister = true;
+        else if (arg == "--lookups-only") a.lookups_only = true;
         else if (arg == "--regions") {
             a.counts.clear();
             std::string list = value();
@@ -381,12 +384,12 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: registration_bench [--plugin-path P] [--plugins example] [--regions 1000,10000,100000] "
                     "[--budget-s 60] [--ops 200000] [--etcd HOST:PORT] [--batch] [--registration-only] "
-                    "[--no-unregister]\n");
+                    "[--no-unregister] [--lookups-only]\n");
             return 2;
         }
     }
     for (size_t n : a.counts)
-        if (n == 0 || run(a, n) != 0) return 1;
+        if (n == 0 || (!a.lookups_only && run(a, n) != 0)) return 1;
     if (!a.registration_only)
         for (size_t n : a.counts) lookup_figures(n);
     return 0;

@@ -59,16 +59,8 @@ void RegionIndex::find_many(const uint64_t *addr, const uint64_t *length, size_t
     const StartIndex *rs = remote ? &remote->descriptor->starts : nullptr;
     const RemoteRow *rrows = remote ? remote->rows->rows_.data() : nullptr;
     size_t at[kMaxMany], rat[kMaxMany];
-    for (size_t k = 0; k < n; ++k) {
-        if (f) {
-            at[k] = f->index.leaf_block(addr[k]);
-            f->index.prefetch_leaf(at[k]);
-        }
-        if (rs) {
-            rat[k] = rs->leaf_block(remote->addr[k]);
-            rs->prefetch_leaf(rat[k]);
-        }
-    }
+    if (f) f->index.leaf_blocks(addr, n, at);
+    if (rs) rs->leaf_blocks(remote->addr, n, rat);
     for (size_t k = 0; k < n; ++k) {
         if (f) {
             at[k] = f->index.in_leaf(at[k], addr[k]);
@@ -131,10 +123,7 @@ void RemoteRows::find_many(const SegmentDescriptor &d, const uint64_t *addr, con
                            size_t *out) const {
     assert(n <= RegionIndex::kMaxMany && built_for(d));
     size_t at[RegionIndex::kMaxMany];
-    for (size_t k = 0; k < n; ++k) {
-        at[k] = d.starts.leaf_block(addr[k]);
-        d.starts.prefetch_leaf(at[k]);
-    }
+    d.starts.leaf_blocks(addr, n, at);
     for (size_t k = 0; k < n; ++k) {
         at[k] = d.starts.in_leaf(at[k], addr[k]);
         if (at[k]) __builtin_prefetch(&rows_[at[k] - 1]);

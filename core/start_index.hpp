@@ -1,9 +1,11 @@
 // A static search index over sorted 64-bit keys (region start addresses), laid out for the
 // cache: a B+-tree-like stack of levels, each level holding the first key of every block of
-// kWidth keys of the level below. A lookup reads one block (two cache lines, aligned) per level;
-// every level above the keys themselves is 1/16 of the one below, so at 100k keys the upper
-// levels (~53 KB) stay in L2 and a lookup costs about one miss where a binary search over the
-// keys (or a std::map) costs ~17 dependent ones. Immutable once built; built in O(n).
+// kWidth keys of the level below. A lookup reads one block (one cache line, aligned) per level;
+// every level above the keys themselves is 1/8 of the one below (at 100k keys ~115 KB), and a
+// lookup costs one miss on the keys where a binary search over them (or a std::map) costs ~17
+// dependent ones. Many lookups at once (leaf_blocks) descend level by level, all of them a level
+// at a time with the next level's blocks prefetched, so the misses on the upper levels overlap
+// too. Immutable once built; built in O(n).
 #pragma once
 
 #include <algorithm>
@@ -18,7 +20,8 @@ namespace ferry {
 
 class StartIndex {
 public:
-    static constexpr size_t kWidth = 16;  // keys per block: 128 bytes, two cache lines
+    static constexpr size_t kWidth = 8;  // keys per block: 64 bytes, one cache line
+    static constexpr size_t kAlign = kWidth * sizeof(uint64_t);
 
     StartIndex() = default;
     explicit StartIndex(std::span<const uint64_t> sorted) { build(sorted); }
@@ -50,26 +53,39 @@ public:
     size_t upper_bound(uint64_t x) const { return in_leaf(leaf_block(x), x); }
 
     // upper_bound in two steps, so that a caller looking up many keys can prefetch every one's
-    // leaf block before it reads any (the levels above stay in cache; the leaves are the miss):
-    // leaf_block descends to the block of keys that decides (kBelowAll: x is below every key),
-    // prefetch_leaf asks for its two lines, in_leaf counts in it.
+    // leaf block before it reads any: leaf_block descends to the block of keys that decides
+    // (kBelowAll: x is below every key), in_leaf counts in it. leaf_blocks does leaf_block for n
+    // keys a level at a time, each block it reads prefetched a level before, and prefetches the
+    // leaves: at 100k keys the upper levels are in L2 at best, and one key's descent is a chain
+    // of dependent loads that alone would stall on each.
     static constexpr size_t kBelowAll = SIZE_MAX;
     size_t leaf_block(uint64_t x) const {
-        if (size_ == 0) return kBelowAll;
         size_t block = 0;
-        for (size_t l = levels_.size() - 1; l > 0; --l) {
-            size_t c = count(levels_[l].keys.get() + block * kWidth, x);
-            if (c == 0) return kBelowAll;  // below the first key (top level only)
-            // Padding counts only for x == UINT64_MAX: the last real block of the level below.
-            block = std::min(block * kWidth + c - 1, levels_[l - 1].blocks - 1);
-        }
+        leaf_blocks(&x, 1, &block);
         return block;
     }
-    void prefetch_leaf(size_t block) const {
-        if (block == kBelowAll) return;
-        const uint64_t *k = levels_[0].keys.get() + block * kWidth;
-        __builtin_prefetch(k);
-        __builtin_prefetch(k + 8);
+    void leaf_blocks(const uint64_t *x, size_t n, size_t *block) const {
+        if (size_ == 0) {
+            std::fill(block, block + n, kBelowAll);
+            return;
+        }
+        std::fill(block, block + n, size_t{0});
+        for (size_t l = levels_.size() - 1; l > 0; --l) {
+            const uint64_t *keys = levels_[l].keys.get();
+            const uint64_t *below = levels_[l - 1].keys.get();
+            size_t last = levels_[l - 1].blocks - 1;
+            for (size_t k = 0; k < n; ++k) {
+                if (block[k] == kBelowAll) continue;
+                size_t c = count(keys + block[k] * kWidth, x[k]);
+                if (c == 0) {  // below the first key (top level only)
+                    block[k] = kBelowAll;
+                    continue;
+                }
+                // Padding counts only for x == UINT64_MAX: the last real block of the level below.
+                block[k] = std::min(block[k] * kWidth + c - 1, last);
+                __builtin_prefetch(below + block[k] * kWidth);
+            }
+        }
     }
     size_t in_leaf(size_t block, uint64_t x) const {
         if (block == kBelowAll) return 0;
@@ -90,12 +106,12 @@ private:
         size_t blocks = 0;
     };
 
-    // The keys padded with UINT64_MAX to whole blocks, 128-byte aligned so a block is two lines.
+    // The keys padded with UINT64_MAX to whole blocks, aligned so that a block is one line.
     static Level padded(std::span<const uint64_t> keys) {
         Level level;
         level.blocks = (keys.size() + kWidth - 1) / kWidth;
         size_t n = level.blocks * kWidth;
-        auto *p = static_cast<uint64_t *>(std::aligned_alloc(128, n * sizeof(uint64_t)));
+        auto *p = static_cast<uint64_t *>(std::aligned_alloc(kAlign, n * sizeof(uint64_t)));
         if (!p) throw std::bad_alloc();
         level.keys = std::shared_ptr<uint64_t[]>(p, [](uint64_t *q) { std::free(q); });
         for (size_t i = 0; i < n; ++i) level.keys[i] = i < keys.size() ? keys[i] : UINT64_MAX;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <random>
 #include <shared_mutex>
 #include <thread>
@@ -516,18 +517,43 @@ TEST(RegionRows, BatchesToManyRegionsOnTwoSegmentsMoveTheRightBytes) {
 // The index against std::upper_bound for every size up to a few levels, with keys that reach
 // the top of the address space: padding (UINT64_MAX) must never lead a search past the real
 // blocks, at any level (x == UINT64_MAX once read past the leaves of an index of two blocks).
+// One key at a time, and many at once (leaf_blocks, as RegionIndex::find_many does them).
 TEST(StartIndex, MatchesUpperBoundUpToTheTopOfTheAddressSpace) {
-    for (size_t n : {1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 300, 4096, 4097}) {
+    constexpr size_t w = StartIndex::kWidth;
+    for (size_t n : {size_t{1}, size_t{2}, w - 1, w, w + 1, 2 * w - 1, 2 * w, 2 * w + 1, w * w - 1, w * w, w * w + 1,
+                     size_t{300}, w * w * w, w * w * w + 1, size_t{4097}}) {
         std::vector<uint64_t> keys(n);
         for (size_t i = 0; i < n; ++i) keys[i] = UINT64_MAX - 64 * (n - i);
         if (n > 2) keys[n - 1] = UINT64_MAX;  // a key equal to the padding
         StartIndex index(keys);
         std::vector<uint64_t> xs{0, UINT64_MAX, UINT64_MAX - 1};
         for (uint64_t k : keys) xs.insert(xs.end(), {k - 1, k, k + 1});
+        std::vector<size_t> wants;
         for (uint64_t x : xs) {
             size_t want = std::upper_bound(keys.begin(), keys.end(), x) - keys.begin();
+            wants.push_back(want);
             ASSERT_EQ(index.upper_bound(x), want) << n << " keys, x " << x;
             ASSERT_EQ(index.in_leaf(index.leaf_block(x), x), want) << n << " keys, x " << x;
         }
+        // In windows of 1 to 32 keys, shuffled so that neighbours descend different paths.
+        std::mt19937_64 rng(n);
+        std::vector<size_t> order(xs.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        std::shuffle(order.begin(), order.end(), rng);
+        for (size_t at = 0, len = 1; at < order.size(); at += len, len = len % 32 + 1) {
+            size_t m = std::min(len, order.size() - at);
+            uint64_t x[32];
+            size_t block[32];
+            for (size_t k = 0; k < m; ++k) x[k] = xs[order[at + k]];
+            index.leaf_blocks(x, m, block);
+            for (size_t k = 0; k < m; ++k)
+                ASSERT_EQ(index.in_leaf(block[k], x[k]), wants[order[at + k]]) << n << " keys, x " << x[k];
+        }
     }
+    StartIndex empty;
+    uint64_t x[2] = {0, UINT64_MAX};
+    size_t block[2] = {7, 7};
+    empty.leaf_blocks(x, 2, block);
+    EXPECT_EQ(empty.in_leaf(block[0], x[0]), 0u);
+    EXPECT_EQ(empty.in_leaf(block[1], x[1]), 0u);
 }
