@@ -37,11 +37,18 @@ trap cleanup EXIT
 throughput() { $py -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["throughput"])'; }
 ratio() { $py -c "print('%.2f' % ($1 / $2))"; }
 
+# Loopback up in the new namespace: with iproute2's ip, or where it is missing (the lent GPU
+# machine has none) with the same SIOCGIFFLAGS/SIOCSIFFLAGS ioctls from Python.
+lo_up='ip link set lo up 2>/dev/null || /usr/bin/python3 -c "
+import fcntl, socket, struct
+s = socket.socket()
+flags = struct.unpack(\"16sh\", fcntl.ioctl(s, 0x8913, struct.pack(\"16sh22x\", b\"lo\", 0))[:18])[1]
+fcntl.ioctl(s, 0x8914, struct.pack(\"16sh22x\", b\"lo\", flags | 1))"'
 in_loopback_netns() {
   if unshare -n true 2>/dev/null; then
-    unshare -n sh -c 'ip link set lo up && exec "$@"' sh "$@"
+    unshare -n sh -c "$lo_up"' && exec "$@"' sh "$@"
   else
-    unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"
+    unshare -rn sh -c "$lo_up"' && exec "$@"' sh "$@"
   fi
 }
 
