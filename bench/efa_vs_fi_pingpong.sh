@@ -3,7 +3,10 @@
 #   bench/efa_vs_fi_pingpong.sh [[LABEL=]build-dir ...]
 #       DURATION=5 seconds per run, REPEAT=1 runs per row and round (the best is kept),
 #       ROUNDS=1, BLOCKS="65536 1048576 4194304", PROTOS="efa tcp",
-#       OPTIONS="efa.spin_us=200 ..." (engine options for both processes of every build)
+#       OPTIONS="efa.spin_us=200 ..." (engine options for both processes of every build),
+#       BUFFER=268435456 bytes per process (ops walk through it, so at 256 MiB every op's bytes
+#       come from memory; fi_pingpong reuses one buffer of the block's size, in cache: BUFFER
+#       equal to the block compares like with like for one op in flight)
 # Prints a Markdown table at 64 KiB, 1 MiB and 4 MiB:
 #   - fi_pingpong -p tcp -e rdm (libfabric-bin): one message in flight, its MB/sec (1e6 B/s);
 #   - transfer_engine_bench --protocol=efa (efa.provider=tcp) with target and initiator in two
@@ -27,7 +30,7 @@ duration=${DURATION:-5}
 rounds=${ROUNDS:-1}
 py=/usr/bin/python3
 export FI_TCP_IFACE=lo
-buffer=268435456
+buffer=${BUFFER:-268435456}
 command -v fi_pingpong >/dev/null || { echo "fi_pingpong is missing: apt-get install libfabric-bin" >&2; exit 1; }
 tmp=$(mktemp -d)
 target_pid=""
