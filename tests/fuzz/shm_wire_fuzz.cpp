@@ -303,19 +303,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         offer.opcode = kOpStageOffer;
         offer.local_fd = -1;
         offer.length = kStage;
-        iovec iov{&offer, sizeof offer};
-        alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-        msghdr mh{};
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = ctrl;
-        mh.msg_controllen = sizeof ctrl;
-        cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &g_stage_fd, sizeof(int));
-        FUZZ_CHECK(sendmsg(fd, &mh, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof offer), "send the offer");
+        FUZZ_CHECK(
+            send_with_fd(fd, &offer, sizeof offer, g_stage_fd, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof offer),
+            "send the offer");
         Done d{};
         FUZZ_CHECK(read_exact(fd, &d, sizeof d) && d.id == 0 && d.message_len == 0, "the offer's answer");
         FUZZ_CHECK(d.status == 0, "a sealed staging memfd was refused");
