@@ -42,14 +42,6 @@ public:
     size_t size() const { return size_; }
 
     // How many keys are <= x (std::upper_bound's index): the last key <= x is at that minus 1.
-    // `leaf(first)` runs before the keys' own block [first, first + kWidth) is read, so that a
-    // caller can prefetch its parallel array there and overlap the two misses.
-    template <class Leaf>
-    size_t upper_bound(uint64_t x, Leaf &&leaf) const {
-        size_t block = leaf_block(x);
-        if (block != kBelowAll) leaf(block * kWidth);
-        return in_leaf(block, x);
-    }
     size_t upper_bound(uint64_t x) const { return in_leaf(leaf_block(x), x); }
 
     // upper_bound in two steps, so that a caller looking up many keys can prefetch every one's
