@@ -119,18 +119,6 @@ void RemoteRows::build(const SegmentDescriptor &d, std::span<const std::string_v
     }
 }
 
-void RemoteRows::find_many(const SegmentDescriptor &d, const uint64_t *addr, const uint64_t *length, size_t n,
-                           size_t *out) const {
-    assert(n <= RegionIndex::kMaxMany && built_for(d));
-    size_t at[RegionIndex::kMaxMany];
-    d.starts.leaf_blocks(addr, n, at);
-    for (size_t k = 0; k < n; ++k) {
-        at[k] = d.starts.in_leaf(at[k], addr[k]);
-        if (at[k]) __builtin_prefetch(&rows_[at[k] - 1]);
-    }
-    for (size_t k = 0; k < n; ++k) out[k] = at[k] && rows_[at[k] - 1].holds(addr[k], length[k]) ? at[k] - 1 : kNone;
-}
-
 void RemoteRows::set_imported(const SegmentDescriptor &d, size_t t, uint64_t addr, uint64_t handle) {
     if (t >= kRowHandles || !built_for(d)) return;
     size_t i = d.starts.upper_bound(addr);

@@ -178,14 +178,12 @@ public:
     RemoteRow &operator[](size_t i) { return rows_[i]; }
     const RemoteRow &operator[](size_t i) const { return rows_[i]; }
 
-    // The row holding all of [addr, addr + length) (kNone: none); built_for(d) must hold.
+    // The row holding all of [addr, addr + length) (kNone: none); built_for(d) must hold. Many
+    // at once: RegionIndex::find_many with a RemoteProbe.
     size_t find(const SegmentDescriptor &d, uint64_t addr, uint64_t length) const {
         size_t i = d.starts.upper_bound(addr);
         return i && rows_[i - 1].holds(addr, length) ? i - 1 : kNone;
     }
-    // find() for n <= RegionIndex::kMaxMany ranges, the misses overlapped as in RegionIndex.
-    void find_many(const SegmentDescriptor &d, const uint64_t *addr, const uint64_t *length, size_t n,
-                   size_t *out) const;
     // The region starting at `addr` was imported over transport t (t < kRowHandles).
     void set_imported(const SegmentDescriptor &d, size_t t, uint64_t addr, uint64_t handle);
 
