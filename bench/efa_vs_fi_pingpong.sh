@@ -6,7 +6,10 @@
 #       OPTIONS="efa.spin_us=200 ..." (engine options for both processes of every build),
 #       BUFFER=268435456 bytes per process (ops walk through it, so at 256 MiB every op's bytes
 #       come from memory; fi_pingpong reuses one buffer of the block's size, in cache: BUFFER
-#       equal to the block compares like with like for one op in flight)
+#       equal to the block compares like with like for one op in flight),
+#       PROFILE=1: every run under a system-wide `perf record` (root, or perf_event_paranoid
+#       -1), and a column with the kernel's socket copies in CPU ms per GB moved: sending
+#       (_copy_from_iter) / receiving (_copy_to_iter), median over rounds; REPEAT must be 1
 # Prints a Markdown table at 64 KiB, 1 MiB and 4 MiB:
 #   - fi_pingpong -p tcp -e rdm (libfabric-bin): one message in flight, its MB/sec (1e6 B/s);
 #   - transfer_engine_bench --protocol=efa (efa.provider=tcp) with target and initiator in two
@@ -38,6 +41,30 @@ cleanup() { [ -n "$target_pid" ] && kill "$target_pid" 2>/dev/null; rm -rf "$tmp
 trap cleanup EXIT
 
 throughput() { $py -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["throughput"])'; }
+
+# PROFILE=1: perf samples every CPU while a run goes; copy_cost then splits the kernel's socket
+# copies out of them, per GB the run moved (fi_pingpong: both directions), into $tmp/copy.
+if [ -n "${PROFILE:-}" ]; then
+  [ "${REPEAT:-1}" = 1 ] || { echo "PROFILE=1 needs REPEAT=1 (one run per row and round)" >&2; exit 1; }
+  perf record -a -q -o /dev/null -- true 2>/dev/null ||
+    { echo "PROFILE=1: perf record -a does not work here (perf missing, or not root and perf_event_paranoid > -1)" >&2; exit 1; }
+fi
+prof_pid=""
+prof_start() {
+  [ -n "${PROFILE:-}" ] || return 0
+  perf record -a -q -F 999 -o "$tmp/prof.data" -- sleep 100000 >/dev/null 2>&1 &
+  prof_pid=$!
+  sleep 0.3
+}
+copy_cost() { # bytes moved -> "$tmp/copy": sending / receiving CPU ms per GB
+  [ -n "${PROFILE:-}" ] || return 0
+  kill -INT "$prof_pid" && wait "$prof_pid" 2>/dev/null
+  perf report -i "$tmp/prof.data" --stdio --no-children --sort sym -g none 2>/dev/null | awk -v bytes="$1" '
+    /^# Event count/ {total = $NF}
+    $NF == "_copy_from_iter" {sub("%", "", $1); from += $1}
+    $NF == "_copy_to_iter" {sub("%", "", $1); to += $1}
+    END {if (bytes > 0 && total > 0) printf "%.0f / %.0f\n", from / 100 * total / 1e6 / (bytes / 1e9), to / 100 * total / 1e6 / (bytes / 1e9); else print "n/a"}' >"$tmp/copy"
+}
 ratio() { $py -c "print('%.2f' % ($1 / $2))"; }
 
 # Loopback up in the new namespace: with iproute2's ip, or where it is missing (the lent GPU
@@ -57,6 +84,7 @@ in_loopback_netns() {
 
 pingpong_once() { # size -> GB/s (fi_pingpong prints MB/sec = 1e6 B/s)
   local iters=$(( $1 >= 1048576 ? duration * 800 : duration * 8000 ))
+  prof_start
   in_loopback_netns sh -c '
     fi_pingpong -p tcp -e rdm -S "$1" -I "$2" -B 47593 >/dev/null 2>&1 &
     server=$!
@@ -64,6 +92,7 @@ pingpong_once() { # size -> GB/s (fi_pingpong prints MB/sec = 1e6 B/s)
     fi_pingpong -p tcp -e rdm -S "$1" -I "$2" -P 47593 127.0.0.1
     wait $server' sh "$1" "$iters" |
     awk '$1 ~ /^[0-9]+[kmg]?$/ && NF >= 8 {mb = $6} END {if (mb == "") print "n/a"; else printf "%.2f\n", mb / 1000}'
+  copy_cost $((2 * iters * $1))
 }
 
 # build protocol block operation batch -> GB/s; target and initiator are two processes.
@@ -84,8 +113,11 @@ ferry_rate_once() {
     sleep 0.05
   done
   [ -n "$segment" ] || { echo "target did not start" >&2; exit 1; }
+  prof_start
   "$bench" --mode=initiator --segment_id="$segment" --protocol="$proto" --operation="$op" --buffer_size=$buffer \
-    --block_size="$block" --batch_size="$batch" --duration="$duration" "${opts[@]}" --json | throughput
+    --block_size="$block" --batch_size="$batch" --duration="$duration" "${opts[@]}" --json >"$tmp/run.json"
+  copy_cost "$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$tmp/run.json")"
+  throughput <"$tmp/run.json"
   kill -INT "$target_pid"
   wait "$target_pid" 2>/dev/null || true
   target_pid=""
@@ -126,24 +158,42 @@ for round in $(seq 1 "$rounds"); do
   if [ $((round % 2)) -eq 0 ]; then order=(); for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("$i"); done; fi
   for block in ${BLOCKS:-65536 1048576 4194304}; do
     got["ping $block $round"]=$(pingpong "$block")
+    got["copy ping $block $round"]=$(cat "$tmp/copy" 2>/dev/null || true)
     for row in "${rows[@]}"; do
       read -r b proto op batch <<<"$row"
       [ "$b" = "$block" ] || continue
       for i in "${order[@]}"; do
         got["$i $row $round"]=$(ferry_rate "${builds[$i]}" "$proto" "$block" "$op" "$batch")
+        got["copy $i $row $round"]=$(cat "$tmp/copy" 2>/dev/null || true)
       done
     done
   done
   echo "round $round done, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
+# "from / to" per round -> the median of each side
+copy_median() { $py -c '
+import statistics, sys
+v = [x.split(" / ") for x in sys.argv[1:] if " / " in x]
+print("%.0f / %.0f" % tuple(statistics.median(float(p[i]) for p in v) for i in (0, 1)) if v else "n/a")' "$@"; }
+copies() { # key prefix -> " copies |" cell when PROFILE=1
+  [ -n "${PROFILE:-}" ] || return 0
+  local cs=() round
+  for round in $(seq 1 "$rounds"); do cs+=("${got["copy $1 $round"]}"); done
+  echo " $(copy_median "${cs[@]}") |"
+}
 echo
-echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round |"
-echo "|---|---|---|---|---|---|"
+if [ -n "${PROFILE:-}" ]; then
+  echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round | socket copies, CPU ms per GB: sending / receiving |"
+  echo "|---|---|---|---|---|---|---|"
+else
+  echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round |"
+  echo "|---|---|---|---|---|---|"
+fi
 for block in ${BLOCKS:-65536 1048576 4194304}; do
   label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
   ps=() p_all=""
   for round in $(seq 1 "$rounds"); do ps+=("${got["ping $block $round"]}"); done
-  echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $(median "${ps[@]}") | 1.00 | ${ps[*]} |"
+  echo "| fi_pingpong -p tcp -e rdm | $label | 1 | $(median "${ps[@]}") | 1.00 | ${ps[*]} |$(copies "ping $block")"
   for row in "${rows[@]}"; do
     read -r b proto op batch <<<"$row"
     [ "$b" = "$block" ] || continue
@@ -156,7 +206,7 @@ for block in ${BLOCKS:-65536 1048576 4194304}; do
       done
       name=$([ "$proto" = efa ] && echo "efa.so (tcp;ofi_rxm)" || echo "tcp.so")
       [ ${#builds[@]} -gt 1 ] && name="$name, ${labels[$i]}"
-      echo "| $name $op | $label | $batch | $(median "${vs[@]}") | $(median "${rs[@]}") | ${vs[*]} |"
+      echo "| $name $op | $label | $batch | $(median "${vs[@]}") | $(median "${rs[@]}") | ${vs[*]} |$(copies "$i $row")"
     done
   done
 done
