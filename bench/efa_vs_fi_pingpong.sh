@@ -158,13 +158,13 @@ for round in $(seq 1 "$rounds"); do
   if [ $((round % 2)) -eq 0 ]; then order=(); for ((i = ${#builds[@]} - 1; i >= 0; i--)); do order+=("$i"); done; fi
   for block in ${BLOCKS:-65536 1048576 4194304}; do
     got["ping $block $round"]=$(pingpong "$block")
-    got["copy ping $block $round"]=$(cat "$tmp/copy" 2>/dev/null || true)
+    [ -n "${PROFILE:-}" ] && got["copy ping $block $round"]=$(cat "$tmp/copy")
     for row in "${rows[@]}"; do
       read -r b proto op batch <<<"$row"
       [ "$b" = "$block" ] || continue
       for i in "${order[@]}"; do
         got["$i $row $round"]=$(ferry_rate "${builds[$i]}" "$proto" "$block" "$op" "$batch")
-        got["copy $i $row $round"]=$(cat "$tmp/copy" 2>/dev/null || true)
+        [ -n "${PROFILE:-}" ] && got["copy $i $row $round"]=$(cat "$tmp/copy")
       done
     done
   done
@@ -181,14 +181,11 @@ copies() { # key prefix -> " copies |" cell when PROFILE=1
   for round in $(seq 1 "$rounds"); do cs+=("${got["copy $1 $round"]}"); done
   echo " $(copy_median "${cs[@]}") |"
 }
+copies_head="" copies_rule=""
+[ -n "${PROFILE:-}" ] && copies_head=" socket copies, CPU ms per GB: sending / receiving |" copies_rule="---|"
 echo
-if [ -n "${PROFILE:-}" ]; then
-  echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round | socket copies, CPU ms per GB: sending / receiving |"
-  echo "|---|---|---|---|---|---|---|"
-else
-  echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round |"
-  echo "|---|---|---|---|---|---|"
-fi
+echo "| what | block | in flight | GB/s (median) | vs fi_pingpong (median of rounds) | GB/s per round |$copies_head"
+echo "|---|---|---|---|---|---|$copies_rule"
 for block in ${BLOCKS:-65536 1048576 4194304}; do
   label=$([ "$block" -ge 1048576 ] && echo "$((block / 1048576)) MiB" || echo "$((block / 1024)) KiB")
   ps=() p_all=""
