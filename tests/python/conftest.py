@@ -34,11 +34,18 @@ def plugin_state(name):
 
 
 @pytest.fixture(params=["tcp", "shm"])
-def protocol(request):
+def protocol(request, monkeypatch):
+    """The transport the Mooncake tests run over. Mooncake's selection loads shm.so beside
+    tcp.so for any protocol, and Ferry's priority sends a same-host pair over shm, so "tcp"
+    is MC_FORCE_TCP (for this process and the peers it starts), as in Mooncake's own CI."""
     ok, why = plugin_state(request.param)
     if not ok:
         print("SKIPPED: " + why)
         pytest.skip("SKIPPED: " + why)
+    if request.param == "tcp":
+        monkeypatch.setenv("MC_FORCE_TCP", "1")
+    else:
+        monkeypatch.delenv("MC_FORCE_TCP", raising=False)
     return request.param
 
 

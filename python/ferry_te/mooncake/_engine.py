@@ -1,9 +1,10 @@
 """Mooncake's TransferEngine (mooncake.engine, transfer_engine_py.cpp) over a Ferry Engine.
 
-Same method names, argument names, defaults and return conventions: 0 or a negative code
-(Ferry's errno-style code, where Mooncake returns -1), batch ids that are 0 on failure; no
-exceptions for failed transfers. Why a call failed: last_error() and the 'ferry_te.mooncake'
-logger. docs/MOONCAKE.md lists what differs."""
+Same method names, argument names, defaults and return values: -1 from a sync call or
+initialize that failed, batch id 0 from an async submit that failed, Mooncake's error.h codes
+from the registration calls; no exceptions for failed transfers. Why a call failed, with
+Ferry's own code: last_error(), last_error_code() and the 'ferry_te.mooncake' logger.
+docs/MOONCAKE.md lists what differs."""
 
 import ctypes
 import errno
@@ -12,8 +13,9 @@ import threading
 
 from .. import _capi
 from .._batch import register_ranges
+from .._config import flatten_config
 from .._memory import parse_device
-from ..engine import Engine, READ, WRITE
+from ..engine import Engine, READ, WRITE, plugin_report
 from ..errors import FerryError
 from . import _setup
 from ._notify import TransferNotify, decode_notification, encode_notification
@@ -26,6 +28,34 @@ _NOT_INITIALIZED = "the TransferEngine is not initialized: call initialize() fir
 
 def _code(e):
     return e.code if isinstance(getattr(e, "code", None), int) and e.code < 0 else -1
+
+
+# Ferry's errno-style codes -> Mooncake's error.h, for the calls that return its engine's codes
+# (registration, send_probe); everything else Mooncake answers with -1.
+_MOONCAKE_CODES = {
+    errno.EINVAL: -1, errno.EBADF: -1, errno.E2BIG: -1,  # ERR_INVALID_ARGUMENT
+    errno.EFAULT: -3, errno.ENOENT: -3,                  # ERR_ADDRESS_NOT_REGISTERED
+    errno.ENODEV: -6,                                    # ERR_DEVICE_NOT_FOUND
+    errno.EEXIST: -7,                                    # ERR_ADDRESS_OVERLAPPED
+    errno.EHOSTUNREACH: -101,                            # ERR_DNS
+    errno.ECONNREFUSED: -102, errno.ECONNRESET: -102, errno.EPIPE: -102,
+    errno.ETIMEDOUT: -102,                               # ERR_SOCKET
+    errno.EPROTO: -103,                                  # ERR_MALFORMED_JSON
+    errno.EACCES: -104, errno.EPERM: -104,               # ERR_REJECT_HANDSHAKE
+    errno.ENOMEM: -302,                                  # ERR_MEMORY
+    errno.EOPNOTSUPP: -303, errno.EPROTONOSUPPORT: -303,  # ERR_NOT_IMPLEMENTED
+}
+_ERR_METADATA = -200
+
+
+def mooncake_code(code):
+    """Mooncake's error.h code for a Ferry code (-1 where it has none closer)."""
+    return _MOONCAKE_CODES.get(-code, -1) if code < 0 else -1
+
+
+def _describe(code):
+    name = errno.errorcode.get(-code) if code < 0 else None
+    return "%s, %d" % (name, code) if name else str(code)
 
 
 class _Managed:
@@ -61,20 +91,33 @@ class TransferEngine:
         self._local = threading.local()
 
     # -- errors ---------------------------------------------------------------------------
-    def _fail(self, code, message, level=logging.WARNING):
+    def _fail(self, code, message, level=logging.WARNING, result=-1):
+        """Records and logs why a call failed, with Ferry's code, and returns what Mooncake's
+        call returns then: -1 unless `result` says otherwise."""
         self._local.error = message
-        log.log(level, "%s", message)
-        return code if code < 0 else -1
+        self._local.code = code if code < 0 else -1
+        log.log(level, "%s [%s]", message, _describe(self._local.code))
+        return result
+
+    def _fail_code(self, code, message, level=logging.WARNING):
+        """_fail for calls that return Mooncake's error.h codes (registration)."""
+        return self._fail(code, message, level, mooncake_code(code))
 
     def last_error(self):
         """(Ferry) Why the last call on this thread failed; '' when none has."""
         return getattr(self._local, "error", "")
 
+    def last_error_code(self):
+        """(Ferry) Ferry's negative errno-style code of the last failure on this thread."""
+        return getattr(self._local, "code", 0)
+
     # -- setup ----------------------------------------------------------------------------
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
-        """Mooncake's initialize: metadata_server is 'P2PHANDSHAKE', 'etcd://host:2379' or a
-        bare 'host:2379' (etcd); protocol 'rdma', 'tcp', 'efa', 'shm', 'hip', 'nvlink_intra'
-        (or 'ferry': every plugin); device_name a comma list of RDMA NICs (rdma.devices)."""
+        """Mooncake's initialize: metadata_server is 'P2PHANDSHAKE', 'etcd://host:2379',
+        'http://host:port/metadata', 'redis://host:6379' or a bare 'host:2379' (etcd);
+        protocol 'rdma', 'efa' or 'tcp' between nodes (TCP where the named one cannot load, as
+        Mooncake does), with the intra-node plugins that load beside it ('ferry': every
+        plugin); device_name a comma list of RDMA NICs (rdma.devices). 0, or -1."""
         try:
             url = _setup.metadata_url(metadata_server, "etcd")
         except _setup.SetupError as e:
@@ -97,10 +140,25 @@ class TransferEngine:
                 return self._fail(-errno.EALREADY, "initialize: this TransferEngine is already "
                                   "initialized; create another for a second engine",
                                   logging.ERROR)
+            config, keys = self._extra
+            overrides = flatten_config(config, keys)
             try:
-                cfg = _setup.engine_config(local_hostname, url, protocol, device_name)
-                config, keys = self._extra
-                self._engine = Engine(dict(cfg, **(config or {})), **keys)
+                # Ferry keys given to TransferEngine() that pick plugins replace the selection.
+                states = None if "plugins" in overrides else _setup.plugin_states(plugin_report())
+                cfg, note = _setup.engine_config(local_hostname, url, protocol, device_name, states)
+                if note:
+                    log.warning("initialize: %s", note)
+                ports = _setup.control_ports(dict(cfg, **overrides))
+                for i, port in enumerate(ports):
+                    try:
+                        attempt = dict(cfg, rpc_port=port) if port != "0" else cfg
+                        self._engine = Engine(dict(attempt, **overrides))
+                        break
+                    except FerryError as e:
+                        # A port of MC_MIN/MAX_RPC_PORT's range that another process holds:
+                        # the next one, as Mooncake's findAvailableTcpPort does.
+                        if _code(e) != -errno.EADDRINUSE or i + 1 == len(ports):
+                            raise
             except _setup.SetupError as e:
                 return self._fail(e.code, "initialize: %s" % e, logging.ERROR)
             except FerryError as e:
@@ -171,11 +229,11 @@ class TransferEngine:
             addr, length = int(buffer_addr), int(capacity)
             device = _device_for(location)
         except _NotReady:
-            return self._fail(-errno.EBADF, "register_memory: " + _NOT_INITIALIZED)
+            return self._fail_code(-errno.EBADF, "register_memory: " + _NOT_INITIALIZED)
         except _setup.SetupError as e:
-            return self._fail(e.code, "register_memory: %s" % e)
+            return self._fail_code(e.code, "register_memory: %s" % e)
         if addr == 0 or length <= 0:
-            return self._fail(-errno.EINVAL, "register_memory(%#x, %d): need a non-null "
+            return self._fail_code(-errno.EINVAL, "register_memory(%#x, %d): need a non-null "
                               "address and a capacity > 0" % (addr, length))
         try:
             if str(location or "*").strip() == "*" and _auto_kind() is not None:
@@ -184,7 +242,7 @@ class TransferEngine:
             else:
                 region = engine.register((addr, length, device))
         except FerryError as e:
-            return self._fail(_code(e), "register_memory(%#x, %d): %s" % (addr, length, e))
+            return self._fail_code(_code(e), "register_memory(%#x, %d): %s" % (addr, length, e))
         with self._lock:
             self._regions[addr] = (region, length)
         return 0
@@ -193,7 +251,7 @@ class TransferEngine:
         try:
             engine = self._ready()
         except _NotReady:
-            return self._fail(-errno.EBADF, "unregister_memory: " + _NOT_INITIALIZED)
+            return self._fail_code(-errno.EBADF, "unregister_memory: " + _NOT_INITIALIZED)
         addr = int(buffer_addr)
         with self._lock:
             entry = self._regions.pop(addr, None)
@@ -203,7 +261,7 @@ class TransferEngine:
             else:
                 engine.unregister(addr)
         except FerryError as e:
-            return self._fail(_code(e), "unregister_memory(%#x): %s" % (addr, e))
+            return self._fail_code(_code(e), "unregister_memory(%#x): %s" % (addr, e))
         return 0
 
     def batch_register_memory(self, buffer_addresses, capacities, location="*"):
@@ -212,15 +270,15 @@ class TransferEngine:
         region. Unregistered by address (unregister_memory, batch_unregister_memory)."""
         addrs, caps = [int(a) for a in buffer_addresses], [int(c) for c in capacities]
         if len(addrs) != len(caps):
-            return self._fail(-errno.EINVAL, "batch_register_memory: %d addresses but %d "
+            return self._fail_code(-errno.EINVAL, "batch_register_memory: %d addresses but %d "
                               "capacities" % (len(addrs), len(caps)))
         try:
             engine = self._ready()
             device = _device_for(location)
         except _NotReady:
-            return self._fail(-errno.EBADF, "batch_register_memory: " + _NOT_INITIALIZED)
+            return self._fail_code(-errno.EBADF, "batch_register_memory: " + _NOT_INITIALIZED)
         except _setup.SetupError as e:
-            return self._fail(e.code, "batch_register_memory: %s" % e)
+            return self._fail_code(e.code, "batch_register_memory: %s" % e)
         if str(location or "*").strip() == "*" and _auto_kind() is not None:
             kind, ordinal = _auto_kind(), -1  # each range as the GPU runtimes say
         else:
@@ -232,9 +290,9 @@ class TransferEngine:
             _check(register_ranges(ffi, lib, _handle(engine._state), addrs, caps, kind, ordinal, access),
                    "ferry_register_batch")
         except FerryError as e:  # libferry names the range: "range 7 of 100 [0x..., +4096): ..."
-            return self._fail(_code(e), "batch_register_memory: %s" % e)
+            return self._fail_code(_code(e), "batch_register_memory: %s" % e)
         except OverflowError as e:  # a negative or too large address or capacity
-            return self._fail(-errno.EINVAL, "batch_register_memory: %s; nothing was registered" % e)
+            return self._fail_code(-errno.EINVAL, "batch_register_memory: %s; nothing was registered" % e)
         with self._lock:
             for a, c in zip(addrs, caps):
                 self._regions[a] = (None, c)
@@ -248,7 +306,7 @@ class TransferEngine:
         try:
             engine = self._ready()
         except _NotReady:
-            return self._fail(-errno.EBADF, "batch_unregister_memory: " + _NOT_INITIALIZED)
+            return self._fail_code(-errno.EBADF, "batch_unregister_memory: " + _NOT_INITIALIZED)
         try:
             engine.unregister_batch(addrs)
         except FerryError as e:
@@ -376,10 +434,10 @@ class TransferEngine:
             self._segment(peer_server_name, "send_probe").regions()
         except _NotReady:
             return self._fail(-errno.EBADF, "send_probe: " + _NOT_INITIALIZED)
-        except _CallFailed as e:
-            return self._fail(e.code, str(e))
+        except _CallFailed as e:  # the peer's descriptor could not be had: ERR_METADATA
+            return self._fail(e.code, str(e), result=_ERR_METADATA)
         except FerryError as e:
-            return self._fail(_code(e), "send_probe(%s): %s" % (peer_server_name, e))
+            return self._fail_code(_code(e), "send_probe(%s): %s" % (peer_server_name, e))
         return 0
 
     def warmup_efa_segment(self, segment_name):
