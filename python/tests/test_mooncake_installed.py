@@ -36,3 +36,19 @@ def test_submit_arrays_installed(ferry_mod):
         engine.submit_arrays(ferry.WRITE, seg, offs, offs, 256, local_base=r,
                              remote_base=dst.ctypes.data).wait()
         assert (dst == src).all()
+
+
+def test_a_mooncake_program_runs_unchanged(ferry_mod, tmp_path):
+    """`python3 -m ferry_te.mooncake SCRIPT` runs a program that imports mooncake.engine, with
+    SGLang's literal protocol "rdma" (tcp here, with no RDMA NIC)."""
+    import subprocess
+    import sys
+    script = tmp_path / "uses_mooncake.py"
+    script.write_text("import sys\n"
+                      "from mooncake.engine import TransferEngine, TransferOpcode\n"
+                      "e = TransferEngine()\n"
+                      "assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'rdma', '') == 0\n"
+                      "print('ready', sys.argv[1:], e.get_rpc_port() > 0)\n")
+    out = subprocess.run([sys.executable, "-m", "ferry_te.mooncake", str(script), "x"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ready ['x'] True", out.stderr

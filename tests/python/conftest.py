@@ -52,10 +52,11 @@ def protocol(request, monkeypatch):
 class MooncakePeer:
     """A mooncake_peer.py child process: the target of the transfers."""
 
-    def __init__(self, protocol, size, buffers=1, seed=1):
+    def __init__(self, protocol, size, buffers=1, seed=1, host_id=None):
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "mooncake_peer.py"), "--protocol", protocol,
-             "--buffers", str(buffers), "--size", str(size), "--seed", str(seed)],
+             "--buffers", str(buffers), "--size", str(size), "--seed", str(seed)]
+            + (["--host-id", host_id] if host_id else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         info = json.loads(line) if line else {"error": self.proc.stderr.read()}
@@ -91,8 +92,8 @@ class MooncakePeer:
 def make_peer():
     peers = []
 
-    def make(protocol, size, buffers=1, seed=1):
-        p = MooncakePeer(protocol, size, buffers, seed)
+    def make(protocol, size, buffers=1, seed=1, host_id=None):
+        p = MooncakePeer(protocol, size, buffers, seed, host_id)
         peers.append(p)
         return p
 

@@ -3,7 +3,9 @@ up its Mooncake engine: TransferEngine(), initialize(host, "P2PHANDSHAKE", proto
 KV buffers registered (batch_register_memory, as vLLM does), the session id
 f"{host}:{get_rpc_port()}" given to the other side.
 
-    mooncake_peer.py --protocol tcp --buffers 2 --size N --seed S
+    mooncake_peer.py --protocol tcp --buffers 2 --size N --seed S [--host-id ID]
+
+(--host-id makes the peer another host as far as Ferry's same-host check goes.)
 
 Prints one JSON line {"session", "addresses", "size", "pid"}; then answers stdin lines:
 "sha256 I" (of buffer I), "fill I SEED" (refill buffer I with a pattern), "unregister I",
@@ -30,8 +32,9 @@ def main():
     ap.add_argument("--buffers", type=int, default=1)
     ap.add_argument("--size", type=int, required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--host-id", default=None)
     args = ap.parse_args()
-    engine = TransferEngine()
+    engine = TransferEngine(**({"host_id": args.host_id} if args.host_id else {}))
     host = "127.0.0.1"
     if engine.initialize(host, "P2PHANDSHAKE", args.protocol, "") != 0:
         print(json.dumps({"error": engine.last_error()}), flush=True)

@@ -217,3 +217,80 @@ def test_dead_peer_is_a_code_not_a_hang(protocol, make_peer):
                                       other.ctypes.data, 4096) == 0, engine.last_error()
     assert (other == local[:4096]).all()
     engine.close()
+
+
+def _transports(engine, session, local, remote, length):
+    """The transports that carried one WRITE submitted through the engine underneath."""
+    import ferry_te as ferry
+    ferry_engine = engine.get_engine()
+    seg = ferry_engine.open_segment(session)
+    batch = ferry_engine.submit_arrays(ferry.WRITE, seg, [local], [remote], [length])
+    batch.wait()
+    used = {s.transport for s in batch.statuses}
+    batch.free()
+    return used
+
+
+def test_rdma_without_a_nic_moves_data_over_tcp_and_shm_beside_it(make_peer, monkeypatch):
+    """SGLang's literal initialize(host, "P2PHANDSHAKE", "rdma", "") on a host without an RDMA
+    NIC: it succeeds (Mooncake installs TCP there), a peer on another host is reached over
+    tcp.so, and one on this host over shm.so, loaded beside it."""
+    from conftest import plugin_state
+    for name in ("tcp", "shm"):
+        ok, why = plugin_state(name)
+        if not ok:
+            print("SKIPPED: " + why)
+            import pytest
+            pytest.skip("SKIPPED: " + why)
+    if plugin_state("rdma")[0]:
+        import pytest
+        print("SKIPPED: rdma.so loads on this host: the fallback to tcp is not what happens here")
+        pytest.skip("SKIPPED: rdma.so loads on this host")
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    far = make_peer("rdma", 1 << 20, buffers=1, seed=21, host_id="another-host")
+    near = make_peer("rdma", 1 << 20, buffers=1, seed=22)
+    engine = start("rdma")
+    assert engine.get_engine().config["plugins"] == "tcp,shm"
+    local = pattern(1 << 20, 23)
+    assert engine.register_memory(local.ctypes.data, local.nbytes) == 0
+    for peer in (far, near):
+        assert engine.transfer_sync_write(peer.session, local.ctypes.data, peer.addresses[0],
+                                          local.nbytes) == 0, engine.last_error()
+        assert peer.ask("sha256 0") == sha256(local)
+    assert _transports(engine, far.session, local.ctypes.data, far.addresses[0], 4096) == {"tcp"}
+    assert _transports(engine, near.session, local.ctypes.data, near.addresses[0], 4096) == {"shm"}
+    engine.close()
+
+
+def test_sixteen_threads_of_small_batches_to_one_peer(protocol, make_peer):
+    """As SGLang sends per-token slices from a thread pool (vLLM from 10 workers): 16 threads,
+    1,000 batch_transfer_sync_write calls each of 4 small slices, to one peer. Every call
+    returns 0 and every byte lands where it was sent."""
+    import threading
+    threads, calls, slices, size = 16, 1000, 4, 64
+    span = calls * slices * size
+    peer = make_peer(protocol, threads * span, buffers=1, seed=31)
+    engine = start(protocol)
+    local = pattern(threads * span, 32)
+    assert engine.register_memory(local.ctypes.data, local.nbytes) == 0
+    base, remote = local.ctypes.data, peer.addresses[0]
+    results = [None] * threads
+
+    def work(t):
+        rcs = []
+        for c in range(calls):
+            offs = [t * span + (c * slices + s) * size for s in range(slices)]
+            rcs.append(engine.batch_transfer_sync_write(peer.session, [base + o for o in offs],
+                                                        [remote + o for o in offs], [size] * slices))
+        results[t] = rcs
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join(300)
+    assert all(r is not None for r in results), "a thread did not finish"
+    bad = [(t, c, rc) for t, rcs in enumerate(results) for c, rc in enumerate(rcs) if rc != 0]
+    assert not bad, (bad[:5], engine.last_error())
+    assert peer.ask("sha256 0") == sha256(local)
+    engine.close()
