@@ -164,8 +164,8 @@ Parser::Parser(Options &o) : o_(o) {
     add("metadata_server", false, o.metadata_server,
         "P2PHANDSHAKE (each engine serves its own descriptor; segments are ip:port); etcd: "
         "etcd://host:2379[,host:2379...][/prefix], or host:2379 as Mooncake reads it; etcds://... for etcd over TLS "
-        "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users). Ferry has no redis or "
-        "http metadata backend",
+        "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users); Mooncake's HTTP "
+        "metadata server as http://host:port/metadata; redis://host:6379 (redis_* keys for a password)",
         string(o.metadata_server), true);
     add("local_server_name", false, "127.0.0.1, any port; a target's with etcd: the hostname",
         "this engine's name: with P2PHANDSHAKE the ip[:port] it listens on, with etcd its segment name",
@@ -462,20 +462,12 @@ void resolve_metadata(Options &o) {
     const std::string &m = o.metadata_server;
     auto scheme = m.find("://");
     std::string name = scheme == std::string::npos ? "" : lower(m.substr(0, scheme));
-    if (m == "P2PHANDSHAKE" || m.empty() || name == "etcd" || name == "etcds") {
+    if (m == "P2PHANDSHAKE" || m.empty() || name == "etcd" || name == "etcds" || name == "redis" || name == "http" ||
+        name == "https") {
         o.metadata_url = m;
-    } else if (name == "redis" || name == "rediss") {
-        usage_error("--metadata_server=" + m +
-                    ": Ferry has no redis metadata backend; use "
-                    "--metadata_server=P2PHANDSHAKE (each engine serves its own descriptor, no server) or "
-                    "etcd://host:2379");
-    } else if (name == "http" || name == "https") {
-        usage_error("--metadata_server=" + m +
-                    ": Ferry has no HTTP metadata backend (Mooncake's http-metadata-server); "
-                    "use --metadata_server=P2PHANDSHAKE (no server) or etcd://host:2379");
     } else if (scheme != std::string::npos) {
         usage_error("--metadata_server=" + m + ": unknown scheme " + name +
-                    "://; use P2PHANDSHAKE or etcd://host:2379");
+                    "://; use P2PHANDSHAKE, etcd://host:2379, http://host:port/metadata or redis://host:6379");
     } else {
         o.metadata_url = "etcd://" + m;  // Mooncake reads a bare host:port[,host:port] as etcd
         o.notes.push_back("--metadata_server=" + m + ": etcd at " + m + ", as Mooncake reads it (etcd://" + m + ")");

@@ -253,10 +253,15 @@ class ClearMessages(unittest.TestCase):
                      "--segment_size", "--buffer_size")
 
     def test_metadata_servers_ferry_lacks(self):
-        self.refused(["--mode=target", "--metadata_server=redis://10.0.0.1:6379"], "no redis metadata backend",
-                     "P2PHANDSHAKE")
-        self.refused(["--mode=target", "--metadata_server=http://10.0.0.1:8080/metadata"],
-                     "no HTTP metadata backend", "etcd://")
+        self.refused(["--mode=target", "--metadata_server=memcached://10.0.0.1:11211"],
+                     "unknown scheme memcached://", "http://host:port/metadata")
+
+    def test_http_and_redis_metadata_reach_their_server(self):
+        # Mooncake's HTTP metadata server and Redis, pointed at a closed loopback port.
+        for url in ("http://127.0.0.1:1/metadata", "redis://127.0.0.1:1"):
+            err = self.refused(["--mode=target", "--protocol=tcp", "--metadata_server=" + url, BUF,
+                                "--option", "metadata_retry_ms=0"], "127.0.0.1:1")
+            self.assertNotIn("unknown scheme", err)
 
     def test_bare_host_port_is_etcd(self):
         # build.md's --metadata_server=10.1.101.3:2379 form, pointed at a closed loopback port.
