@@ -15,48 +15,15 @@ from .. import _capi
 from .._batch import register_ranges
 from .._config import flatten_config
 from .._memory import parse_device
-from ..engine import Engine, READ, WRITE, plugin_report
+from ..engine import Engine, plugin_report
 from ..errors import FerryError
 from . import _setup
-from ._notify import TransferNotify, decode_notification, encode_notification
+from ._errors import (ERR_METADATA, NOT_INITIALIZED, CallFailed, NotReady, code_of, describe,
+                      mooncake_code)
+from ._transfers import Transfers
 from ._types import TransferOpcode
 
 log = logging.getLogger("ferry_te.mooncake")
-
-_NOT_INITIALIZED = "the TransferEngine is not initialized: call initialize() first"
-
-
-def _code(e):
-    return e.code if isinstance(getattr(e, "code", None), int) and e.code < 0 else -1
-
-
-# Ferry's errno-style codes -> Mooncake's error.h, for the calls that return its engine's codes
-# (registration, send_probe); everything else Mooncake answers with -1.
-_MOONCAKE_CODES = {
-    errno.EINVAL: -1, errno.EBADF: -1, errno.E2BIG: -1,  # ERR_INVALID_ARGUMENT
-    errno.EFAULT: -3, errno.ENOENT: -3,                  # ERR_ADDRESS_NOT_REGISTERED
-    errno.ENODEV: -6,                                    # ERR_DEVICE_NOT_FOUND
-    errno.EEXIST: -7,                                    # ERR_ADDRESS_OVERLAPPED
-    errno.EHOSTUNREACH: -101,                            # ERR_DNS
-    errno.ECONNREFUSED: -102, errno.ECONNRESET: -102, errno.EPIPE: -102,
-    errno.ETIMEDOUT: -102,                               # ERR_SOCKET
-    errno.EPROTO: -103,                                  # ERR_MALFORMED_JSON
-    errno.EACCES: -104, errno.EPERM: -104,               # ERR_REJECT_HANDSHAKE
-    errno.ENOMEM: -302,                                  # ERR_MEMORY
-    errno.EOPNOTSUPP: -303, errno.EPROTONOSUPPORT: -303,  # ERR_NOT_IMPLEMENTED
-}
-_ERR_METADATA = -200
-
-
-def mooncake_code(code):
-    """Mooncake's error.h code for a Ferry code (-1 where it has none closer)."""
-    return _MOONCAKE_CODES.get(-code, -1) if code < 0 else -1
-
-
-def _describe(code):
-    name = errno.errorcode.get(-code) if code < 0 else None
-    return "%s, %d" % (name, code) if name else str(code)
-
 
 class _Managed:
     """One allocate_managed_buffer(): the engine's alloc_shared, a sealed memfd mapped shared and
@@ -73,7 +40,7 @@ class _Managed:
         self.region.free()
 
 
-class TransferEngine:
+class TransferEngine(Transfers):
     """Mooncake's TransferEngine. TransferEngine() then initialize(...); Ferry keys (e.g.
     auth_secret_file="...", tcp__lanes=4) may be passed here and override what initialize
     derives from Mooncake's arguments."""
@@ -96,7 +63,7 @@ class TransferEngine:
         call returns then: -1 unless `result` says otherwise."""
         self._local.error = message
         self._local.code = code if code < 0 else -1
-        log.log(level, "%s [%s]", message, _describe(self._local.code))
+        log.log(level, "%s [%s]", message, describe(self._local.code))
         return result
 
     def _fail_code(self, code, message, level=logging.WARNING):
@@ -157,27 +124,27 @@ class TransferEngine:
                     except FerryError as e:
                         # A port of MC_MIN/MAX_RPC_PORT's range that another process holds:
                         # the next one, as Mooncake's findAvailableTcpPort does.
-                        if _code(e) != -errno.EADDRINUSE or i + 1 == len(ports):
+                        if code_of(e) != -errno.EADDRINUSE or i + 1 == len(ports):
                             raise
             except _setup.SetupError as e:
                 return self._fail(e.code, "initialize: %s" % e, logging.ERROR)
             except FerryError as e:
-                return self._fail(_code(e), "initialize (protocol %r): %s" % (protocol, e),
+                return self._fail(code_of(e), "initialize (protocol %r): %s" % (protocol, e),
                                   logging.ERROR)
         return 0
 
     def _ready(self):
         engine = self._engine
         if engine is None or engine.closed:
-            raise _NotReady()
+            raise NotReady()
         return engine
 
     def get_rpc_port(self):
         """The port of this engine's session id: peers use f"{host}:{get_rpc_port()}"."""
         try:
             name = self._ready().segment_name
-        except _NotReady:
-            return self._fail(-errno.EBADF, "get_rpc_port: " + _NOT_INITIALIZED)
+        except NotReady:
+            return self._fail(-errno.EBADF, "get_rpc_port: " + NOT_INITIALIZED)
         _, _, port = name.rpartition(":")  # "ip:port", "[v6]:port" or "v6:port"
         port = int(port) if port.isdigit() and ":" in name else None
         if port is None:
@@ -228,8 +195,8 @@ class TransferEngine:
             engine = self._ready()
             addr, length = int(buffer_addr), int(capacity)
             device = _device_for(location)
-        except _NotReady:
-            return self._fail_code(-errno.EBADF, "register_memory: " + _NOT_INITIALIZED)
+        except NotReady:
+            return self._fail_code(-errno.EBADF, "register_memory: " + NOT_INITIALIZED)
         except _setup.SetupError as e:
             return self._fail_code(e.code, "register_memory: %s" % e)
         if addr == 0 or length <= 0:
@@ -242,7 +209,7 @@ class TransferEngine:
             else:
                 region = engine.register((addr, length, device))
         except FerryError as e:
-            return self._fail_code(_code(e), "register_memory(%#x, %d): %s" % (addr, length, e))
+            return self._fail_code(code_of(e), "register_memory(%#x, %d): %s" % (addr, length, e))
         with self._lock:
             self._regions[addr] = (region, length)
         return 0
@@ -250,8 +217,8 @@ class TransferEngine:
     def unregister_memory(self, buffer_addr):
         try:
             engine = self._ready()
-        except _NotReady:
-            return self._fail_code(-errno.EBADF, "unregister_memory: " + _NOT_INITIALIZED)
+        except NotReady:
+            return self._fail_code(-errno.EBADF, "unregister_memory: " + NOT_INITIALIZED)
         addr = int(buffer_addr)
         with self._lock:
             entry = self._regions.pop(addr, None)
@@ -261,7 +228,7 @@ class TransferEngine:
             else:
                 engine.unregister(addr)
         except FerryError as e:
-            return self._fail_code(_code(e), "unregister_memory(%#x): %s" % (addr, e))
+            return self._fail_code(code_of(e), "unregister_memory(%#x): %s" % (addr, e))
         return 0
 
     def batch_register_memory(self, buffer_addresses, capacities, location="*"):
@@ -275,8 +242,8 @@ class TransferEngine:
         try:
             engine = self._ready()
             device = _device_for(location)
-        except _NotReady:
-            return self._fail_code(-errno.EBADF, "batch_register_memory: " + _NOT_INITIALIZED)
+        except NotReady:
+            return self._fail_code(-errno.EBADF, "batch_register_memory: " + NOT_INITIALIZED)
         except _setup.SetupError as e:
             return self._fail_code(e.code, "batch_register_memory: %s" % e)
         if str(location or "*").strip() == "*" and _auto_kind() is not None:
@@ -290,7 +257,7 @@ class TransferEngine:
             _check(register_ranges(ffi, lib, _handle(engine._state), addrs, caps, kind, ordinal, access),
                    "ferry_register_batch")
         except FerryError as e:  # libferry names the range: "range 7 of 100 [0x..., +4096): ..."
-            return self._fail_code(_code(e), "batch_register_memory: %s" % e)
+            return self._fail_code(code_of(e), "batch_register_memory: %s" % e)
         except OverflowError as e:  # a negative or too large address or capacity
             return self._fail_code(-errno.EINVAL, "batch_register_memory: %s; nothing was registered" % e)
         with self._lock:
@@ -305,8 +272,8 @@ class TransferEngine:
         addrs = [int(a) for a in buffer_addresses]
         try:
             engine = self._ready()
-        except _NotReady:
-            return self._fail_code(-errno.EBADF, "batch_unregister_memory: " + _NOT_INITIALIZED)
+        except NotReady:
+            return self._fail_code(-errno.EBADF, "batch_unregister_memory: " + NOT_INITIALIZED)
         try:
             engine.unregister_batch(addrs)
         except FerryError as e:
@@ -325,8 +292,8 @@ class TransferEngine:
         """Registered host memory of `length` bytes (page aligned); its address, 0 on failure."""
         try:
             engine = self._ready()
-        except _NotReady:
-            self._fail(-errno.EBADF, "allocate_managed_buffer: " + _NOT_INITIALIZED)
+        except NotReady:
+            self._fail(-errno.EBADF, "allocate_managed_buffer: " + NOT_INITIALIZED)
             return 0
         if int(length) <= 0:
             self._fail(-errno.EINVAL, "allocate_managed_buffer(%d): length must be > 0" % length)
@@ -337,7 +304,7 @@ class TransferEngine:
             self._fail(-errno.ENOMEM, "allocate_managed_buffer(%d): %s" % (length, e))
             return 0
         except FerryError as e:
-            self._fail(_code(e), "allocate_managed_buffer(%d): %s" % (length, e))
+            self._fail(code_of(e), "allocate_managed_buffer(%d): %s" % (length, e))
             return 0
         with self._lock:
             self._managed[m.address] = m
@@ -357,7 +324,7 @@ class TransferEngine:
         try:
             m.close()
         except FerryError as e:
-            return self._fail(_code(e), "free_managed_buffer(%#x): %s" % (addr, e))
+            return self._fail(code_of(e), "free_managed_buffer(%#x): %s" % (addr, e))
         return 0
 
     def _local_range_ok(self, addr, length):
@@ -400,7 +367,7 @@ class TransferEngine:
             try:
                 seg = engine.open_segment(name)
             except FerryError as e:
-                raise _CallFailed(_code(e), "%s: cannot open segment '%s': %s" % (call, name, e))
+                raise CallFailed(code_of(e), "%s: cannot open segment '%s': %s" % (call, name, e))
             self._segments[name] = seg
             return seg
 
@@ -418,11 +385,11 @@ class TransferEngine:
         0 when it has none, or on failure."""
         try:
             regions = self._segment(segment_name, "get_first_buffer_address").regions()
-        except _NotReady:
-            self._fail(-errno.EBADF, "get_first_buffer_address: " + _NOT_INITIALIZED)
+        except NotReady:
+            self._fail(-errno.EBADF, "get_first_buffer_address: " + NOT_INITIALIZED)
             return 0
-        except (_CallFailed, FerryError) as e:
-            self._fail(_code(e), str(e))
+        except (CallFailed, FerryError) as e:
+            self._fail(code_of(e), str(e))
             return 0
         return regions[0].address if regions else 0
 
@@ -432,21 +399,21 @@ class TransferEngine:
         # the same name would close the one transfers use.
         try:
             self._segment(peer_server_name, "send_probe").regions()
-        except _NotReady:
-            return self._fail(-errno.EBADF, "send_probe: " + _NOT_INITIALIZED)
-        except _CallFailed as e:  # the peer's descriptor could not be had: ERR_METADATA
-            return self._fail(e.code, str(e), result=_ERR_METADATA)
+        except NotReady:
+            return self._fail(-errno.EBADF, "send_probe: " + NOT_INITIALIZED)
+        except CallFailed as e:  # the peer's descriptor could not be had: ERR_METADATA
+            return self._fail(e.code, str(e), result=ERR_METADATA)
         except FerryError as e:
-            return self._fail_code(_code(e), "send_probe(%s): %s" % (peer_server_name, e))
+            return self._fail_code(code_of(e), "send_probe(%s): %s" % (peer_server_name, e))
         return 0
 
     def warmup_efa_segment(self, segment_name):
         """Opens the peer's segment ahead of the first transfer; 0 on success."""
         try:
             self._segment(segment_name, "warmup_efa_segment")
-        except _NotReady:
-            return self._fail(-errno.EBADF, "warmup_efa_segment: " + _NOT_INITIALIZED)
-        except _CallFailed as e:
+        except NotReady:
+            return self._fail(-errno.EBADF, "warmup_efa_segment: " + NOT_INITIALIZED)
+        except CallFailed as e:
             return self._fail(e.code, str(e))
         return 0
 
@@ -455,184 +422,6 @@ class TransferEngine:
         listing this host's RDMA devices (device_name filters them)."""
         from ._types import local_topology
         return local_topology(device_name)
-
-    # -- transfers ------------------------------------------------------------------------
-    def _submit(self, call, target_hostname, op, buffers, peers, lengths, transport_hint,
-                notification=None):
-        """(segment, Batch) for one array submit; raises _CallFailed. With notification
-        (bytes) and a libferry that attaches notifications to batches (C API 3), the engine
-        sends it once every op succeeded: the Batch then has .notified set."""
-        try:
-            transport = _setup.transport_for_hint(transport_hint)
-        except _setup.SetupError as e:
-            raise _CallFailed(e.code, "%s: %s" % (call, e))
-        seg = self._segment(target_hostname, call)
-        try:
-            if notification is not None and _attached_notifications():
-                return seg, _submit_with_notification(self._engine, op, seg, buffers, peers,
-                                                      lengths, transport, notification)
-            return seg, self._engine.submit_arrays(op, seg, buffers, peers, lengths,
-                                                   transport=transport)
-        except FerryError as e:
-            raise _CallFailed(_code(e), "%s to %s: %s" % (call, target_hostname, e))
-
-    def _sync(self, call, target_hostname, op, buffers, peers, lengths, notify, hint):
-        try:
-            payload = None if notify is None else encode_notification(notify)
-            seg, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint,
-                                      payload)
-            try:
-                batch.wait()  # every Ferry op ends within its transport's op_timeout_ms
-            except FerryError as e:
-                self._forget(target_hostname, seg)
-                raise _CallFailed(_code(e), "%s to %s: %s" % (call, target_hostname, e))
-            finally:
-                batch._free_quietly()
-            if payload is not None and not getattr(batch, "notified", False):
-                # A libferry without ferry_submit_with_notification: sent here, once the batch
-                # completed (so after its bytes are visible there); the same payload.
-                try:
-                    self._engine.send_notification(seg, payload)
-                except FerryError as e:
-                    raise _CallFailed(_code(e), "%s: the transfer completed but its "
-                                      "notification to %s failed: %s" % (call, target_hostname, e))
-        except _NotReady:
-            return self._fail(-errno.EBADF, "%s: %s" % (call, _NOT_INITIALIZED))
-        except _CallFailed as e:
-            return self._fail(e.code, str(e))
-        return 0
-
-    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length,
-                            transport_hint=""):
-        return self._sync("transfer_sync_write", target_hostname, WRITE, [buffer],
-                          [peer_buffer_address], [length], None, transport_hint)
-
-    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length,
-                           transport_hint=""):
-        return self._sync("transfer_sync_read", target_hostname, READ, [buffer],
-                          [peer_buffer_address], [length], None, transport_hint)
-
-    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
-                      notify=None, transport_hint=""):
-        """One READ or WRITE (opcode: TransferOpcode); with notify (a TransferNotify), the
-        peer's get_notifies() returns it once the bytes are there."""
-        return self._sync("transfer_sync", target_hostname, _op(opcode), [buffer],
-                          [peer_buffer_address], [length], _notify(notify), transport_hint)
-
-    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses,
-                                  lengths, transport_hint=""):
-        """Writes every (buffer, peer address, length) in one submit; 0 when all arrived.
-        The three may be lists of ints or arrays (numpy, array('Q'))."""
-        return self._sync("batch_transfer_sync_write", target_hostname, WRITE, buffers,
-                          peer_buffer_addresses, lengths, None, transport_hint)
-
-    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses,
-                                 lengths, transport_hint=""):
-        return self._sync("batch_transfer_sync_read", target_hostname, READ, buffers,
-                          peer_buffer_addresses, lengths, None, transport_hint)
-
-    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                            opcode, notify=None, transport_hint=""):
-        return self._sync("batch_transfer_sync", target_hostname, _op(opcode), buffers,
-                          peer_buffer_addresses, lengths, _notify(notify), transport_hint)
-
-    def _async(self, call, target_hostname, op, buffers, peers, lengths, hint):
-        try:
-            _, batch = self._submit(call, target_hostname, op, buffers, peers, lengths, hint)
-        except _NotReady:
-            self._fail(-errno.EBADF, "%s: %s" % (call, _NOT_INITIALIZED))
-            return 0
-        except _CallFailed as e:
-            self._fail(e.code, str(e))
-            return 0  # batch ids are unsigned: 0 is Mooncake's failure value
-        with self._lock:
-            self._batches[batch.id] = (batch, target_hostname)
-        return batch.id
-
-    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses,
-                                   lengths, transport_hint=""):
-        """Submits and returns a batch id (0 on failure) for get_batch_transfer_status."""
-        return self._async("batch_transfer_async_write", target_hostname, WRITE, buffers,
-                           peer_buffer_addresses, lengths, transport_hint)
-
-    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses,
-                                  lengths, transport_hint=""):
-        return self._async("batch_transfer_async_read", target_hostname, READ, buffers,
-                           peer_buffer_addresses, lengths, transport_hint)
-
-    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                             opcode, transport_hint=""):
-        return self._async("batch_transfer_async", target_hostname, _op(opcode), buffers,
-                           peer_buffer_addresses, lengths, transport_hint)
-
-    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
-                              transport_hint=""):
-        """One WRITE, submitted; a batch id (0 on failure) for transfer_check_status."""
-        return self._async("transfer_submit_write", target_hostname, WRITE, [buffer],
-                           [peer_buffer_address], [length], transport_hint)
-
-    def _take(self, batch_id):
-        with self._lock:
-            return self._batches.pop(int(batch_id), None)
-
-    def get_batch_transfer_status(self, batch_ids):
-        """Waits for every batch; 0 when all succeeded, else the first failure's code. The ids
-        are spent either way (Mooncake frees them too)."""
-        rc = 0
-        for bid in list(batch_ids):
-            entry = self._take(bid)
-            if entry is None:
-                rc = rc or self._fail(-errno.ENOENT, "get_batch_transfer_status: batch %s is "
-                                      "not a pending batch id of this engine" % bid)
-                continue
-            batch, target = entry
-            try:
-                batch.wait()
-            except FerryError as e:
-                rc = rc or self._fail(_code(e), "batch %d to %s: %s" % (bid, target, e))
-            finally:
-                batch._free_quietly()
-        return rc
-
-    def transfer_check_status(self, batch_id):
-        """1 done, 0 still in flight, -1 failed, -2 timed out (Mooncake's values); a finished
-        batch id is spent."""
-        with self._lock:
-            entry = self._batches.get(int(batch_id))
-        if entry is None:
-            self._fail(-errno.ENOENT, "transfer_check_status: %s is not a pending batch id"
-                       % batch_id)
-            return -1
-        batch, target = entry
-        try:
-            statuses = batch.statuses
-        except FerryError as e:
-            self._take(batch_id)
-            self._fail(_code(e), "transfer_check_status(%d): %s" % (batch_id, e))
-            return -1
-        if any(s.state == "pending" for s in statuses):
-            return 0
-        self._take(batch_id)
-        batch._free_quietly()
-        bad = [s for s in statuses if s.state == "failed"]
-        if not bad:
-            return 1
-        self._fail(bad[0].error, "batch %d to %s: %s" % (batch_id, target, bad[0].message))
-        return -2 if bad[0].error == -errno.ETIMEDOUT else -1
-
-    # -- notifications --------------------------------------------------------------------
-    def get_notifies(self):
-        """The TransferNotify peers sent (transfer_sync(..., notify)) since the last call."""
-        try:
-            notes = self._ready().take_notifications()
-        except _NotReady:
-            self._fail(-errno.EBADF, "get_notifies: " + _NOT_INITIALIZED)
-            return []
-        except FerryError as e:
-            self._fail(_code(e), "get_notifies: %s" % e, logging.ERROR)
-            return []
-        return [decode_notification(n.sender, n.message) for n in notes]
-
 
 def _auto_kind():
     """FERRY_MEMORY_AUTO when this libferry recognises GPU pointers by itself, else None:
@@ -649,50 +438,6 @@ def _register_auto(engine, addr, length):
     _check(lib.ferry_register(_handle(engine._state), ffi.cast("void *", addr), length,
                               _auto_kind(), -1, REMOTE_READ | REMOTE_WRITE), "ferry_register")
     return None
-
-
-def _attached_notifications():
-    """Whether this libferry sends a notification attached to a batch (C API version 3)."""
-    _, lib = _capi.load()
-    return hasattr(lib, "ferry_submit_with_notification")
-
-
-def _submit_with_notification(engine, op, seg, buffers, peers, lengths, transport, payload):
-    from .._arrays import build_requests
-    from ..engine import Batch, _check, _handle
-    ffi, lib = _capi.load()
-    reqs, n, keep = build_requests(op, seg, buffers, peers, lengths, 0, 0, transport)
-    out = ffi.new("ferry_batch_id_t *")
-    _check(lib.ferry_submit_with_notification(_handle(engine._state), reqs, n, int(seg),
-                                              payload, len(payload), out),
-           "ferry_submit_with_notification")
-    batch = Batch(engine._state, int(out[0]), n, keep)
-    batch.notified = True
-    return batch
-
-
-class _NotReady(Exception):
-    pass
-
-
-class _CallFailed(Exception):
-    def __init__(self, code, message):
-        super().__init__(message)
-        self.code = code
-
-
-def _op(opcode):
-    value = int(opcode)
-    if value not in (READ, WRITE):
-        raise ValueError("opcode must be TransferOpcode.Read or TransferOpcode.Write, not %r"
-                         % (opcode,))
-    return value
-
-
-def _notify(notify):
-    if notify is None or isinstance(notify, TransferNotify):
-        return notify
-    raise TypeError("notify must be a TransferNotify or None, not %s" % type(notify).__name__)
 
 
 def _device_for(location):
