@@ -55,6 +55,7 @@ class TransferEngine(Transfers):
         self._regions = {}  # address -> (Region, length) registered through this object
         self._managed = {}  # address -> _Managed
         self._batches = {}  # batch id -> Batch of the async calls
+        self._on_cuda_batches = []  # (call, target, Batch) of the *_on_cuda calls, in order
         self._local = threading.local()
 
     # -- errors ---------------------------------------------------------------------------
@@ -172,14 +173,15 @@ class TransferEngine(Transfers):
         """(Ferry) Destroys the engine now (Mooncake does it when the object is collected)."""
         with self._lock:
             engine, self._engine = self._engine, None
-            managed, self._managed = self._managed, {}
+            self._managed = {}
             self._segments.clear()
             self._regions.clear()
             self._batches.clear()
+            self._on_cuda_batches = []
         if engine is not None:
-            engine.close()  # unregisters everything, managed buffers included
-        for m in managed.values():
-            m.map.close()
+            # Unregisters everything and frees the managed buffers; *_on_cuda batches that no
+            # stream reached yet are cancelled (their streams go on).
+            engine.close()
 
     def __enter__(self):
         return self

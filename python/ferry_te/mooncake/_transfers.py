@@ -182,6 +182,74 @@ class Transfers:
         self._fail(bad[0].error, "batch %d to %s: %s" % (batch_id, target, bad[0].message))
         return -2 if bad[0].error == -errno.ETIMEDOUT else -1
 
+    # -- ordered on a CUDA stream ---------------------------------------------------------
+    def _on_cuda(self, call, target_hostname, op, buffers, peers, lengths, stream_ptr, hint):
+        """Mooncake's *_on_cuda: the batch starts once the work queued on the stream before
+        the call is done, and work queued after it waits for every op to end (the engine's
+        ferry_submit_on_stream). Returns None; raises RuntimeError where Mooncake raises (no
+        such segment, lists of different lengths, the stream refused) and for an earlier
+        *_on_cuda batch that failed since the last call (Mooncake ends the process then)."""
+        self._reap_on_cuda(call)
+        try:
+            transport = _setup.transport_for_hint(hint)
+            seg = self._segment(target_hostname, call)
+            batch = self._ready().submit_arrays_on_stream(op, seg, buffers, peers, lengths,
+                                                          stream_ptr, transport=transport)
+        except NotReady:
+            self._fail(-errno.EBADF, "%s: %s" % (call, NOT_INITIALIZED))
+            raise RuntimeError("%s: %s" % (call, NOT_INITIALIZED)) from None
+        except (_setup.SetupError, CallFailed) as e:
+            self._fail(e.code, "%s: %s" % (call, e))
+            raise RuntimeError("%s: %s" % (call, e)) from None
+        except (FerryError, ValueError, TypeError) as e:
+            self._fail(code_of(e), "%s to %s: %s" % (call, target_hostname, e))
+            raise RuntimeError("%s to %s: %s" % (call, target_hostname, e)) from None
+        with self._lock:
+            self._on_cuda_batches.append((call, target_hostname, batch))
+
+    def _reap_on_cuda(self, call):
+        """Frees the *_on_cuda batches that ended; raises for the first that failed."""
+        with self._lock:
+            pending, self._on_cuda_batches = self._on_cuda_batches, []
+        failed, keep = None, []
+        for entry in pending:
+            earlier, target, batch = entry
+            try:
+                if not batch.poll():
+                    keep.append(entry)
+                    continue
+                batch.wait(0)
+            except FerryError as e:
+                failed = failed or "%s: an earlier %s to %s failed: %s" % (call, earlier, target, e)
+            batch._free_quietly()
+        with self._lock:
+            self._on_cuda_batches[:0] = keep
+        if failed:
+            self._fail(-errno.EIO, failed, logging.ERROR)
+            raise RuntimeError(failed)
+
+    def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
+                               stream_ptr, transport_hint=""):
+        """One WRITE ordered on the CUDA stream stream_ptr (torch's
+        current_stream().cuda_stream): it starts when the work queued before it is done."""
+        self._on_cuda("transfer_write_on_cuda", target_hostname, WRITE, [buffer],
+                      [peer_buffer_address], [length], stream_ptr, transport_hint)
+
+    def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
+                              stream_ptr, transport_hint=""):
+        self._on_cuda("transfer_read_on_cuda", target_hostname, READ, [buffer],
+                      [peer_buffer_address], [length], stream_ptr, transport_hint)
+
+    def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
+                                     lengths, stream_ptr, transport_hint=""):
+        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, WRITE, buffers,
+                      peer_buffer_addresses, lengths, stream_ptr, transport_hint)
+
+    def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
+                                    lengths, stream_ptr, transport_hint=""):
+        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, READ, buffers,
+                      peer_buffer_addresses, lengths, stream_ptr, transport_hint)
+
     # -- notifications --------------------------------------------------------------------
     def get_notifies(self):
         """The TransferNotify peers sent (transfer_sync(..., notify)) since the last call."""
