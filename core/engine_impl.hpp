@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -35,6 +36,7 @@
 namespace ferry {
 
 struct OpRecord;
+struct Deferrals;
 
 // An op whose route needs the network first (its segment's descriptor re-read, a transport
 // connected, a remote region imported): queued on its segment for the connector
@@ -324,6 +326,9 @@ struct Engine::Impl {
     // Never waits on the network.
     Result<BatchId> submit(std::span<const Request> requests,
                            std::unique_ptr<PendingNotification> notification = nullptr);
+    // Routes every op of the batch into `ready` (post now) or `deferred` (the connector first),
+    // or refuses the batch at its first op that is refused; takes nothing.
+    Result<void> plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred);
 
     // route.cpp
     // The op's local region, after the checks that need nothing remote (regions_mutex held).
@@ -346,6 +351,11 @@ struct Engine::Impl {
 
     // batch.cpp
     void progress(int timeout_ms);
+    // Drives progress (or waits for the thread that does) until done() or the deadline; false
+    // at the deadline. done() runs under progress_mutex: whatever makes it true without
+    // completing an op calls wake_progress() afterwards.
+    bool progress_until(const std::function<bool()> &done, std::chrono::steady_clock::time_point deadline);
+    void wake_progress();
     size_t drain(size_t transport);
     void complete(OpRecord &op, int code, std::string_view message);
     // Releases one share of batch.remaining (an op's or the notification's); wakes waiters on
@@ -362,5 +372,8 @@ struct Engine::Impl {
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
 };
+
+// wait()'s error for a finished batch: how many ops failed and the first few; ok when none did.
+Result<void> batch_failures(const Batch &batch);
 
 }  // namespace ferry

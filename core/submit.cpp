@@ -10,9 +10,6 @@
 #include "log.hpp"
 
 namespace ferry {
-namespace {
-
-constexpr size_t kMaxBatchOps = 1u << 24;
 
 // The batch's ops that wait for the connector, by segment.
 struct Deferrals {
@@ -25,6 +22,17 @@ struct Deferrals {
         by_segment[it->second].second.push_back({&op, i, rq});
     }
 };
+
+namespace {
+
+constexpr size_t kMaxBatchOps = 1u << 24;
+
+Result<void> check_size(std::span<const Request> requests) {
+    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
+    if (requests.size() >= kMaxBatchOps)
+        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    return {};
+}
 
 std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
                                   std::unique_ptr<PendingNotification> notification) {
@@ -47,14 +55,22 @@ std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
 
 Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                                      std::unique_ptr<PendingNotification> notification) {
-    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
-    if (requests.size() >= kMaxBatchOps)
-        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    if (auto r = check_size(requests); !r) return std::unexpected(r.error());
     auto batch = make_batch(next_batch.fetch_add(1), requests, std::move(notification));
-
-    // Planning takes nothing: a refused batch started no op and queued none.
     Posting ready;
     Deferrals deferred;
+    if (auto r = plan(*batch, requests, ready, deferred); !r) return std::unexpected(r.error());
+    {
+        std::lock_guard lock(batches_mutex);
+        batches[batch->id] = batch;
+    }
+    post(ready);
+    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
+    return batch->id;
+}
+
+// Planning takes nothing: a refused batch started no op and queued none.
+Result<void> Engine::Impl::plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred) {
     {
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
@@ -137,7 +153,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                                                : prev_route->region->holds(rq.remote, rq.length));
             prev = &rq;
             prev_lr = lr;
-            auto &op = batch->ops[i];
+            auto &op = batch.ops[i];
             // A descriptor the metadata backend says changed is re-read first: by the connector.
             if (seg->stale.load(std::memory_order_relaxed)) {
                 prev_route.reset();
@@ -163,14 +179,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             }
         }
     }
-
-    {
-        std::lock_guard lock(batches_mutex);
-        batches[batch->id] = batch;
-    }
-    post(ready);
-    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
-    return batch->id;
+    return {};
 }
 
 }  // namespace ferry
