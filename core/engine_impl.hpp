@@ -1,6 +1,6 @@
 // Engine internals shared by engine.cpp (setup, memory, segments), submit.cpp and route.cpp
-// (planning a batch), connector.cpp (what needs the network before an op can be posted) and
-// batch.cpp (progress, completion, wait).
+// (planning a batch), connector.cpp (what needs the network before an op can be posted),
+// batch.cpp (progress, completion, wait) and stream_submit.cpp (batches ordered on CUDA streams).
 #pragma once
 
 #include <sys/eventfd.h>
@@ -31,6 +31,7 @@
 #include "region_index.hpp"
 #include "shared_memory.hpp"
 #include "stage_service.hpp"
+#include "stream_submit.hpp"
 #include "transport.hpp"
 
 namespace ferry {
@@ -150,6 +151,7 @@ struct Batch {
     std::unique_ptr<OpRecord[]> ops;
     std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
     std::unique_ptr<PendingNotification> notification;
+    bool on_stream = false;  // submit_on_stream's: posted only once its stream reached it
 };
 
 // Where one op goes, as route() found it without touching the network; `need` says what the
@@ -284,6 +286,11 @@ struct Engine::Impl {
     bool notifier_stopped = false;
     std::thread notifier;
 
+    // Batches ordered on CUDA streams (stream_submit.cpp): the host functions on callers'
+    // streams hand them to one worker thread, which posts them and drives them to their end.
+    std::shared_ptr<StreamHub> stream_hub = std::make_shared<StreamHub>();
+    std::thread stream_worker;  // started by the first submit_on_stream, under stream_hub->mutex
+
     // The connector (connector.cpp): threads that fetch descriptors, connect and import for
     // deferred ops, one segment per thread at a time, so one slow peer holds up only itself.
     std::mutex connector_mutex;
@@ -326,6 +333,11 @@ struct Engine::Impl {
     // Never waits on the network.
     Result<BatchId> submit(std::span<const Request> requests,
                            std::unique_ptr<PendingNotification> notification = nullptr);
+    // submit_on_stream's two halves: the checks submit makes, on a batch created and listed
+    // (waitable) but with nothing posted; then, when its stream reached it, planning and posting
+    // it anew, or failing every op with what refuses it now.
+    Result<std::shared_ptr<Batch>> prepare_batch(std::span<const Request> requests);
+    void start_batch(Batch &batch, std::span<const Request> requests);
     // Routes every op of the batch into `ready` (post now) or `deferred` (the connector first),
     // or refuses the batch at its first op that is refused; takes nothing.
     Result<void> plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred);
@@ -371,6 +383,14 @@ struct Engine::Impl {
     void stop_notifier();  // drops what is queued; the first thing ~Impl does
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
+
+    // stream_submit.cpp
+    Result<BatchId> submit_on_stream(std::span<const Request> requests, void *stream, bool detach);
+    void stream_loop();
+    // Teardown, first: cancels the calls no stream posted yet and joins the worker. Last, once
+    // the transports are gone (no byte of theirs can move): lets the posted ones' streams go on.
+    void stop_stream_calls();
+    void release_stream_calls();
 };
 
 // wait()'s error for a finished batch: how many ops failed and the first few; ok when none did.
