@@ -253,11 +253,12 @@ TEST_F(StreamSubmitTest, TheWriteSendsWhatTheCopyBeforeItWroteAndTheCopyAfterItW
     start();
     auto old_bytes = bytes(kSize, 0xa1), copied = bytes(kSize, 0x3b), later = bytes(kSize, 0xc5);
     cuda().put(dev, old_bytes.data(), kSize);
+    Probe probe;  // outlives the stream, which may still run it when an assertion ends the test
     Stream stream;
 
     // What the stream order is for: a plain submit right after a slow copy on the stream sends
     // the bytes the buffer held before the copy.
-    cuda().delay_next_copy_us(600000);
+    cuda().delay_next_copy_us(1000000);  // long enough for the plain WRITE under TSan too
     ASSERT_EQ(cuda().put_async(dev, copied.data(), kSize, stream.handle), 0);
     ASSERT_TRUE(run(write_all()));
     EXPECT_EQ(peer->command("sum"), sum_line(old_bytes)) << "the plain submit did not overtake the copy";
@@ -270,7 +271,6 @@ TEST_F(StreamSubmitTest, TheWriteSendsWhatTheCopyBeforeItWroteAndTheCopyAfterItW
     auto batch = engine->submit_on_stream(write_all(), stream.handle);
     double submit_s = since(t0);
     ASSERT_TRUE(batch) << batch.error().message;
-    Probe probe;
     probe.engine = engine.get();
     probe.batch = *batch;
     ASSERT_EQ(cuda().launch(stream.handle, &Probe::run, &probe), 0);
@@ -294,8 +294,8 @@ TEST_F(StreamSubmitTest, TheWriteSendsWhatTheCopyBeforeItWroteAndTheCopyAfterItW
 TEST_F(StreamSubmitTest, BatchesOnOneStreamEachSendWhatTheCopyJustBeforeItWrote) {
     start();
     constexpr uint64_t kChunk = 256 << 10;
-    Stream stream;
     std::vector<std::vector<uint8_t>> sources;
+    Stream stream;
     std::vector<BatchId> batches;
     auto want = pattern(kSize);
     for (uint64_t k = 0; k < 4; ++k) {
@@ -322,8 +322,8 @@ TEST_F(StreamSubmitTest, BatchesOnOneStreamEachSendWhatTheCopyJustBeforeItWrote)
 // fails them, and nothing moves.
 TEST_F(StreamSubmitTest, MemoryUnregisteredBeforeTheStreamReachedTheBatchFailsItsOps) {
     start();
-    Stream stream;
     auto copied = bytes(kSize, 0x4c);
+    Stream stream;
     cuda().delay_next_copy_us(300000);
     ASSERT_EQ(cuda().put_async(dev, copied.data(), kSize, stream.handle), 0);
     auto b = engine->submit_on_stream(write_all(), stream.handle);
@@ -343,8 +343,8 @@ TEST_F(StreamSubmitTest, MemoryUnregisteredBeforeTheStreamReachedTheBatchFailsIt
 // Fire and forget (Mooncake's calls return nothing): the engine frees the batch once it ended.
 TEST_F(StreamSubmitTest, ADetachedBatchIsFreedByTheEngineOnceItEnded) {
     start();
-    Stream stream;
     auto copied = bytes(kSize, 0x6e);
+    Stream stream;
     cuda().delay_next_copy_us(200000);
     ASSERT_EQ(cuda().put_async(dev, copied.data(), kSize, stream.handle), 0);
     auto b = engine->submit_on_stream(write_all(), stream.handle, StreamBatch::Detach);
@@ -361,8 +361,9 @@ TEST_F(StreamSubmitTest, ADetachedBatchIsFreedByTheEngineOnceItEnded) {
 
 TEST_F(StreamSubmitTest, AFailureFoundAtThePeerIsReportedOnTheBatchAndLoggedOnceAndTheStreamGoesOn) {
     start();
-    Stream stream;
     auto later = bytes(kSize, 0x5d);
+    Probe probes[2];  // outlive the stream (as the source buffers do)
+    Stream stream;
     struct Case {
         const char *what;
         uint64_t remote;
@@ -380,7 +381,7 @@ TEST_F(StreamSubmitTest, AFailureFoundAtThePeerIsReportedOnTheBatchAndLoggedOnce
         std::vector<Request> w = {{Opcode::Write, dev, seg, c.remote, 64 << 10, ""}};
         auto b = engine->submit_on_stream(w, stream.handle);
         ASSERT_TRUE(b) << "refused at the call, but only the peer knows: " << b.error().message;
-        Probe probe;
+        Probe &probe = probes[c.remote == peer->base];
         probe.engine = engine.get();
         probe.batch = *b;
         ASSERT_EQ(cuda().launch(stream.handle, &Probe::run, &probe), 0);
@@ -461,8 +462,8 @@ TEST_F(StreamSubmitTest, TheDefaultStreamOfTheCurrentContextWorks) {
 
 TEST_F(StreamSubmitTest, DestroyingTheEngineCancelsWhatNoStreamReachedWithoutHangingOrCrashing) {
     start();
-    Stream stream;
     auto copied = bytes(kSize, 0x42);
+    Stream stream;
     cuda().delay_next_copy_us(3000000);  // the stream reaches the batch 3 s from now
     ASSERT_EQ(cuda().put_async(dev, copied.data(), kSize, stream.handle), 0);
     std::vector<BatchId> batches;
@@ -523,8 +524,8 @@ TEST_F(StreamSubmitTest, TheCApiOrdersABatchOnAStream) {
         << ferry_last_error();
     ferry_segment_id_t s = 0;
     ASSERT_EQ(ferry_open_segment(e, peer->segment.c_str(), &s), 0) << ferry_last_error();
+    auto copied = bytes(kSize, 0x19), again = bytes(kSize, 0x2f);
     Stream stream;
-    auto copied = bytes(kSize, 0x19);
     cuda().delay_next_copy_us(300000);
     ASSERT_EQ(cuda().put_async(dev, copied.data(), kSize, stream.handle), 0);
     ferry_request_t rq{FERRY_WRITE, 0, dev, s, peer->base, kSize, nullptr};
@@ -544,7 +545,6 @@ TEST_F(StreamSubmitTest, TheCApiOrdersABatchOnAStream) {
     EXPECT_EQ(ferry_submit_on_stream(e, &rq, 0, stream.handle, &untouched), -EINVAL);
     EXPECT_EQ(untouched, 77u) << "out-parameters are set only on success";
     // No batch pointer: detached, freed by the engine once it ended.
-    auto again = bytes(kSize, 0x2f);
     ASSERT_EQ(cuda().put_async(dev, again.data(), kSize, stream.handle), 0);
     ASSERT_EQ(ferry_submit_on_stream(e, &rq, 1, stream.handle, nullptr), 0) << ferry_last_error();
     ASSERT_TRUE(sync_within(stream.handle, std::chrono::seconds(30)));
