@@ -24,11 +24,13 @@ constexpr size_t kFailureMessageMax = 240;
 // submit path, names the transport, the peer and the fix), so it is cut only much later.
 constexpr size_t kFirstFailureMessageMax = 1024;
 
-// The engine whose progress this thread drives inside wait(), if any: a batch it finishes itself
+// The engine whose progress this thread drives (progress_until), if any: a batch it finishes itself
 // needs no wake-up through wake_fd (that write would only make its next poll() return at once).
 thread_local const void *driving_engine = nullptr;
 
-Result<void> failures(const Batch &batch) {
+}  // namespace
+
+Result<void> batch_failures(const Batch &batch) {
     size_t failed = 0;
     int code = 0;
     std::string shown;
@@ -49,6 +51,8 @@ Result<void> failures(const Batch &batch) {
     if (batch.notification) message += "; the batch's notification was not sent";
     return fail(code, std::move(message));
 }
+
+namespace {
 
 std::string still_pending(const Batch &batch, std::chrono::milliseconds timeout) {
     size_t pending = 0;
@@ -95,14 +99,16 @@ void Engine::Impl::release_share(Batch &batch) {
         batch_ops_finished(batch);
         return;
     }
-    if (before == 1) {
-        std::lock_guard lock(progress_mutex);
-        if (progress_driver && driving_engine != this) {
-            uint64_t one = 1;
-            [[maybe_unused]] auto n = ::write(wake_fd.get(), &one, sizeof one);
-        }
-        progress_cv.notify_all();
+    if (before == 1) wake_progress();
+}
+
+void Engine::Impl::wake_progress() {
+    std::lock_guard lock(progress_mutex);
+    if (progress_driver && driving_engine != this) {
+        uint64_t one = 1;
+        [[maybe_unused]] auto n = ::write(wake_fd.get(), &one, sizeof one);
     }
+    progress_cv.notify_all();
 }
 
 size_t Engine::Impl::drain(size_t t) {
@@ -157,10 +163,21 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
     if (!batch) return fail(-ENOENT, cat("wait: batch ", id, " does not exist (never submitted or already freed)"));
     auto start = std::chrono::steady_clock::now();
     auto deadline = timeout.count() < 0 ? std::chrono::steady_clock::time_point::max() : start + timeout;
+    if (!progress_until([&] { return batch->remaining.load(std::memory_order_acquire) == 0; }, deadline))
+        return fail(kWaitPending, still_pending(*batch, timeout));
+    if (auto failed = batch_failures(*batch); !failed) return failed;
+    if (auto &n = batch->notification; n && n->code != 0)
+        return fail(n->code,
+                    cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
+                        n->segment->name, " was not delivered: ", n->error));
+    return {};
+}
+
+bool Engine::Impl::progress_until(const std::function<bool()> &done, std::chrono::steady_clock::time_point deadline) {
     std::unique_lock lock(progress_mutex);
-    while (batch->remaining.load(std::memory_order_acquire) > 0) {
+    while (!done()) {
         auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) return fail(kWaitPending, still_pending(*batch, timeout));
+        if (now >= deadline) return false;
         auto slice = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
         int slice_ms = static_cast<int>(std::clamp<int64_t>(slice, 1, 100));
         if (!progress_driver) {
@@ -176,13 +193,7 @@ Result<void> Engine::Impl::wait(BatchId id, std::chrono::milliseconds timeout) {
             progress_cv.wait_for(lock, std::chrono::milliseconds(slice_ms));
         }
     }
-    lock.unlock();
-    if (auto failed = failures(*batch); !failed) return failed;
-    if (auto &n = batch->notification; n && n->code != 0)
-        return fail(n->code,
-                    cat("wait: all ", batch->size, " ops of batch ", id, " succeeded, but its notification to segment ",
-                        n->segment->name, " was not delivered: ", n->error));
-    return {};
+    return true;
 }
 
 }  // namespace ferry

@@ -250,6 +250,19 @@ int ferry_submit_with_notification(ferry_engine_t *e, const ferry_request_t *req
     });
 }
 
+int ferry_submit_on_stream(ferry_engine_t *e, const ferry_request_t *requests, size_t count, void *stream,
+                           ferry_batch_id_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!requests && count) return set_error(-EINVAL, "ferry_submit_on_stream: requests is NULL");
+    return guarded(__func__, [&] {
+        auto b = e->engine->submit_on_stream(to_requests(requests, count), stream,
+                                             out ? ferry::StreamBatch::Keep : ferry::StreamBatch::Detach);
+        if (!b) return set_error(b.error());
+        if (out) *out = *b;
+        return 0;
+    });
+}
+
 int ferry_get_status(ferry_engine_t *e, ferry_batch_id_t batch, size_t index, ferry_op_status_t *out) {
     REQUIRE_ENGINE(e);
     if (!out) return set_error(-EINVAL, "ferry_get_status: output pointer is NULL");

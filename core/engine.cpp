@@ -14,9 +14,12 @@ namespace ferry {
 Engine::Impl::~Impl() {
     // Transports stop serving and fail their in-flight ops before the batches those ops point
     // into go away; the metadata server stops first so no peer learns of a dying engine.
-    // Ops waiting for a connect or a descriptor fail first (a connect blocked in a plugin ends
-    // by the plugin's own timeout); batch notifications not yet sent are dropped next: both
-    // point into batches.
+    // Batches no CUDA stream reached yet are cancelled first, and the stream worker stops
+    // driving the others (their streams wait until the transports are gone: below). Ops waiting
+    // for a connect or a descriptor fail next (a connect blocked in a plugin ends by the
+    // plugin's own timeout); batch notifications not yet sent are dropped then: both point into
+    // batches.
+    stop_stream_calls();
     stop_connector();
     stop_notifier();
     metadata.reset();
@@ -25,6 +28,7 @@ Engine::Impl::~Impl() {
     // whose threads may touch lent slices until they are joined.
     if (staging) stop_staging();
     transports.clear();
+    release_stream_calls();
     staging.reset();
 }
 
@@ -293,6 +297,10 @@ Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
 
 Result<BatchId> Engine::submit(std::span<const Request> requests) { return impl_->submit(requests); }
 
+Result<BatchId> Engine::submit_on_stream(std::span<const Request> requests, void *stream, StreamBatch batch) {
+    return impl_->submit_on_stream(requests, stream, batch == StreamBatch::Detach);
+}
+
 Result<OpStatus> Engine::status(BatchId id, size_t index) {
     auto batch = impl_->find_batch(id);
     if (!batch) return fail(-ENOENT, cat("status: batch ", id, " does not exist (never submitted or already freed)"));
@@ -322,6 +330,9 @@ Result<void> Engine::free_batch(BatchId id) {
     if (size_t left = it->second->remaining.load(std::memory_order_acquire))
         return fail(-EBUSY, cat("free_batch: batch ", id, " has ", left, " ops in flight",
                                 it->second->notification ? " (its notification counts as one until delivered)" : "",
+                                it->second->on_stream ? " (ordered on a CUDA stream: until the stream reached it and "
+                                                        "every op ended)"
+                                                      : "",
                                 "; wait for them first"));
     im.batches.erase(it);
     return {};

@@ -1,6 +1,6 @@
 // Engine internals shared by engine.cpp (setup, memory, segments), submit.cpp and route.cpp
-// (planning a batch), connector.cpp (what needs the network before an op can be posted) and
-// batch.cpp (progress, completion, wait).
+// (planning a batch), connector.cpp (what needs the network before an op can be posted),
+// batch.cpp (progress, completion, wait) and stream_submit.cpp (batches ordered on CUDA streams).
 #pragma once
 
 #include <sys/eventfd.h>
@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -30,11 +31,13 @@
 #include "region_index.hpp"
 #include "shared_memory.hpp"
 #include "stage_service.hpp"
+#include "stream_submit.hpp"
 #include "transport.hpp"
 
 namespace ferry {
 
 struct OpRecord;
+struct Deferrals;
 
 // An op whose route needs the network first (its segment's descriptor re-read, a transport
 // connected, a remote region imported): queued on its segment for the connector
@@ -148,6 +151,7 @@ struct Batch {
     std::unique_ptr<OpRecord[]> ops;
     std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
     std::unique_ptr<PendingNotification> notification;
+    bool on_stream = false;  // submit_on_stream's: posted only once its stream reached it
 };
 
 // Where one op goes, as route() found it without touching the network; `need` says what the
@@ -282,6 +286,11 @@ struct Engine::Impl {
     bool notifier_stopped = false;
     std::thread notifier;
 
+    // Batches ordered on CUDA streams (stream_submit.cpp): the host functions on callers'
+    // streams hand them to one worker thread, which posts them and drives them to their end.
+    std::shared_ptr<StreamHub> stream_hub = std::make_shared<StreamHub>();
+    std::thread stream_worker;  // started by the first submit_on_stream, under stream_hub->mutex
+
     // The connector (connector.cpp): threads that fetch descriptors, connect and import for
     // deferred ops, one segment per thread at a time, so one slow peer holds up only itself.
     std::mutex connector_mutex;
@@ -324,6 +333,14 @@ struct Engine::Impl {
     // Never waits on the network.
     Result<BatchId> submit(std::span<const Request> requests,
                            std::unique_ptr<PendingNotification> notification = nullptr);
+    // submit_on_stream's two halves: the checks submit makes, on a batch created and listed
+    // (waitable) but with nothing posted; then, when its stream reached it, planning and posting
+    // it anew, or failing every op with what refuses it now.
+    Result<std::shared_ptr<Batch>> prepare_batch(std::span<const Request> requests);
+    void start_batch(Batch &batch, std::span<const Request> requests);
+    // Routes every op of the batch into `ready` (post now) or `deferred` (the connector first),
+    // or refuses the batch at its first op that is refused; takes nothing.
+    Result<void> plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred);
 
     // route.cpp
     // The op's local region, after the checks that need nothing remote (regions_mutex held).
@@ -346,6 +363,11 @@ struct Engine::Impl {
 
     // batch.cpp
     void progress(int timeout_ms);
+    // Drives progress (or waits for the thread that does) until done() or the deadline; false
+    // at the deadline. done() runs under progress_mutex: whatever makes it true without
+    // completing an op calls wake_progress() afterwards.
+    bool progress_until(const std::function<bool()> &done, std::chrono::steady_clock::time_point deadline);
+    void wake_progress();
     size_t drain(size_t transport);
     void complete(OpRecord &op, int code, std::string_view message);
     // Releases one share of batch.remaining (an op's or the notification's); wakes waiters on
@@ -361,6 +383,17 @@ struct Engine::Impl {
     void stop_notifier();  // drops what is queued; the first thing ~Impl does
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
+
+    // stream_submit.cpp
+    Result<BatchId> submit_on_stream(std::span<const Request> requests, void *stream, bool detach);
+    void stream_loop();
+    // Teardown, first: cancels the calls no stream posted yet and joins the worker. Last, once
+    // the transports are gone (no byte of theirs can move): lets the posted ones' streams go on.
+    void stop_stream_calls();
+    void release_stream_calls();
 };
+
+// wait()'s error for a finished batch: how many ops failed and the first few; ok when none did.
+Result<void> batch_failures(const Batch &batch);
 
 }  // namespace ferry

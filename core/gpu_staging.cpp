@@ -51,6 +51,9 @@ public:
             !resolve(lib, "cuPointerGetAttribute", s->pointer_attribute_, why) ||
             !resolve(lib, "cuPointerGetAttributes", s->pointer_attributes_, why))
             return nullptr;
+        // Only submit_on_stream needs these (CUDA 10+); staging works without them.
+        s->launch_host_func_ = reinterpret_cast<decltype(s->launch_host_func_)>(dlsym(lib, "cuLaunchHostFunc"));
+        s->stream_get_ctx_ = reinterpret_cast<decltype(s->stream_get_ctx_)>(dlsym(lib, "cuStreamGetCtx"));
         if (int rc = s->init_(0); rc != 0) {
             why = s->text(rc, "cuInit");
             return nullptr;
@@ -123,6 +126,28 @@ public:
         int rc = event_sync_(event);
         event_destroy_(event);
         if (rc != 0) return fail(-EIO, text(rc, "copying between GPU and pinned memory"));
+        return {};
+    }
+
+    Result<void> launch_host_func(void *stream, HostFn fn, void *user) override {
+        if (!launch_host_func_ || !stream_get_ctx_)
+            return fail(-ENOSYS,
+                        cat("the CUDA driver ", cuda_driver_library(),
+                            " has no cuLaunchHostFunc or cuStreamGetCtx; a driver of CUDA 10 or later has both"));
+        // The stream's own context is made current for the call, so a thread that holds another
+        // context (or none) can pass a stream created elsewhere; 0 and the per-thread default
+        // stream mean the calling thread's current context.
+        CUctx ctx = nullptr;
+        if (int rc = stream_get_ctx_(stream, &ctx); rc != 0 || !ctx)
+            return fail(-EINVAL,
+                        cat(text(rc, "cuStreamGetCtx"), " for stream ", hex(reinterpret_cast<uintptr_t>(stream)),
+                            ": pass a stream this process created, or make a CUDA context current on this "
+                            "thread for the default stream (0)"));
+        if (int rc = push_(ctx); rc != 0) return fail(-EINVAL, text(rc, "cuCtxPushCurrent"));
+        int rc = launch_host_func_(stream, fn, user);
+        CUctx popped;
+        pop_(&popped);
+        if (rc != 0) return fail(-EIO, text(rc, "cuLaunchHostFunc"));
         return {};
     }
 
@@ -202,6 +227,8 @@ private:
     int (*error_string_)(int, const char **) = nullptr;
     int (*pointer_attribute_)(void *, int, uintptr_t) = nullptr;
     int (*pointer_attributes_)(unsigned, int *, void **, uintptr_t) = nullptr;
+    int (*launch_host_func_)(void *, HostFn, void *) = nullptr;
+    int (*stream_get_ctx_)(void *, CUctx *) = nullptr;
 };
 
 class HipStager final : public GpuStager {
@@ -307,6 +334,10 @@ public:
         event_destroy_(event);
         if (rc != 0) return fail(-EIO, text(rc, "copying between GPU and pinned memory"));
         return {};
+    }
+    Result<void> launch_host_func(void *, HostFn, void *) override {
+        return fail(-ENOTSUP,
+                    "ordering a batch on a HIP stream is not implemented; synchronise the stream, then submit");
     }
 
 private:

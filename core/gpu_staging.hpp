@@ -34,6 +34,12 @@ public:
     virtual Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) = 0;
     // Blocks until the event's copies are done, then frees the event: ok or the runtime's error.
     virtual Result<void> wait(int device, void *event) = 0;
+
+    // Enqueues fn(user) on the caller's `stream` (cuLaunchHostFunc): the runtime calls it once
+    // the work queued on the stream before it is done, and holds back the work queued after it
+    // until it returns. fn must make no call into the runtime. CUDA only.
+    using HostFn = void (*)(void *user);
+    virtual Result<void> launch_host_func(void *stream, HostFn fn, void *user) = 0;
 };
 
 }  // namespace ferry

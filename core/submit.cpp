@@ -1,7 +1,9 @@
 // submit: a batch is checked against what this engine knows (its own regions, its open
 // segments, their cached descriptors), its routable ops are posted, and ops whose segment
 // needs the network first (a descriptor re-read, a connect, an import) are handed to the
-// connector (connector.cpp). It never waits on the network.
+// connector (connector.cpp). It never waits on the network. submit_on_stream
+// (stream_submit.cpp) splits it: the checks at the call, the planning and posting once the
+// batch's CUDA stream reached it.
 #include <algorithm>
 #include <cerrno>
 #include <unordered_map>
@@ -10,9 +12,6 @@
 #include "log.hpp"
 
 namespace ferry {
-namespace {
-
-constexpr size_t kMaxBatchOps = 1u << 24;
 
 // The batch's ops that wait for the connector, by segment.
 struct Deferrals {
@@ -25,6 +24,17 @@ struct Deferrals {
         by_segment[it->second].second.push_back({&op, i, rq});
     }
 };
+
+namespace {
+
+constexpr size_t kMaxBatchOps = 1u << 24;
+
+Result<void> check_size(std::span<const Request> requests) {
+    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
+    if (requests.size() >= kMaxBatchOps)
+        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    return {};
+}
 
 std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
                                   std::unique_ptr<PendingNotification> notification) {
@@ -47,14 +57,58 @@ std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
 
 Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                                      std::unique_ptr<PendingNotification> notification) {
-    if (requests.empty()) return fail(-EINVAL, "submit: the batch is empty");
-    if (requests.size() >= kMaxBatchOps)
-        return fail(-E2BIG, cat("submit: ", requests.size(), " ops in one batch; split it below ", kMaxBatchOps));
+    if (auto r = check_size(requests); !r) return std::unexpected(r.error());
     auto batch = make_batch(next_batch.fetch_add(1), requests, std::move(notification));
-
-    // Planning takes nothing: a refused batch started no op and queued none.
     Posting ready;
     Deferrals deferred;
+    if (auto r = plan(*batch, requests, ready, deferred); !r) return std::unexpected(r.error());
+    {
+        std::lock_guard lock(batches_mutex);
+        batches[batch->id] = batch;
+    }
+    post(ready);
+    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
+    return batch->id;
+}
+
+Result<std::shared_ptr<Batch>> Engine::Impl::prepare_batch(std::span<const Request> requests) {
+    if (auto r = check_size(requests); !r) return std::unexpected(r.error());
+    auto batch = make_batch(next_batch.fetch_add(1), requests, nullptr);
+    batch->on_stream = true;
+    {
+        Posting ready;
+        Deferrals deferred;
+        if (auto r = plan(*batch, requests, ready, deferred); !r) return std::unexpected(r.error());
+    }
+    // Planning left its marks on the ops it routed; the stream's turn plans them afresh.
+    for (size_t i = 0; i < batch->size; ++i) {
+        batch->ops[i].transport.store(kNoTransport, std::memory_order_relaxed);
+        batch->ops[i].staged.reset();
+    }
+    std::lock_guard lock(batches_mutex);
+    batches[batch->id] = batch;
+    return batch;
+}
+
+void Engine::Impl::start_batch(Batch &batch, std::span<const Request> requests) {
+    Posting ready;
+    Deferrals deferred;
+    if (auto r = plan(batch, requests, ready, deferred); !r) {
+        // Refused now (memory unregistered or a segment closed since the call): no op started.
+        for (size_t i = 0; i < batch.size; ++i) {
+            batch.ops[i].transport.store(kNoTransport, std::memory_order_relaxed);
+            batch.ops[i].staged.reset();
+        }
+        std::string why = cat("refused when its CUDA stream reached the batch: ", r.error().message);
+        for (size_t i = 0; i < batch.size; ++i) complete(batch.ops[i], r.error().code, why);
+        return;
+    }
+    post(ready);
+    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
+}
+
+// Planning takes nothing: a refused batch started no op and queued none.
+Result<void> Engine::Impl::plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred) {
     {
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
@@ -137,7 +191,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
                                                : prev_route->region->holds(rq.remote, rq.length));
             prev = &rq;
             prev_lr = lr;
-            auto &op = batch->ops[i];
+            auto &op = batch.ops[i];
             // A descriptor the metadata backend says changed is re-read first: by the connector.
             if (seg->stale.load(std::memory_order_relaxed)) {
                 prev_route.reset();
@@ -163,14 +217,7 @@ Result<BatchId> Engine::Impl::submit(std::span<const Request> requests,
             }
         }
     }
-
-    {
-        std::lock_guard lock(batches_mutex);
-        batches[batch->id] = batch;
-    }
-    post(ready);
-    for (auto &[seg, ops] : deferred.by_segment) defer(seg, std::move(ops));
-    return batch->id;
+    return {};
 }
 
 }  // namespace ferry

@@ -70,6 +70,11 @@ struct OpStatus {
     std::string message;
 };
 
+// submit_on_stream: the caller keeps the batch (waits for it, frees it), or the engine frees it
+// itself once its ops ended (fire and forget, as Mooncake's transfer_*_on_cuda; a failure is
+// then only logged, and the id answers -ENOENT from then on).
+enum class StreamBatch : uint32_t { Keep = 0, Detach = 1 };
+
 // A region another engine registered, as its descriptor tells it.
 struct RemoteRegion {
     uint64_t addr = 0;
@@ -193,6 +198,24 @@ public:
     // -EMSGSIZE beyond kMaxNotificationBytes, -ENOENT when `target` is not open.
     Result<BatchId> submit_with_notification(std::span<const Request> requests, SegmentId target,
                                              std::span<const uint8_t> message);
+
+    // submit, ordered on a CUDA stream (`stream`: a CUstream / cudaStream_t of this process; 0,
+    // the legacy default stream, and the per-thread default stream need a CUDA context current
+    // on the calling thread). Returns at once, refusing what submit refuses (then nothing is
+    // enqueued), else with the batch's id. A host function enqueued with cuLaunchHostFunc runs
+    // once the work queued on the stream before this call is done: it hands the batch to the
+    // engine's stream worker thread (CUDA forbids CUDA calls inside a host function, and posting
+    // may make them), which posts it and drives it until every op ended, each within its
+    // timeout; work queued on the stream after this call waits until then. Failures are
+    // reported on the batch (wait(), status(): each op's own error), logged once, and the stream
+    // goes on. The ops are checked again when the stream reaches them (memory unregistered or a
+    // segment closed meanwhile fails them). free_batch says -EBUSY until the stream reached the
+    // batch and its ops ended (StreamBatch::Detach: the engine frees it itself then, and the id
+    // answers -ENOENT). Destroying the engine cancels the batches no stream reached yet
+    // (their host functions return at once whenever they run) and lets the streams of those in
+    // flight go on once the transports are down. -ENODEV without the CUDA driver (libcuda.so.1).
+    Result<BatchId> submit_on_stream(std::span<const Request> requests, void *stream,
+                                     StreamBatch batch = StreamBatch::Keep);
 
     struct Impl;
 

@@ -16,9 +16,9 @@
 /* Version of this C API: 2 added ferry_wait_batch; 3 added ferry_wait_notifications,
  * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
  * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared; 5 added
- * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t. Functions are only
- * ever added. */
-#define FERRY_C_API_VERSION 5
+ * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t; 6 added
+ * ferry_submit_on_stream. Functions are only ever added. */
+#define FERRY_C_API_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -220,6 +220,27 @@ FERRY_C_API int ferry_notification_fd(ferry_engine_t *engine, int *fd);
 FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
                                                ferry_segment_id_t target, const void *data, size_t length,
                                                ferry_batch_id_t *batch);
+
+/* ferry_submit ordered on a CUDA stream (Mooncake's transfer_*_on_cuda): the batch starts once
+ * the work queued on `stream` before this call is done, and work queued on it after this call
+ * waits until every op of the batch ended. `stream` is a CUstream / cudaStream_t of this process
+ * (torch.cuda.current_stream().cuda_stream); 0 (the legacy default stream) and the per-thread
+ * default stream need a CUDA context current on the calling thread. Returns at once: the
+ * requests are checked as ferry_submit checks them (nothing is enqueued when one is refused),
+ * then a host function is enqueued on the stream (cuLaunchHostFunc). When the stream reaches
+ * it, the host function hands the batch to the engine's stream worker thread, which posts it
+ * (CUDA forbids CUDA calls inside a host function; posting may make them) and drives it until
+ * every op ended, each within its timeout; the stream waits meanwhile. A failure is reported on
+ * the batch (ferry_wait_batch, ferry_get_status: each op's own error), logged once, and the
+ * stream goes on. The batch id is valid at once and waitable like any other; ferry_free_batch
+ * says -EBUSY until the stream reached it and its ops ended. `batch` NULL: the engine frees the
+ * batch itself once its ops ended (fire and forget; a failure is then only logged). ferry_engine_destroy cancels the
+ * batches their streams have not reached yet (their host functions return at once when they
+ * run, after the engine is gone too) and releases the streams of those in flight once the
+ * transports are down. -ENODEV when the CUDA driver (libcuda.so.1) cannot be loaded. (C API
+ * version 6.) */
+FERRY_C_API int ferry_submit_on_stream(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
+                                       void *stream, ferry_batch_id_t *batch);
 
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);

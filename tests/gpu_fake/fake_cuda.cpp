@@ -7,11 +7,17 @@
 // and event records run on one worker thread per stream, in order, so code that reads a pinned
 // buffer before its event completed sees stale bytes (or a race under TSan), as on a real GPU.
 // Calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none is current.
+// Host functions (cuLaunchHostFunc) run on their stream's worker in stream order, as the real
+// driver runs them; any CUDA call made from inside one fails with CUDA_ERROR_NOT_PERMITTED and is
+// counted (ferry_fake_cuda_host_fn_violations), since CUDA forbids them there. The null stream,
+// CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are synchronous here: their copies and host
+// functions run inside the call, on the calling thread.
 //
 // Fault injection (environment, read at cuInit):
 //   FERRY_FAKE_CUDA_FAIL_COPY=n   the n-th async copy (from 1) copies nothing and the next event
 //                                 recorded on its stream completes with CUDA_ERROR_ILLEGAL_ADDRESS
 //   FERRY_FAKE_CUDA_COPY_DELAY_US=us  each async copy takes at least this long
+//                                 (ferry_fake_cuda_delay_next_copy_us: only the next one, longer)
 //   FERRY_FAKE_CUDA_HEAP_MB=mb    size of the device heap (default 2048, sparse)
 //   FERRY_FAKE_CUDA_EVENT_LINGER_US=us  a stream's worker takes this long after completing an
 //                                 event before it is done with it (a worker preempted there on a
@@ -42,7 +48,9 @@ namespace {
 using CUresult = int;
 using CUdeviceptr = uintptr_t;
 constexpr CUresult kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3, kInvalidDevice = 101,
-                   kInvalidContext = 201, kInvalidHandle = 400, kNotReady = 600, kIllegalAddress = 700;
+                   kInvalidContext = 201, kInvalidHandle = 400, kNotReady = 600, kIllegalAddress = 700,
+                   kNotPermitted = 800;
+using HostFn = void (*)(void *);
 constexpr int kAttrContext = 1, kAttrMemoryType = 2, kAttrDevicePointer = 3, kAttrHostPointer = 4,
               kAttrDeviceOrdinal = 9;
 constexpr unsigned kMemTypeHost = 1, kMemTypeDevice = 2;
@@ -52,8 +60,11 @@ struct Task {
     uintptr_t dst = 0, src = 0;  // translated (the alias for device memory)
     size_t bytes = 0;
     bool fail = false;
-    Event *event = nullptr;  // set: an event record, else a copy
+    Event *event = nullptr;    // set: an event record
+    HostFn host_fn = nullptr;  // set: a host function, called with `user`
+    void *user = nullptr;
     uint64_t generation = 0;
+    unsigned extra_delay_us = 0;  // a copy's own delay on top of the global one
 };
 
 // Held by its handle and by every record still queued on a stream (the real driver lets an event
@@ -89,7 +100,10 @@ struct State {
     std::atomic<uint64_t> copies{0};
     std::atomic<uint64_t> fail_copy{0};
     std::atomic<unsigned> delay_us{0};
+    std::atomic<unsigned> next_copy_delay_us{0};
     std::atomic<unsigned> linger_us{0};
+    std::atomic<uint64_t> host_fn_violations{0};
+    std::atomic<uint64_t> host_fns{0};  // cuLaunchHostFunc calls that enqueued one
     std::mutex quarantine_m;
     // Destroyed events, poisoned. Never destroyed itself: stream workers may still retire events
     // while the process exits, and LeakSanitizer finds the quarantined events through it.
@@ -100,7 +114,31 @@ int g_context_tag;
 void *const kContext = &g_context_tag;
 thread_local std::deque<void *> t_contexts;
 
+thread_local bool t_in_host_fn = false;  // this thread runs a host function now
+
 bool have_context() { return !t_contexts.empty() && t_contexts.back() == kContext; }
+
+// CUDA forbids CUDA calls inside a host function; the real driver may or may not catch them.
+#define REFUSED_IN_HOST_FN()                   \
+    do {                                       \
+        if (t_in_host_fn) {                    \
+            g.host_fn_violations.fetch_add(1); \
+            return kNotPermitted;              \
+        }                                      \
+    } while (0)
+
+// The legacy default stream (0, CU_STREAM_LEGACY) and the per-thread one (CU_STREAM_PER_THREAD)
+// are special handles, no Stream: synchronous here.
+struct Stream;
+Stream *stream_of(void *handle) {
+    return reinterpret_cast<uintptr_t>(handle) <= 2 ? nullptr : static_cast<Stream *>(handle);
+}
+
+void run_host_fn(HostFn fn, void *user) {
+    t_in_host_fn = true;
+    fn(user);
+    t_in_host_fn = false;
+}
 
 uint64_t env_u64(const char *name, uint64_t fallback) {
     const char *v = std::getenv(name);
@@ -166,8 +204,10 @@ void Stream::run() {
         Task t = tasks.front();
         lock.unlock();
         int error = kSuccess;
-        if (!t.event) {
-            if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
+        if (t.host_fn) {
+            run_host_fn(t.host_fn, t.user);
+        } else if (!t.event) {
+            if (unsigned us = g.delay_us + t.extra_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(us));
             if (t.fail) error = kIllegalAddress;
             else std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), t.bytes);
         }
@@ -193,6 +233,7 @@ void Stream::run() {
 }
 
 CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     Task t;
@@ -202,8 +243,9 @@ CUresult enqueue_copy(uintptr_t dst, uintptr_t src, size_t bytes, Stream *s) {
     uint64_t n = g.copies.fetch_add(1) + 1;
     uint64_t fail_at = g.fail_copy.load();
     t.fail = fail_at != 0 && n == fail_at;
+    t.extra_delay_us = g.next_copy_delay_us.exchange(0);
     if (!s) {  // the legacy default stream: synchronous here
-        if (g.delay_us) std::this_thread::sleep_for(std::chrono::microseconds(g.delay_us.load()));
+        if (unsigned us = g.delay_us + t.extra_delay_us) std::this_thread::sleep_for(std::chrono::microseconds(us));
         if (t.fail) return kIllegalAddress;
         std::memcpy(reinterpret_cast<void *>(t.dst), reinterpret_cast<const void *>(t.src), bytes);
         return kSuccess;
@@ -250,6 +292,7 @@ FAKE_API CUresult cuGetErrorString(CUresult rc, const char **s) {
         case kInvalidHandle: *s = "invalid resource handle"; break;
         case kNotReady: *s = "device not ready"; break;
         case kIllegalAddress: *s = "an illegal memory access was encountered"; break;
+        case kNotPermitted: *s = "operation not permitted"; break;
         default: *s = nullptr; return kInvalidValue;
     }
     return kSuccess;
@@ -262,6 +305,7 @@ FAKE_API CUresult cuDeviceGetCount(int *n) {
 }
 
 FAKE_API CUresult cuDeviceGet(int *dev, int ordinal) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (ordinal != 0) return kInvalidDevice;
     *dev = 0;
@@ -269,6 +313,7 @@ FAKE_API CUresult cuDeviceGet(int *dev, int ordinal) {
 }
 
 FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (dev != 0) return kInvalidDevice;
     *ctx = kContext;
@@ -278,12 +323,14 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
 FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
 
 FAKE_API CUresult cuCtxPushCurrent_v2(void *ctx) {
+    REFUSED_IN_HOST_FN();
     if (ctx != kContext) return kInvalidContext;
     t_contexts.push_back(ctx);
     return kSuccess;
 }
 
 FAKE_API CUresult cuCtxPopCurrent_v2(void **ctx) {
+    REFUSED_IN_HOST_FN();
     if (t_contexts.empty()) return kInvalidContext;
     if (ctx) *ctx = t_contexts.back();
     t_contexts.pop_back();
@@ -302,6 +349,7 @@ FAKE_API CUresult cuCtxGetCurrent(void **ctx) {
 }
 
 FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     std::lock_guard lock(g.m);
@@ -314,6 +362,7 @@ FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
 }
 
 FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) {
+    REFUSED_IN_HOST_FN();
     std::lock_guard lock(g.m);
     auto it = g.allocations.find(p);
     if (it == g.allocations.end()) return kInvalidValue;
@@ -324,6 +373,7 @@ FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) {
 }
 
 FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     void *m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -337,6 +387,7 @@ FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned) {
 FAKE_API CUresult cuMemAllocHost_v2(void **p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
 
 FAKE_API CUresult cuMemFreeHost(void *p) {
+    REFUSED_IN_HOST_FN();
     std::lock_guard lock(g.m);
     auto it = g.pinned.find(reinterpret_cast<uintptr_t>(p));
     if (it == g.pinned.end()) return kInvalidValue;
@@ -355,16 +406,17 @@ FAKE_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
     return enqueue_copy(reinterpret_cast<uintptr_t>(dst), src, bytes, nullptr);
 }
 FAKE_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, void *stream) {
-    return enqueue_copy(dst, src, bytes, static_cast<Stream *>(stream));
+    return enqueue_copy(dst, src, bytes, stream_of(stream));
 }
 FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream) {
-    return enqueue_copy(dst, reinterpret_cast<uintptr_t>(src), bytes, static_cast<Stream *>(stream));
+    return enqueue_copy(dst, reinterpret_cast<uintptr_t>(src), bytes, stream_of(stream));
 }
 FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream) {
-    return enqueue_copy(reinterpret_cast<uintptr_t>(dst), src, bytes, static_cast<Stream *>(stream));
+    return enqueue_copy(reinterpret_cast<uintptr_t>(dst), src, bytes, stream_of(stream));
 }
 
 FAKE_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
+    REFUSED_IN_HOST_FN();
     if (!have_context()) return kInvalidContext;
     uintptr_t p;
     if (!in_device(dst) || !translate(dst, bytes, p)) return kInvalidValue;
@@ -373,6 +425,7 @@ FAKE_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t byt
 }
 
 FAKE_API CUresult cuStreamCreate(void **stream, unsigned) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     auto *s = new Stream;
@@ -382,7 +435,8 @@ FAKE_API CUresult cuStreamCreate(void **stream, unsigned) {
 }
 
 FAKE_API CUresult cuStreamSynchronize(void *stream) {
-    auto *s = static_cast<Stream *>(stream);
+    REFUSED_IN_HOST_FN();
+    auto *s = stream_of(stream);
     if (!s) return kSuccess;
     std::unique_lock lock(s->m);
     s->cv.wait(lock, [&] { return s->tasks.empty(); });
@@ -392,6 +446,7 @@ FAKE_API CUresult cuStreamSynchronize(void *stream) {
 }
 
 FAKE_API CUresult cuStreamDestroy_v2(void *stream) {
+    REFUSED_IN_HOST_FN();
     auto *s = static_cast<Stream *>(stream);
     if (!s) return kInvalidHandle;
     {
@@ -404,7 +459,42 @@ FAKE_API CUresult cuStreamDestroy_v2(void *stream) {
     return kSuccess;
 }
 
+FAKE_API CUresult cuStreamGetCtx(void *stream, void **ctx) {
+    REFUSED_IN_HOST_FN();
+    if (!g.initialised) return kNotInitialized;
+    if (!stream_of(stream)) {  // the default streams belong to the current context
+        if (!have_context()) return kInvalidContext;
+        *ctx = t_contexts.back();
+        return kSuccess;
+    }
+    *ctx = kContext;
+    return kSuccess;
+}
+
+// In stream order, on the stream's worker; the default streams run it here and now.
+FAKE_API CUresult cuLaunchHostFunc(void *stream, HostFn fn, void *user) {
+    REFUSED_IN_HOST_FN();
+    if (!g.initialised) return kNotInitialized;
+    if (!fn) return kInvalidValue;
+    Stream *s = stream_of(stream);
+    if (!s) {
+        if (!have_context()) return kInvalidContext;
+        g.host_fns.fetch_add(1);
+        run_host_fn(fn, user);
+        return kSuccess;
+    }
+    g.host_fns.fetch_add(1);
+    Task t;
+    t.host_fn = fn;
+    t.user = user;
+    std::lock_guard lock(s->m);
+    s->tasks.push_back(t);
+    s->cv.notify_all();
+    return kSuccess;
+}
+
 FAKE_API CUresult cuEventCreate(void **event, unsigned) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     if (!have_context()) return kInvalidContext;
     *event = new Event;
@@ -412,8 +502,9 @@ FAKE_API CUresult cuEventCreate(void **event, unsigned) {
 }
 
 FAKE_API CUresult cuEventRecord(void *event, void *stream) {
+    REFUSED_IN_HOST_FN();
     auto *e = static_cast<Event *>(event);
-    auto *s = static_cast<Stream *>(stream);
+    auto *s = stream_of(stream);
     if (!e || !s) return kInvalidHandle;
     if (!have_context()) return kInvalidContext;
     Task t;
@@ -430,6 +521,7 @@ FAKE_API CUresult cuEventRecord(void *event, void *stream) {
 }
 
 FAKE_API CUresult cuEventQuery(void *event) {
+    REFUSED_IN_HOST_FN();
     auto *e = static_cast<Event *>(event);
     std::lock_guard lock(e->m);
     if (e->completed < e->recorded) return kNotReady;
@@ -437,6 +529,7 @@ FAKE_API CUresult cuEventQuery(void *event) {
 }
 
 FAKE_API CUresult cuEventSynchronize(void *event) {
+    REFUSED_IN_HOST_FN();
     auto *e = static_cast<Event *>(event);
     if (!e) return kInvalidHandle;
     std::unique_lock lock(e->m);
@@ -445,6 +538,7 @@ FAKE_API CUresult cuEventSynchronize(void *event) {
 }
 
 FAKE_API CUresult cuEventDestroy_v2(void *event) {
+    REFUSED_IN_HOST_FN();
     if (!event) return kInvalidHandle;
     event_unref(static_cast<Event *>(event));  // a pending record still holds it
     return kSuccess;
@@ -478,11 +572,13 @@ static CUresult attribute(void *data, int attr, CUdeviceptr p, bool strict) {
 }
 
 FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     return attribute(data, attr, p, true);
 }
 
 FAKE_API CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    REFUSED_IN_HOST_FN();
     if (!g.initialised) return kNotInitialized;
     for (unsigned i = 0; i < n; ++i)
         if (CUresult rc = attribute(data[i], attrs[i], p, false); rc != kSuccess) return rc;
@@ -498,3 +594,9 @@ FAKE_API void ferry_fake_cuda_fail_copy(uint64_t n) { g.fail_copy = n ? g.copies
 FAKE_API void ferry_fake_cuda_copy_delay_us(unsigned us) { g.delay_us = us; }
 // As FERRY_FAKE_CUDA_EVENT_LINGER_US, from now on (0: none).
 FAKE_API void ferry_fake_cuda_event_linger_us(unsigned us) { g.linger_us = us; }
+// The next async copy started (on any stream) takes `us` longer than the others; 0 clears it.
+FAKE_API void ferry_fake_cuda_delay_next_copy_us(unsigned us) { g.next_copy_delay_us = us; }
+// For tests: CUDA calls refused because they were made inside a host function.
+FAKE_API uint64_t ferry_fake_cuda_host_fn_violations() { return g.host_fn_violations.load(); }
+// For tests: host functions enqueued so far (cuLaunchHostFunc calls that succeeded).
+FAKE_API uint64_t ferry_fake_cuda_host_fns() { return g.host_fns.load(); }
