@@ -106,8 +106,8 @@ Hiredis load_hiredis() {
     Hiredis h;
     const char *override_name = std::getenv("FERRY_LIBHIREDIS");
     const bool overridden = override_name != nullptr && *override_name != '\0';
-    const char *const defaults[] = {"libhiredis.so.1.1.0", "libhiredis.so.1.0.0", "libhiredis.so.0.14",
-                                    "libhiredis.so"};
+    const char *const defaults[] = {"libhiredis.so.1.4.0", "libhiredis.so.1.3.0", "libhiredis.so.1.1.0",
+                                    "libhiredis.so.1.0.0", "libhiredis.so.0.14",  "libhiredis.so"};
     std::string tried;
     void *lib = nullptr;
     auto attempt = [&](const char *name) {

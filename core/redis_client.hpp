@@ -1,10 +1,12 @@
 // A Redis connection over hiredis, which is loaded at run time (dlopen), not linked: a host
 // without hiredis runs Ferry, and only a redis:// metadata URL fails, naming the package to
-// install. Sonames tried: $FERRY_LIBHIREDIS when set, else libhiredis.so.1.1.0 (hiredis 1.1, 1.2),
-// libhiredis.so.1.0.0, libhiredis.so.0.14 (Debian 12, Ubuntu 22.04) and libhiredis.so. hiredis 1.x
-// and 0.14 lay out their context and reply structs differently; the library's own symbols say
-// which it is (redisConnectWithOptions exists from 1.0 on), and replies are copied into
-// RedisReply at once, so nothing else depends on hiredis' structs.
+// install. Sonames tried: $FERRY_LIBHIREDIS when set, else libhiredis.so.1.4.0, 1.3.0, 1.1.0
+// (hiredis 1.1, 1.2), 1.0.0, libhiredis.so.0.14 (Debian 12, Ubuntu 22.04) and libhiredis.so.
+// hiredis 1.x and 0.14 lay out their context and reply structs differently; the library's own
+// symbols say which it is (redisConnectWithOptions exists from 1.0 on), and replies are copied
+// into RedisReply at once, so nothing else depends on hiredis' structs. Both layouts were run
+// against the Redis tests: Debian 12's 0.14 and hiredis 1.2.0 built from source
+// (FERRY_LIBHIREDIS=.../libhiredis.so).
 //
 // Every call ends within the timeout it is given: commands go out and replies come in through
 // poll() on the connection's socket against one deadline (hiredis' own blocking calls would
