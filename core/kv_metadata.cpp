@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -56,6 +56,14 @@ std::string random_instance() {
     std::string out(16, '0');
     for (int i = 15; i >= 0; --i, v >>= 4) out[i] = digits[v & 15];
     return out;
+}
+
+// What is kept of a stamp seen: the value, or for one far longer than any stamp (a store that
+// answers with something else) its length and hash, so a hostile store cannot make an engine
+// keep its answers.
+std::optional<std::string> fingerprint(std::optional<std::string> value) {
+    if (!value || value->size() <= 64) return value;
+    return cat("#", value->size(), ":", std::hash<std::string>{}(*value));
 }
 
 class KvMetadata final : public MetadataBackend {
@@ -172,7 +180,7 @@ public:
                                      " holds the descriptor of segment '", d->name.substr(0, 64), "', not '", name,
                                      "'; it was copied or written by something other than its engine"));
         std::lock_guard lock(watch_mutex_);
-        watched_[name] = std::move((*got)[0]);
+        watched_[name] = fingerprint(std::move((*got)[0]));
         return d;
     }
 
@@ -245,8 +253,9 @@ private:
             std::lock_guard lock(watch_mutex_);
             for (size_t i = 0; i < keys.size(); ++i) {
                 auto it = watched_.find(names[at + i]);
-                if (it == watched_.end() || it->second == (*got)[i]) continue;
-                it->second = std::move((*got)[i]);
+                auto seen = fingerprint(std::move((*got)[i]));
+                if (it == watched_.end() || it->second == seen) continue;
+                it->second = std::move(seen);
                 changed.push_back(it->first);
             }
         }

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -196,6 +198,40 @@ struct timeval to_timeval(std::chrono::milliseconds ms) {
     return {static_cast<time_t>(ms.count() / 1000), static_cast<suseconds_t>((ms.count() % 1000) * 1000)};
 }
 
+// hiredis writes with write()/send() without MSG_NOSIGNAL, and a write to a connection the peer
+// reset may raise SIGPIPE, whose default action ends the whole process. Linux fails the first
+// write after a reset with ECONNRESET and no signal, and the connection is dropped then, but
+// nothing in hiredis promises that: while one of its writes runs, this thread blocks SIGPIPE and
+// takes back a SIGPIPE the write raised (not one that was pending before).
+class SigpipeBlocked {
+public:
+    SigpipeBlocked() {
+        sigemptyset(&pipe_);
+        sigaddset(&pipe_, SIGPIPE);
+        sigset_t pending;
+        sigemptyset(&pending);
+        sigpending(&pending);
+        was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+        pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    }
+    ~SigpipeBlocked() {
+        if (!was_pending_) {
+            sigset_t pending;
+            sigemptyset(&pending);
+            sigpending(&pending);
+            timespec zero{0, 0};
+            if (sigismember(&pending, SIGPIPE) == 1) sigtimedwait(&pipe_, nullptr, &zero);
+        }
+        pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    }
+    SigpipeBlocked(const SigpipeBlocked &) = delete;
+    SigpipeBlocked &operator=(const SigpipeBlocked &) = delete;
+
+private:
+    sigset_t pipe_, old_;
+    bool was_pending_ = false;
+};
+
 bool starts(const std::string &text, const char *prefix) { return text.rfind(prefix, 0) == 0; }
 bool has(const std::string &text, const char *part) { return text.find(part) != std::string::npos; }
 
@@ -320,7 +356,12 @@ Result<std::vector<RedisReply>> RedisClient::exchange(const std::vector<std::vec
     }
     for (int done = 0; !done;) {
         if (auto w = wait(POLLOUT); !w) return std::unexpected(w.error());
-        if (h.buffer_write(context_, &done) != 0) return broken("sending");
+        int rc;
+        {
+            SigpipeBlocked quiet;
+            rc = h.buffer_write(context_, &done);
+        }
+        if (rc != 0) return broken("sending");
     }
     std::vector<RedisReply> out;
     out.reserve(commands.size());

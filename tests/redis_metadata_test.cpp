@@ -351,6 +351,12 @@ TEST_F(RedisMetadataTest, GarbageValuesAndServersThatAreNotRedisFailWithAMessage
     CannedServer silent("");
     why = against(silent, "500");
     EXPECT_TRUE(contains(why, "no answer within 500 ms")) << why;
+    // Answers PING, then resets the connection: the next command fails (and must not raise
+    // SIGPIPE, whose default action would end this process).
+    CannedServer reset("+PONG\r\n", 1, /*reset=*/true);
+    why = against(reset, "2000");
+    EXPECT_TRUE(contains(why, "Redis metadata: cannot reach Redis")) << why;
+    EXPECT_GT(reset.connections(), 1u) << why;
     // A bulk string of 200 MB, streamed: refused past the reply limit, not read into memory.
     CannedServer huge("$200000000\r\n" + std::string(1 << 20, 'x'), 100);
     why = against(huge, "5000");

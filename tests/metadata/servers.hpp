@@ -200,10 +200,12 @@ private:
 };
 
 // A TCP server on 127.0.0.1 that answers every connection with `reply` (after reading what the
-// client sent first, unless `reply` is empty: then it reads and never answers), then closes.
+// client sent first, unless `reply` is empty: then it reads and never answers), then closes, with
+// a reset when `reset` is set (the client's next write then fails).
 class CannedServer {
 public:
-    explicit CannedServer(std::string reply, size_t repeat = 1) : reply_(std::move(reply)), repeat_(repeat) {
+    explicit CannedServer(std::string reply, size_t repeat = 1, bool reset = false)
+        : reply_(std::move(reply)), repeat_(repeat), reset_(reset) {
         fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -242,6 +244,10 @@ private:
             }
             for (size_t i = 0; i < repeat_ && !stop_; ++i)
                 if (send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL) < 0) break;
+            if (reset_) {
+                linger l{1, 0};
+                setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+            }
             close(c);
         }
         for (int c : held) close(c);
@@ -249,6 +255,7 @@ private:
 
     std::string reply_;
     size_t repeat_;
+    bool reset_;
     int fd_ = -1;
     uint16_t port_ = 0;
     std::atomic<bool> stop_{false};
