@@ -17,10 +17,12 @@ When it listens it prints one line to stdout, "READY http://127.0.0.1:PORT/metad
 flushes it; --ready-file PATH also writes that URL to PATH (written whole, then renamed). It binds
 127.0.0.1 unless --host says otherwise; SIGTERM and SIGINT stop it. Bodies larger than
 --max-body-bytes (default 1 MiB, aiohttp's default, which Mooncake's server keeps) get 413.
+--log-level INFO logs every request.
 Needs aiohttp (Debian: python3-aiohttp)."""
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -70,7 +72,8 @@ async def serve(args):
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
-    runner = web.AppRunner(make_app(args.path, args.max_body_bytes), access_log=None)
+    access_log = logging.getLogger("aiohttp.access") if args.log_level in ("DEBUG", "INFO") else None
+    runner = web.AppRunner(make_app(args.path, args.max_body_bytes), access_log=access_log)
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
@@ -96,7 +99,11 @@ def main():
     p.add_argument("--path", default="/metadata", help="the endpoint's path (default /metadata)")
     p.add_argument("--max-body-bytes", type=int, default=1024 * 1024, help="largest PUT body (default 1 MiB)")
     p.add_argument("--ready-file", help="write the URL here once listening")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="as mooncake_http_metadata_server's (default WARNING)")
     args = p.parse_args()
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s - %(name)s - %(levelname)s - %(message)s")
     if not args.path.startswith("/"):
         sys.exit("--path must start with /")
     asyncio.run(serve(args))
