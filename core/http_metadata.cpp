@@ -126,7 +126,7 @@ private:
             case 413:
                 return {-EMSGSIZE,
                         cat(what, "; the segment descriptor (", bytes,
-                            " bytes) is larger than the server takes (Mooncake's aiohttp server: 1 MiB, about 20k "
+                            " bytes) is larger than the server takes (Mooncake's aiohttp server: 1 MiB, some 10k "
                             "regions): register fewer, larger regions, raise the server's limit, or use etcd://")};
             default: break;
         }
