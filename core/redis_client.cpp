@@ -159,9 +159,25 @@ std::string context_errstr(void *c) {
     return std::string(s, strnlen(s, 128));
 }
 int context_fd(void *c) { return hiredis().v1 ? static_cast<ContextV1 *>(c)->fd : static_cast<ContextV0 *>(c)->fd; }
-size_t context_buffered(void *c) {
-    ReaderView *r = hiredis().v1 ? static_cast<ContextV1 *>(c)->reader : static_cast<ContextV0 *>(c)->reader;
-    return r ? r->len : 0;
+ReaderView *context_reader(void *c) {
+    return hiredis().v1 ? static_cast<ContextV1 *>(c)->reader : static_cast<ContextV0 *>(c)->reader;
+}
+
+// Whether the reply item being read is a bulk string announced ("$<n>") longer than `limit`, so
+// it is refused before its bytes arrive, not after `limit` of them. hiredis keeps unparsed data
+// from its buffer's pos on, and takes an item's type byte as soon as it arrives, so the head of
+// that data is the item still incomplete, its '$' just before pos or at it.
+bool announces_more_than(const ReaderView *r, size_t limit) {
+    if (!r || !r->buf || r->pos > r->len) return false;
+    const char *p = r->buf + r->pos, *end = r->buf + r->len;
+    if (r->pos > 0 && p[-1] == '$') --p;
+    if (p >= end || *p != '$') return false;
+    unsigned long long n = 0;
+    for (++p; p < end && *p >= '0' && *p <= '9'; ++p) {
+        n = n * 10 + static_cast<unsigned>(*p - '0');
+        if (n > limit) return true;
+    }
+    return false;
 }
 
 template <class Reply>
@@ -365,6 +381,7 @@ Result<std::vector<RedisReply>> RedisClient::exchange(const std::vector<std::vec
     }
     std::vector<RedisReply> out;
     out.reserve(commands.size());
+    size_t received = 0;
     while (out.size() < commands.size()) {
         void *reply = nullptr;
         if (h.get_reply_from_reader(context_, &reply) != 0)
@@ -376,11 +393,17 @@ Result<std::vector<RedisReply>> RedisClient::exchange(const std::vector<std::vec
             h.free_reply(reply);
             continue;
         }
-        if (context_buffered(context_) > kMaxRedisReplyBytes)
-            return std::unexpected(lost(-EPROTO, cat("a reply is larger than ", kMaxRedisReplyBytes,
+        // What arrives is counted, not what is buffered: hiredis moves each finished element of
+        // an array out of its buffer into the reply it builds.
+        const ReaderView *reader = context_reader(context_);
+        if (announces_more_than(reader, kMaxRedisReplyBytes) || received > kMaxRedisReplyBytes)
+            return std::unexpected(lost(-EPROTO, cat("an answer is larger than ", kMaxRedisReplyBytes,
                                                      " bytes, more than any value Ferry stores; not read further")));
         if (auto w = wait(POLLIN); !w) return std::unexpected(w.error());
+        const size_t before = reader ? reader->len : 0;
         if (h.buffer_read(context_) != 0) return broken("receiving");
+        reader = context_reader(context_);
+        if (reader && reader->len > before) received += reader->len - before;
     }
     return out;
 }

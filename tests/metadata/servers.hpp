@@ -199,13 +199,13 @@ private:
     Child child_;
 };
 
-// A TCP server on 127.0.0.1 that answers every connection with `reply` (after reading what the
-// client sent first, unless `reply` is empty: then it reads and never answers), then closes, with
-// a reset when `reset` is set (the client's next write then fails).
+// A TCP server on 127.0.0.1 that answers every connection with `head` and `repeat` times `reply`
+// (after reading what the client sent first, unless `reply` is empty: then it reads and never
+// answers), then closes, with a reset when `reset` is set (the client's next write then fails).
 class CannedServer {
 public:
-    explicit CannedServer(std::string reply, size_t repeat = 1, bool reset = false)
-        : reply_(std::move(reply)), repeat_(repeat), reset_(reset) {
+    explicit CannedServer(std::string reply, size_t repeat = 1, bool reset = false, std::string head = "")
+        : reply_(std::move(reply)), head_(std::move(head)), repeat_(repeat), reset_(reset) {
         fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -242,7 +242,8 @@ private:
                 held.push_back(c);  // silent: the client must give up on its own
                 continue;
             }
-            for (size_t i = 0; i < repeat_ && !stop_; ++i)
+            bool sent = head_.empty() || send(c, head_.data(), head_.size(), MSG_NOSIGNAL) >= 0;
+            for (size_t i = 0; sent && i < repeat_ && !stop_; ++i)
                 if (send(c, reply_.data(), reply_.size(), MSG_NOSIGNAL) < 0) break;
             if (reset_) {
                 linger l{1, 0};
@@ -253,7 +254,7 @@ private:
         for (int c : held) close(c);
     }
 
-    std::string reply_;
+    std::string reply_, head_;
     size_t repeat_;
     bool reset_;
     int fd_ = -1;
