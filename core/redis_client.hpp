@@ -10,9 +10,10 @@
 //
 // Every call ends within the timeout it is given: commands go out and replies come in through
 // poll() on the connection's socket against one deadline (hiredis' own blocking calls would
-// wait the timeout again for every read), and a reply that grows past kMaxRedisReplyBytes is
-// refused instead of read into memory. A broken connection is dropped and made again (with AUTH
-// and SELECT) by the next call.
+// wait the timeout again for every read), and an answer is refused once more than
+// kMaxRedisReplyBytes of it arrived, or as soon as it announces a longer string, instead of being
+// read into memory. A broken connection is dropped and made again (with AUTH and SELECT) by the
+// next call.
 #pragma once
 
 #include <chrono>
