@@ -181,6 +181,29 @@ TEST_F(RedisMetadataTest, EnginesRegisterAgainAfterFlushAllAndARestart) {
     move_bytes(**engine, *(*engine)->open_segment("survivor"), peer);
 }
 
+// A register while Redis is away returns at once; the engine writes it when Redis is back.
+TEST_F(RedisMetadataTest, ARegisterWhileRedisIsAwayIsPublishedWhenItComesBack) {
+    auto target = Engine::create(config("steady"));
+    ASSERT_TRUE(target) << target.error().message;
+    server->stop();
+    std::vector<uint8_t> late(64 << 10, 0x5a);
+    auto start = Clock::now();
+    ASSERT_TRUE((*target)->register_memory(late.data(), late.size()));
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+    ASSERT_TRUE(server->start());  // without the keys of before
+    auto reader = Engine::create(config("reader"));
+    ASSERT_TRUE(reader) << reader.error().message;
+    std::vector<uint8_t> local(late.size());
+    ASSERT_TRUE((*reader)->register_memory(local.data(), local.size()));
+    ASSERT_TRUE(eventually([&] {
+        auto seg = (*reader)->open_segment("steady");
+        if (!seg) return false;
+        return static_cast<bool>(transfer(**reader, Opcode::Read, local.data(), *seg,
+                                          reinterpret_cast<uintptr_t>(late.data()), local.size()));
+    })) << "the region registered while Redis was away never reached it";
+    EXPECT_EQ(local, late);
+}
+
 TEST_F(RedisMetadataTest, AnEngineStartedBeforeRedisRetriesUntilItAnswers) {
     server->stop();
     std::thread later([&] {
