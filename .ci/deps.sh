@@ -8,6 +8,7 @@ packages=(
   iperf3 python3
   libamdhip64-dev libhsa-runtime-dev
   libcurl4-openssl-dev etcd-server curl iproute2 openssl libssl3
+  redis-server libhiredis-dev python3-aiohttp
   python3-mesonpy python3-wheel python3-cffi python3-numpy python3-pytest python3-venv patchelf twine
   python3-matplotlib
   libfabric-dev libfabric-bin ucx-utils

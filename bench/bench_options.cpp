@@ -164,11 +164,12 @@ Parser::Parser(Options &o) : o_(o) {
     add("metadata_server", false, o.metadata_server,
         "P2PHANDSHAKE (each engine serves its own descriptor; segments are ip:port); etcd: "
         "etcd://host:2379[,host:2379...][/prefix], or host:2379 as Mooncake reads it; etcds://... for etcd over TLS "
-        "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users); Mooncake's HTTP "
-        "metadata server as http://host:port/metadata; redis://host:6379 (redis_* keys for a password)",
+        "(docs/DEPLOYMENT.md; etcd_* keys of --option/--config for certificates and users); "
+        "redis://[user[:password]@]host:6379[/db] (MC_REDIS_USERNAME, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX as in "
+        "Mooncake, or redis_* keys); http://host:8080/metadata (Mooncake's HTTP metadata server)",
         string(o.metadata_server), true);
-    add("local_server_name", false, "127.0.0.1, any port; a target's with etcd: the hostname",
-        "this engine's name: with P2PHANDSHAKE the ip[:port] it listens on, with etcd its segment name",
+    add("local_server_name", false, "127.0.0.1, any port; a target's with a metadata server: the hostname",
+        "this engine's name: with P2PHANDSHAKE the ip[:port] it listens on, with etcd, Redis or HTTP its segment name",
         string(o.local_server_name), true);
     add("segment_id", false, "", "initiator: the target's segment (ip:port with P2PHANDSHAKE, its name with etcd)",
         string(o.segment_id), true);
@@ -462,12 +463,13 @@ void resolve_metadata(Options &o) {
     const std::string &m = o.metadata_server;
     auto scheme = m.find("://");
     std::string name = scheme == std::string::npos ? "" : lower(m.substr(0, scheme));
-    if (m == "P2PHANDSHAKE" || m.empty() || name == "etcd" || name == "etcds" || name == "redis" || name == "http" ||
-        name == "https") {
+    if (m == "P2PHANDSHAKE" || m.empty() || name == "etcd" || name == "etcds") {
         o.metadata_url = m;
+    } else if (name == "redis" || name == "rediss" || name == "http" || name == "https") {
+        o.metadata_url = m;  // Redis, or Mooncake's HTTP metadata server: the engine takes them as they are
     } else if (scheme != std::string::npos) {
         usage_error("--metadata_server=" + m + ": unknown scheme " + name +
-                    "://; use P2PHANDSHAKE, etcd://host:2379, http://host:port/metadata or redis://host:6379");
+                    "://; use P2PHANDSHAKE, etcd://host:2379, redis://host:6379 or http://host:8080/metadata");
     } else {
         o.metadata_url = "etcd://" + m;  // Mooncake reads a bare host:port[,host:port] as etcd
         o.notes.push_back("--metadata_server=" + m + ": etcd at " + m + ", as Mooncake reads it (etcd://" + m + ")");
@@ -532,6 +534,22 @@ Options parse_options(int argc, char **argv) {
     return o;
 }
 
+// Mooncake's engine reads Redis credentials from MC_REDIS_USERNAME, MC_REDIS_PASSWORD and
+// MC_REDIS_DB_INDEX; the URL's user:password@ and /db win over them, as there.
+static void redis_from_environment(const std::string &url, ferry::Config &c) {
+    const std::string rest = url.substr(std::string("redis://").size());
+    const auto slash = rest.find('/');
+    const bool url_credentials = rest.substr(0, slash).find('@') != std::string::npos;
+    const bool url_db = slash != std::string::npos && slash + 1 < rest.size();
+    auto take = [&](const char *var, const char *key, bool skip) {
+        const char *v = std::getenv(var);
+        if (v && *v && !skip && !c.count(key)) c[key] = v;
+    };
+    take("MC_REDIS_USERNAME", "redis_user", url_credentials);
+    take("MC_REDIS_PASSWORD", "redis_password", url_credentials || c.count("redis_password_file"));
+    take("MC_REDIS_DB_INDEX", "redis_db", url_db);
+}
+
 ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
     ferry::Config c;
     if (!o.config.empty()) {
@@ -540,10 +558,10 @@ ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
         c = *file;
     }
     c["metadata"] = o.metadata_url;
+    const bool p2p = o.metadata_url.empty() || o.metadata_url == "P2PHANDSHAKE";
     // One name per engine: in loopback the target takes it, the initiator gets its own.
     if (!o.local_server_name.empty() && role != Role::LoopbackInitiator) {
         const std::string &n = o.local_server_name;
-        bool p2p = o.metadata_url.empty() || o.metadata_url == "P2PHANDSHAKE";
         if (p2p && n.find(':') == std::string::npos) {
             // Mooncake listens on the named host at a port of its choosing: the same here.
             addrinfo hints{}, *res = nullptr;
@@ -560,7 +578,7 @@ ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
             c["local_server_name"] = n;
         }
     }
-    if (o.local_server_name.empty() && role == Role::Target && o.metadata_url.rfind("etcd", 0) == 0) {
+    if (o.local_server_name.empty() && role == Role::Target && !p2p) {
         // Mooncake names a target by its hostname, which its initiators' --segment_id then gives.
         char host[256] = {};
         if (gethostname(host, sizeof host - 1) == 0 && host[0]) c["local_server_name"] = host;
@@ -572,6 +590,7 @@ ferry::Result<ferry::Config> engine_config(const Options &o, Role role) {
             return ferry::fail(-EINVAL, "--option takes key=value, got '" + kv + "'");
         c[kv.substr(0, eq)] = kv.substr(eq + 1);
     }
+    if (o.metadata_url.rfind("redis://", 0) == 0) redis_from_environment(o.metadata_url, c);
     return c;
 }
 

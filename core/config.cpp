@@ -18,11 +18,11 @@ namespace {
 // The engine's keys, for the unknown-key check and `ferry-info --options engine`: key, default,
 // what is accepted, what it does. The README's configuration table is checked against it.
 constexpr EngineKey kEngineKeys[] = {
-    {"metadata", "P2PHANDSHAKE", "P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds://...", "metadata server: each engine serves its own descriptor, or etcd"},
+    {"metadata", "P2PHANDSHAKE", "P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix, etcds://..., redis://host:6379[/db] or http://host:8080/metadata", "metadata server: each engine serves its own descriptor, or etcd, Redis or Mooncake's HTTP metadata server"},
     {"metadata_server", "", "as metadata", "alias of metadata"},
     {"local_ip", "127.0.0.1", "an address of this host", "address the control server (descriptors, notifications) binds, and tcp.so's and rdma.so's servers unless <t>.bind_ip"},
     {"rpc_port", "0", "0..65535", "control server port, 0 for any free port"},
-    {"local_server_name", "", "P2PHANDSHAKE: ip:port; etcd: a name", "segment name to publish, where the metadata backend names segments"},
+    {"local_server_name", "", "P2PHANDSHAKE: ip:port; etcd, Redis, HTTP: a name", "segment name to publish, where the metadata backend names segments"},
     {"host_id", "machine id + boot id", "any text", "host identity override: which peers count as the same host"},
     {"protocols", kDefaultProtocolPriority, "a comma list of transports", "transport priority, best first, e.g. shm,tcp"},
     {"plugin_path", "", "a colon list of directories", "plugin directories searched before FERRY_PLUGIN_PATH"},
@@ -30,13 +30,18 @@ constexpr EngineKey kEngineKeys[] = {
     {"log_level", "$FERRY_LOG_LEVEL or warn", "error, warn, info, debug or trace", "log level"},
     {"handshake_timeout_ms", "5000", "1..3600000", "timeout for fetching a peer's descriptor or one metadata request"},
     {"metadata_retry_ms", "10000", "0..3600000", "how long to retry an unreachable metadata server at start"},
-    {"etcd_lease_ttl_s", "10", "2..3600", "seconds after which a dead engine's segment leaves etcd"},
+    {"metadata_poll_ms", "2000", "100..3600000", "Redis, HTTP: how often an engine re-checks its own segment and the segments it opened"},
+    {"etcd_lease_ttl_s", "10", "2..3600", "seconds after which a dead engine's segment leaves etcd or Redis"},
     {"etcd_ca_file", "system CA store", "a PEM file", "etcds://: PEM CA certificates that sign etcd's server certificate"},
     {"etcd_cert_file", "", "a PEM file", "etcds://: PEM client certificate, for etcd --client-cert-auth (with etcd_key_file)"},
     {"etcd_key_file", "", "a PEM file (chmod 600)", "etcds://: PEM private key of etcd_cert_file"},
     {"etcd_user", "", "an etcd user name", "etcd user, for etcd with authentication enabled"},
     {"etcd_password", "", "secret (never printed)", "password of etcd_user (prefer etcd_password_file)"},
     {"etcd_password_file", "", "a file", "file holding the password of etcd_user"},
+    {"redis_user", "", "a Redis ACL user", "redis://: user to AUTH as (Redis 6+); default: the default user"},
+    {"redis_password", "", "secret (never printed)", "redis://: Redis password (prefer redis_password_file)"},
+    {"redis_password_file", "", "a file", "redis://: file holding the Redis password"},
+    {"redis_db", "0", "0, 1, ...", "redis://: database to SELECT, unless the URL's /db gives it"},
     {"auth_secret", "$FERRY_AUTH_SECRET", "secret of >= 16 bytes (never printed)", "cluster secret: peers must prove they know it"},
     {"auth_secret_file", "$FERRY_AUTH_SECRET_FILE", "a file", "file holding the cluster secret"},
     {"notification_queue_max", "65536", "1..16777216", "notifications received and not yet taken before senders get -ENOBUFS"},
@@ -216,8 +221,15 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             if (!v || *v < 2)
                 return fail(-EINVAL, cat("config key 'etcd_lease_ttl_s' = '", value, "'; use 2..3600 seconds"));
             s.metadata.lease_ttl_s = static_cast<int>(*v);
+        } else if (key == "metadata_poll_ms") {
+            auto v = parse_unsigned(key, value, 3600000);
+            if (!v || *v < 100)
+                return fail(-EINVAL, cat("config key 'metadata_poll_ms' = '", value, "'; use 100..3600000"));
+            s.metadata.poll = std::chrono::milliseconds(*v);
         } else if (std::string *etcd_field = etcd_security_field(s.metadata.etcd, key)) {
             *etcd_field = value;
+        } else if (std::string *redis_field = redis_setting_field(s.metadata.redis, key)) {
+            *redis_field = value;
         } else if (key == "auth_secret") auth_secret = &value;
         else if (key == "auth_secret_file") auth_secret_file = &value;
         else if (key == "notification_queue_max") {
@@ -246,6 +258,7 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                                  ") is larger than gpu_staging_max_bytes (", s.gpu_staging_max_bytes,
                                  "): no slice could ever be lent; raise the bound or shrink the slice"));
     if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());
+    if (auto redis = resolve_redis_settings(s.metadata); !redis) return std::unexpected(redis.error());
     auto auth = resolve_auth_secret(auth_secret, auth_secret_file);
     if (!auth) return std::unexpected(auth.error());
     s.auth = std::move(*auth);

@@ -24,6 +24,7 @@
 #include "etcd_client.hpp"
 #include "log.hpp"
 #include "metadata.hpp"
+#include "metadata_retry.hpp"
 
 namespace ferry {
 namespace {
@@ -75,31 +76,19 @@ public:
 
     // Registers with retries: an engine may start while etcd is briefly unreachable.
     Result<void> start() {
-        auto deadline = std::chrono::steady_clock::now() + settings_.retry_for;
-        auto backoff = std::chrono::milliseconds(100);
-        for (;;) {
-            auto r = [&]() -> Result<void> {
-                std::lock_guard lock(mutex_);
-                if (auto g = grant_locked(client_); !g) return g;
-                // etcd grants leases to anyone; reading our own key tells now whether this
-                // engine's credentials may use its prefix.
-                auto access =
-                    call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
-                if (!access) return std::unexpected(access.error());
-                return {};
-            }();
-            if (r) break;
-            // A refused certificate, password or file is not cured by waiting.
-            if (r.error().code == -EACCES || r.error().code == -EINVAL)
-                return fail(r.error().code, cat("etcd metadata: ", r.error().message));
-            if (std::chrono::steady_clock::now() + backoff > deadline)
-                return fail(r.error().code,
-                            cat("etcd metadata: cannot reach etcd (", r.error().message, ") after ",
-                                settings_.retry_for.count(), " ms; check the etcd:// address and that etcd runs"));
-            FERRY_LOG(Warn, "etcd", "etcd unreachable (", r.error().message, "); retrying in ", backoff.count(), " ms");
-            std::this_thread::sleep_for(backoff);
-            backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
-        }
+        auto attempt = [&]() -> Result<void> {
+            std::lock_guard lock(mutex_);
+            if (auto g = grant_locked(client_); !g) return g;
+            // etcd grants leases to anyone; reading our own key tells now whether this
+            // engine's credentials may use its prefix.
+            auto access =
+                call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
+            if (!access) return std::unexpected(access.error());
+            return {};
+        };
+        auto r = retry_at_start("etcd metadata", "etcd", "etcd", settings_.retry_for,
+                                "check the etcd:// address and that etcd runs", attempt);
+        if (!r) return r;
         keepalive_ = std::thread([this] { keepalive_loop(); });
         watch_ = std::thread([this] { watch_loop(); });
         return {};

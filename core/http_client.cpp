@@ -12,8 +12,8 @@
 namespace ferry {
 namespace {
 
-// libcurl is loaded when an etcd backend first needs it, not linked: a host that never uses
-// etcd (a bare container, say) needs no libcurl at all.
+// libcurl is loaded when an etcd or HTTP metadata backend first needs it, not linked: a host
+// that uses neither (a bare container, say) needs no libcurl at all.
 struct Curl {
     decltype(&curl_global_init) global_init = nullptr;
     decltype(&curl_easy_init) easy_init = nullptr;
@@ -34,7 +34,7 @@ const Curl &curl() {
         void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             const char *e = dlerror();
-            c.error = std::string("etcd metadata needs libcurl: ") + (e ? e : "libcurl.so.4 not found") +
+            c.error = std::string("etcd and HTTP metadata need libcurl: ") + (e ? e : "libcurl.so.4 not found") +
                       " (apt-get install libcurl4)";
             return c;
         }
@@ -60,6 +60,22 @@ const Curl &curl() {
 
 size_t append(char *data, size_t size, size_t n, void *out) {
     static_cast<std::string *>(out)->append(data, size * n);
+    return size * n;
+}
+
+struct Bounded {
+    std::string body;
+    size_t max;
+    bool over;
+};
+
+size_t append_bounded(char *data, size_t size, size_t n, void *out) {
+    auto *b = static_cast<Bounded *>(out);
+    if (b->body.size() + size * n > b->max) {
+        b->over = true;
+        return 0;  // a short count ends the transfer
+    }
+    b->body.append(data, size * n);
     return size * n;
 }
 
@@ -90,19 +106,22 @@ HttpClient::~HttpClient() {
     if (curl_) curl().easy_cleanup(static_cast<CURL *>(curl_));
 }
 
-curl_slist *HttpClient::prepare(const std::string &url, const std::string &body, std::string_view authorization) {
+curl_slist *HttpClient::prepare(const std::string &url, const std::string *body, std::string_view authorization,
+                                const char *content_type) {
     CURL *c = static_cast<CURL *>(curl_);
     curl().easy_reset(c);
     error_buffer_[0] = '\0';
-    curl_slist *headers = curl().slist_append(nullptr, "Content-Type: application/json");
+    curl_slist *headers = curl().slist_append(nullptr, cat("Content-Type: ", content_type).c_str());
     if (!authorization.empty()) headers = curl().slist_append(headers, cat("Authorization: ", authorization).c_str());
     curl().easy_setopt(c, CURLOPT_URL, url.c_str());
-    curl().easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
-    curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    if (body) {
+        curl().easy_setopt(c, CURLOPT_POSTFIELDS, body->c_str());
+        curl().easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(body->size()));
+    }
     curl().easy_setopt(c, CURLOPT_HTTPHEADER, headers);
     curl().easy_setopt(c, CURLOPT_ERRORBUFFER, error_buffer_);
     curl().easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl().easy_setopt(c, CURLOPT_PROXY, "");  // etcd is reached directly, never through a proxy
+    curl().easy_setopt(c, CURLOPT_PROXY, "");  // metadata servers are reached directly, never through a proxy
     // HTTP/1.1 over https too: etcd would accept HTTP/2 by ALPN, and failures would then all
     // read CURLE_HTTP2, hiding which TLS step failed.
     curl().easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
@@ -119,6 +138,31 @@ curl_slist *HttpClient::prepare(const std::string &url, const std::string &body,
 Error HttpClient::failure(const std::string &url, int curl_code) const {
     auto rc = static_cast<CURLcode>(curl_code);
     std::string detail = error_buffer_[0] ? error_buffer_ : curl().easy_strerror(rc);
+    switch (rc) {
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_WEIRD_SERVER_REPLY:
+            // Something answered, but not in HTTP (another service on that port): waiting does
+            // not cure it.
+            return {-EPROTO, cat(url, ": the server does not answer in HTTP (", detail,
+                                 "); check the host and port: is it the metadata server's?")};
+        case CURLE_URL_MALFORMAT: return {-EINVAL, cat(url, ": not a valid URL (", detail, ")")};
+        default: break;
+    }
+    if (tls_.service != "etcd") {
+        switch (rc) {
+            case CURLE_PEER_FAILED_VERIFICATION:
+                return {-EACCES, cat(url, ": TLS certificate verify failed (", detail, "): ", tls_.service,
+                                     "'s certificate is not signed by a CA in the system's CA store or does not name "
+                                     "this host")};
+            case CURLE_SSL_CONNECT_ERROR:
+                if (contains(detail.c_str(), "alert"))
+                    return {-EACCES, cat(url, ": ", tls_.service, " refused the TLS connection (", detail, ")")};
+                break;
+            default: break;
+        }
+        return {rc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED,
+                cat(url, ": ", detail, " (curl error ", curl_code, ")")};
+    }
     std::string ca = tls_.ca_file.empty() ? std::string("the system's CA store (etcd_ca_file is not set)")
                                           : cat("etcd_ca_file '", tls_.ca_file, "'");
     switch (rc) {
@@ -169,7 +213,7 @@ Result<std::string> HttpClient::post(const std::string &url, const std::string &
         return fail(curl().error.empty() ? -ENOMEM : -ENOENT,
                     curl().error.empty() ? "curl_easy_init failed" : curl().error);
     std::string response;
-    curl_slist *headers = prepare(url, body, authorization);
+    curl_slist *headers = prepare(url, &body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, append);
     curl().easy_setopt(c, CURLOPT_WRITEDATA, &response);
     curl().easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
@@ -184,6 +228,31 @@ Result<std::string> HttpClient::post(const std::string &url, const std::string &
     return response;
 }
 
+Result<HttpResponse> HttpClient::request(const char *method, const std::string &url, const std::string *body,
+                                         std::chrono::milliseconds timeout, size_t max_body) {
+    CURL *c = static_cast<CURL *>(curl_);
+    if (!c)
+        return fail(curl().error.empty() ? -ENOMEM : -ENOENT,
+                    curl().error.empty() ? "curl_easy_init failed" : curl().error);
+    Bounded response{{}, max_body, false};
+    curl_slist *headers = prepare(url, body, {}, "application/octet-stream");
+    if (std::strcmp(method, "GET") != 0) curl().easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, append_bounded);
+    curl().easy_setopt(c, CURLOPT_WRITEDATA, &response);
+    curl().easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+    curl().easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
+    CURLcode rc = curl().easy_perform(c);
+    curl().slist_free_all(headers);
+    if (response.over)
+        return fail(-EMSGSIZE, cat(url, ": the answer to ", method, " is larger than ", max_body,
+                                   " bytes, more than any value Ferry stores; it was not read further"));
+    if (rc != CURLE_OK) return std::unexpected(failure(url, rc));
+    HttpResponse out;
+    curl().easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out.status);
+    out.body = std::move(response.body);
+    return out;
+}
+
 Result<void> HttpClient::stream(const std::string &url, const std::string &body, const std::atomic<bool> &stop,
                                 const std::function<bool(std::string_view)> &on_data, std::string_view authorization) {
     CURL *c = static_cast<CURL *>(curl_);
@@ -191,7 +260,7 @@ Result<void> HttpClient::stream(const std::string &url, const std::string &body,
         return fail(curl().error.empty() ? -ENOMEM : -ENOENT,
                     curl().error.empty() ? "curl_easy_init failed" : curl().error);
     StreamState state{&stop, &on_data};
-    curl_slist *headers = prepare(url, body, authorization);
+    curl_slist *headers = prepare(url, &body, authorization);
     curl().easy_setopt(c, CURLOPT_WRITEFUNCTION, deliver);
     curl().easy_setopt(c, CURLOPT_WRITEDATA, &state);
     curl().easy_setopt(c, CURLOPT_NOPROGRESS, 0L);

@@ -1,7 +1,7 @@
 // Where engines publish their segment descriptors and find each other's. The embedded default
 // is a peer-to-peer handshake (P2PHANDSHAKE): every engine serves its own descriptor on its
-// control server (control_server.hpp) and its segment name is that "ip:port". Other backends (etcd) implement the same
-// interface.
+// control server (control_server.hpp) and its segment name is that "ip:port". Other backends (etcd,
+// Redis, Mooncake's HTTP metadata server) implement the same interface.
 #pragma once
 
 #include <cerrno>
@@ -27,6 +27,15 @@ struct EtcdSecurity {
     std::string password_file;
 };
 
+// How a Redis backend logs in (config keys redis_*; redis_metadata.cpp). The URL's
+// redis://user:password@host:port/db may give them too, never both.
+struct RedisSettings {
+    std::string user;      // an ACL user (Redis 6+); empty: the default user
+    std::string password;  // never logged
+    std::string password_file;
+    std::string db;  // config key redis_db as given; the URL's /db otherwise
+};
+
 struct MetadataSettings {
     std::string url = "P2PHANDSHAKE";
     std::string local_ip = "127.0.0.1";
@@ -34,8 +43,12 @@ struct MetadataSettings {
     std::string local_server_name;  // name to publish under, where the backend allows names
     std::chrono::milliseconds timeout{5000};
     std::chrono::milliseconds retry_for{10000};  // how long to retry an unreachable metadata server at start
-    int lease_ttl_s = 10;                        // etcd: a dead engine's segment disappears after this
+    int lease_ttl_s = 10;                        // etcd, Redis: a dead engine's segment disappears after this
+    // Redis, HTTP: how often an engine checks that its own segment is still published (writing it
+    // again when it is not) and whether the segments it opened changed (stores without watches).
+    std::chrono::milliseconds poll{2000};
     EtcdSecurity etcd;
+    RedisSettings redis;
 };
 
 // A region registered (`region` set) or unregistered (nullopt) at `addr`.
@@ -79,9 +92,22 @@ class ControlServer;
 
 // P2PHANDSHAKE serves descriptors from the engine's control server (its address is the
 // segment name) and fetches them from peers' control servers, authenticated with `secret`
-// (empty: none). etcd ignores both.
+// (empty: none). Redis and HTTP name segments by the control server's address unless
+// local_server_name is set; etcd ignores both.
 Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSettings &settings, ControlServer &control,
                                                                const std::string &secret);
 Result<std::unique_ptr<MetadataBackend>> make_etcd_metadata(const MetadataSettings &settings);
+// http://host:port/path (Mooncake's HTTP metadata server) and redis://[user[:password]@]host:port[/db];
+// `default_name` is the segment name when local_server_name is empty.
+Result<std::unique_ptr<MetadataBackend>> make_http_metadata(const MetadataSettings &settings,
+                                                            const std::string &default_name);
+Result<std::unique_ptr<MetadataBackend>> make_redis_metadata(const MetadataSettings &settings,
+                                                             const std::string &default_name);
+
+// The config key's field in `s`, or nullptr when `key` is not one of the redis_* keys.
+std::string *redis_setting_field(RedisSettings &s, const std::string &key);
+// Checks the redis_* keys against each other and the metadata URL, and reads
+// redis_password_file into `password`.
+Result<void> resolve_redis_settings(MetadataSettings &settings);
 
 }  // namespace ferry

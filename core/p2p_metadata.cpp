@@ -68,9 +68,15 @@ Result<std::unique_ptr<MetadataBackend>> make_metadata_backend(const MetadataSet
     }
     if (settings.url.rfind("etcd://", 0) == 0 || settings.url.rfind("etcds://", 0) == 0)
         return make_etcd_metadata(settings);
+    // Redis and HTTP name segments by the control server's address unless told otherwise.
+    if (settings.url.rfind("redis://", 0) == 0 || settings.url.rfind("rediss://", 0) == 0)
+        return make_redis_metadata(settings, control.address());
+    if (settings.url.rfind("http://", 0) == 0 || settings.url.rfind("https://", 0) == 0)
+        return make_http_metadata(settings, control.address());
     return fail(-EPROTONOSUPPORT,
                 cat("metadata server '", settings.url,
-                    "' is not supported; use P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix or etcds:// (TLS)"));
+                    "' is not supported; use P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix, etcds:// (TLS), "
+                    "redis://host:6379[/db] or http://host:8080/metadata (Mooncake's HTTP metadata server)"));
 }
 
 }  // namespace ferry

@@ -254,14 +254,21 @@ class ClearMessages(unittest.TestCase):
 
     def test_metadata_servers_ferry_lacks(self):
         self.refused(["--mode=target", "--metadata_server=memcached://10.0.0.1:11211"],
-                     "unknown scheme memcached://", "http://host:port/metadata")
+                     "unknown scheme memcached://", "http://host:8080/metadata")
 
-    def test_http_and_redis_metadata_reach_their_server(self):
-        # Mooncake's HTTP metadata server and Redis, pointed at a closed loopback port.
-        for url in ("http://127.0.0.1:1/metadata", "redis://127.0.0.1:1"):
-            err = self.refused(["--mode=target", "--protocol=tcp", "--metadata_server=" + url, BUF,
-                                "--option", "metadata_retry_ms=0"], "127.0.0.1:1")
-            self.assertNotIn("unknown scheme", err)
+    def test_redis_and_http_metadata_servers(self):
+        # Handed to the engine as they are: against closed loopback ports it says which server it
+        # could not reach (and Mooncake's MC_REDIS_* reach it as redis_* keys).
+        fast = "--option=metadata_retry_ms=0"
+        self.refused(["--mode=target", "--metadata_server=redis://127.0.0.1:1", fast],
+                     "Redis metadata: cannot reach Redis", "redis://127.0.0.1:1")
+        self.refused(["--mode=target", "--metadata_server=http://127.0.0.1:1/metadata", fast],
+                     "HTTP metadata: cannot reach HTTP metadata server", "http://127.0.0.1:1/metadata")
+        self.refused(["--mode=target", "--metadata_server=redis://127.0.0.1:1", fast],
+                     "config key 'redis_db' 'seven' is not a Redis database index", env={"MC_REDIS_DB_INDEX": "seven"})
+        # The URL's /db wins over MC_REDIS_DB_INDEX, as in Mooncake.
+        self.refused(["--mode=target", "--metadata_server=redis://127.0.0.1:1/2", fast],
+                     "Redis metadata: cannot reach Redis", env={"MC_REDIS_DB_INDEX": "seven"})
 
     def test_bare_host_port_is_etcd(self):
         # build.md's --metadata_server=10.1.101.3:2379 form, pointed at a closed loopback port.

@@ -212,7 +212,7 @@ TEST(EngineConfig, UnknownKeysAndBadValuesAreNamed) {
     ASSERT_FALSE(e);
     EXPECT_NE(e.error().message.find("no nonexistent.so exists"), std::string::npos) << e.error().message;
     c = example_config();
-    c["metadata"] = "redis://127.0.0.1:6379";
+    c["metadata"] = "zookeeper://127.0.0.1:2181";
     e = Engine::create(c);
     ASSERT_FALSE(e);
     EXPECT_EQ(e.error().code, -EPROTONOSUPPORT);

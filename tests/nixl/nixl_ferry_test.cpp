@@ -359,8 +359,9 @@ TEST(NixlFerry, BadParametersFailCreateBackend) {
     // The backend's own key with a bad value, and a key Ferry does not know.
     EXPECT_NE(agent.createBackend("FERRY", {{"remote_access", "sideways"}}, backend), NIXL_SUCCESS);
     EXPECT_NE(agent.createBackend("FERRY", {{"no_such_ferry_key", "1"}}, backend), NIXL_SUCCESS);
-    EXPECT_NE(agent.createBackend("FERRY", {{"protocols", g_protocols}, {"metadata", "redis://127.0.0.1:1"}}, backend),
-              NIXL_SUCCESS);
+    EXPECT_NE(
+        agent.createBackend("FERRY", {{"protocols", g_protocols}, {"metadata", "zookeeper://127.0.0.1:1"}}, backend),
+        NIXL_SUCCESS);
     // A good configuration still works in the same agent afterwards.
     EXPECT_EQ(agent.createBackend("FERRY", backend_params(), backend), NIXL_SUCCESS);
 }
