@@ -134,6 +134,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     auto md = make_metadata_backend(s.metadata, *impl->control, s.auth.secret);
     if (!md) return std::unexpected(md.error());
     impl->metadata = std::move(*md);
+    impl->segment_name = impl->metadata->segment_name();
     // A peer that re-registers (restarted with new endpoints or keys) is re-read before its
     // next op. The Impl outlives the backend, which it destroys first.
     impl->metadata->on_change([im = impl.get()](const std::string &name) {
@@ -148,13 +149,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     }
     std::string names;
     for (auto i : impl->priority) names += (names.empty() ? "" : ",") + impl->transports[i]->name();
-    FERRY_INFO("engine ", impl->metadata->segment_name(), " up with transports ", names, "; control channel on ",
+    FERRY_INFO("engine ", impl->segment_name, " up with transports ", names, "; control channel on ",
                impl->control->address(),
                s.auth.secret.empty() ? " (no cluster secret)" : cat(" (cluster secret from ", s.auth.origin, ")"));
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-const std::string &Engine::segment_name() const { return impl_->metadata->segment_name(); }
+const std::string &Engine::segment_name() const { return impl_->segment_name; }
 
 StagingStats Engine::staging_stats() const { return impl_->staging->stats(); }
 

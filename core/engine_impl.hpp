@@ -231,6 +231,9 @@ struct Engine::Impl {
     std::vector<size_t> priority;                 // transport indices, best first
     std::unique_ptr<ControlServer> control;       // descriptors (P2PHANDSHAKE) and notifications
     std::unique_ptr<MetadataBackend> metadata;
+    // metadata->segment_name(), kept here: the control server's thread reads it (through
+    // descriptor_locked) until control stops, which is after metadata is destroyed.
+    std::string segment_name;
 
     std::shared_mutex regions_mutex;
     RegionIndex regions;  // by start address; its lookup is flat (region_index.hpp)

@@ -41,7 +41,7 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
     std::lock_guard lock(seg.control_mutex);
     if (seg.control && (seg.control->address() != *address || seg.control->broken())) seg.control.reset();
     auto connect = [&]() -> Result<void> {
-        auto client = ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
+        auto client = ControlClient::connect(*address, label, segment_name, settings.auth.secret, deadline);
         if (!client && client.error().code != -EACCES && client.error().code != -EUSERS) {
             // The peer may have restarted elsewhere: re-read its descriptor once and retry.
             std::string moved;
@@ -52,7 +52,7 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
             if (!moved.empty() && moved != *address) {
                 *address = std::move(moved);
                 client =
-                    ControlClient::connect(*address, label, metadata->segment_name(), settings.auth.secret, deadline);
+                    ControlClient::connect(*address, label, segment_name, settings.auth.secret, deadline);
             }
         }
         if (!client) return fail(client.error().code, "send_notification: " + client.error().message);

@@ -30,7 +30,7 @@ RegionDescriptor Engine::Impl::region_descriptor(const LocalRegion &r) const {
 
 SegmentDescriptor Engine::Impl::descriptor_locked() const {
     SegmentDescriptor d;
-    d.name = metadata->segment_name();
+    d.name = segment_name;
     d.host_id = host_id;
     d.generation = generation;
     d.control = control->address();
