@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "etcd_client.hpp"
+#include "file_trust.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -27,6 +28,7 @@ constexpr EngineKey kEngineKeys[] = {
     {"protocols", kDefaultProtocolPriority, "a comma list of transports", "transport priority, best first, e.g. shm,tcp"},
     {"plugin_path", "", "a colon list of directories", "plugin directories searched before FERRY_PLUGIN_PATH"},
     {"plugins", "$FERRY_PLUGINS", "an allow list (tcp,shm) or a deny list (^efa)", "which plugins load"},
+    {"plugin_trust", "$FERRY_PLUGIN_TRUST or owner", "strict, owner or any", "which plugin files load: owner: the file and every directory above it owned by root or this process's user, not writable by group or others (sticky directories excepted); strict: owned by root, sticky directories refused too; any: all, reported"},
     {"log_level", "$FERRY_LOG_LEVEL or warn", "error, warn, info, debug or trace", "log level"},
     {"handshake_timeout_ms", "5000", "1..3600000", "timeout for fetching a peer's descriptor or one metadata request"},
     {"metadata_retry_ms", "10000", "0..3600000", "how long to retry an unreachable metadata server at start"},
@@ -196,7 +198,13 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                 return fail(-EINVAL, "config key 'protocols' is empty; list transports, e.g. shm,tcp");
         } else if (key == "plugin_path") s.plugin_path = split_list(value, ':');
         else if (key == "plugins") s.plugins = value;
-        else if (key == "log_level") {
+        else if (key == "plugin_trust") {
+            if (!value.empty() && !parse_trust_level(value))
+                return fail(-EINVAL, cat("config key 'plugin_trust' = '", value,
+                                         "'; use strict, owner (the default) or any (docs/DESIGN.md, \"What the "
+                                         "loader trusts\")"));
+            s.plugin_trust = value;
+        } else if (key == "log_level") {
             log::Level l;
             if (!log::parse_level(value, l))
                 return fail(-EINVAL,

@@ -30,6 +30,7 @@ struct EngineSettings {
     std::vector<std::string> protocols;                   // transport priority, best first
     std::vector<std::string> plugin_path;                 // searched before FERRY_PLUGIN_PATH
     std::string plugins;                                  // allow/deny list; empty: FERRY_PLUGINS
+    std::string plugin_trust;                             // strict, owner, any; empty: FERRY_PLUGIN_TRUST
     std::string log_level;                                // empty: FERRY_LOG_LEVEL
     std::map<std::string, PluginOptions> plugin_options;  // "tcp.lanes" -> {"tcp": {"lanes", ..}}
     AuthSettings auth;                                    // cluster secret (config, then environment)
