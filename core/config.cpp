@@ -146,11 +146,11 @@ std::vector<std::string> split_list(const std::string &text, char sep) {
     return out;
 }
 
-Result<Config> load_yaml_config(const std::string &path) {
+Result<Config> parse_yaml_config(std::string_view text, const std::string &name) {
     try {
-        YAML::Node root = YAML::LoadFile(path);
+        YAML::Node root = YAML::Load(std::string(text));
         if (!root.IsMap() && !root.IsNull())
-            return fail(-EINVAL, cat("config file ", path, ": the top level must be a mapping of keys"));
+            return fail(-EINVAL, cat("config file ", name, ": the top level must be a mapping of keys"));
         Config out;
         flatten(root, "", out);
         // transports: {tcp: {lanes: 2}} is the same as tcp.lanes: 2
@@ -160,11 +160,19 @@ Result<Config> load_yaml_config(const std::string &path) {
             else renamed[k] = v;
         }
         return renamed;
-    } catch (const YAML::BadFile &) {
-        return fail(-ENOENT, cat("cannot read config file ", path));
     } catch (const YAML::Exception &e) {
-        return fail(-EINVAL, cat("config file ", path, ": ", e.what()));
+        return fail(-EINVAL, cat("config file ", name, ": ", e.what()));
     }
+}
+
+Result<Config> load_yaml_config(const std::string &path) {
+    // A configuration names the plugins to load and where the secrets are: a file other users
+    // could change is refused like a plugin they could (file_trust.hpp).
+    auto file = open_private_file(path, "config file", "configuration", Secrecy::Public);
+    if (!file) return std::unexpected(file.error());
+    auto text = read_all(*file, 16u << 20);
+    if (!text) return fail(text.error().code, cat("config file ", path, ": cannot read: ", text.error().message));
+    return parse_yaml_config(*text, path);
 }
 
 Result<EngineSettings> parse_engine_settings(const Config &config) {

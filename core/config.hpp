@@ -5,6 +5,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "auth.hpp"
@@ -55,5 +56,9 @@ std::span<const EngineKey> engine_keys();
 Result<EngineSettings> parse_engine_settings(const Config &config);
 
 std::vector<std::string> split_list(const std::string &text, char sep = ',');
+
+// The YAML text of a configuration file, flattened (load_yaml_config reads and checks the file
+// first). `name` names it in messages.
+Result<Config> parse_yaml_config(std::string_view text, const std::string &name);
 
 }  // namespace ferry

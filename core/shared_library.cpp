@@ -80,7 +80,8 @@ Result<SharedLibrary> SharedLibrary::load_fd(int fd, const std::string &path) {
             const char *e = dlerror();
             std::string text = e ? e : "dlopen failed without a message";
             // The loader speaks of the descriptor; the user knows the file.
-            for (size_t at; (at = text.find(name)) != std::string::npos;) text.replace(at, name.size(), path);
+            for (size_t at = 0; (at = text.find(name, at)) != std::string::npos; at += path.size())
+                text.replace(at, name.size(), path);
             return fail(-ENOEXEC, text);
         }
         if (is_file(handle, fd)) return SharedLibrary(handle);

@@ -203,7 +203,8 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Config helpers shared by the C API, the bench and Python.
+// Config helpers shared by the C API, the bench and Python. A file that other users could change
+// (it, or a directory above it) is refused (-EACCES), as a plugin they could change is.
 FERRY_API Result<Config> load_yaml_config(const std::string &path);
 
 // What ferry-info prints: the plugin search path, every plugin file found, its ABI, version,
