@@ -70,8 +70,13 @@ public:
         if (sticky && !strict_) return;  // others cannot rename or remove what they do not own
         std::string what = cat(path, " is writable by ", (st.st_mode & S_IWOTH) ? "others" : "group", " (mode ",
                                mode_text(st.st_mode), ")");
-        if (sticky) what += "; the sticky bit is not enough under plugin_trust=strict";
-        out.push_back({what, "chmod go-w " + path});
+        if (!sticky) {
+            out.push_back({what, "chmod go-w " + path});
+            return;
+        }
+        // A shared directory such as /tmp is meant to stay writable: the fix is elsewhere.
+        out.push_back({what + "; the sticky bit is not enough under plugin_trust=strict",
+                       "keep the file under directories only root can write, not under " + path});
     }
 
     void file(const struct stat &st, const std::string &path, std::vector<TrustProblem> &out) const {

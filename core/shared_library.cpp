@@ -82,6 +82,10 @@ Result<SharedLibrary> SharedLibrary::load_fd(int fd, const std::string &path) {
             // The loader speaks of the descriptor; the user knows the file.
             for (size_t at = 0; (at = text.find(name, at)) != std::string::npos; at += path.size())
                 text.replace(at, name.size(), path);
+            if (::access("/proc/self/fd", X_OK) != 0)
+                text +=
+                    "; plugins are loaded through /proc/self/fd, and /proc is not mounted here: mount -t proc "
+                    "proc /proc";
             return fail(-ENOEXEC, text);
         }
         if (is_file(handle, fd)) return SharedLibrary(handle);
