@@ -43,6 +43,13 @@ void split_into(const std::string &path, std::deque<std::string> &out, bool fron
     else out.insert(out.end(), parts.begin(), parts.end());
 }
 
+// A walk can pass one directory twice (a symlink leading through ..): say each problem once.
+void add(std::vector<TrustProblem> &out, TrustProblem problem) {
+    for (const auto &p : out)
+        if (p.what == problem.what) return;
+    out.push_back(std::move(problem));
+}
+
 // The rules of one check: who may own what, and whether the sticky bit excuses a directory
 // others can write.
 class Rules {
@@ -53,12 +60,10 @@ public:
         if (st.st_uid == 0 || (!strict_ && st.st_uid == euid_)) return;
         std::string chown = symlink ? "chown -h root " : "chown root ";
         if (strict_) {
-            out.push_back(
-                {cat(path, " is owned by uid ", st.st_uid, ", not root (plugin_trust=strict)"), chown + path});
+            add(out, {cat(path, " is owned by uid ", st.st_uid, ", not root (plugin_trust=strict)"), chown + path});
         } else {
-            out.push_back(
-                {cat(path, " is owned by uid ", st.st_uid, ", not root or this process's user (uid ", euid_, ")"),
-                 euid_ == 0 ? chown + path : cat(chown, path, " (or use a copy of your own)")});
+            add(out, {cat(path, " is owned by uid ", st.st_uid, ", not root or this process's user (uid ", euid_, ")"),
+                      euid_ == 0 ? chown + path : cat(chown, path, " (or use a copy of your own)")});
         }
     }
 
@@ -71,20 +76,20 @@ public:
         std::string what = cat(path, " is writable by ", (st.st_mode & S_IWOTH) ? "others" : "group", " (mode ",
                                mode_text(st.st_mode), ")");
         if (!sticky) {
-            out.push_back({what, "chmod go-w " + path});
+            add(out, {what, "chmod go-w " + path});
             return;
         }
         // A shared directory such as /tmp is meant to stay writable: the fix is elsewhere.
-        out.push_back({what + "; the sticky bit is not enough under plugin_trust=strict",
-                       "keep the file under directories only root can write, not under " + path});
+        add(out, {what + "; the sticky bit is not enough under plugin_trust=strict",
+                  "keep the file under directories only root can write, not under " + path});
     }
 
     void file(const struct stat &st, const std::string &path, std::vector<TrustProblem> &out) const {
         owner(st, path, false, out);
         if (st.st_mode & (S_IWGRP | S_IWOTH))
-            out.push_back({cat(path, " is writable by ", (st.st_mode & S_IWOTH) ? "others" : "group", " (mode ",
-                               mode_text(st.st_mode), ")"),
-                           "chmod go-w " + path});
+            add(out, {cat(path, " is writable by ", (st.st_mode & S_IWOTH) ? "others" : "group", " (mode ",
+                          mode_text(st.st_mode), ")"),
+                      "chmod go-w " + path});
     }
 
     // A symlink cannot be rewritten, only replaced, which its directory's rules already cover,

@@ -193,7 +193,8 @@ TEST_F(PluginTrust, ASymlinkIsResolvedAndItsTargetsDirectoriesChecked) {
     fs::path target = put("fake_good", "unsafe/fake_good.so", 0644);
     set_mode(dir / "unsafe", 0777);
     fs::create_directories(dir / "safe");
-    fs::create_symlink("../unsafe/fake_good.so", dir / "safe/fake_good.so");  // relative, through ..
+    // Relative, through .., passing the unsafe directory twice: it is named once.
+    fs::create_symlink("../unsafe/../unsafe/fake_good.so", dir / "safe/fake_good.so");
     auto r = load_one(dir / "safe", "fake_good", TrustLevel::Owner);
     EXPECT_EQ(r.state, PluginState::Untrusted) << state(r);
     EXPECT_EQ(r.path, (dir / "safe/fake_good.so").string()) << "the record names the file as found";
