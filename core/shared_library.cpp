@@ -37,6 +37,20 @@ bool has_text_relocations(const ElfW(Dyn) * d) {
     return false;
 }
 
+// The program headers the dynamic loader keeps for the object loaded at `map`.
+struct LoadedHeaders {
+    const struct link_map *map;
+    const ElfW(Phdr) *phdr = nullptr;
+    size_t phnum = 0;
+};
+int find_headers(struct dl_phdr_info *info, size_t, void *data) {
+    auto *found = static_cast<LoadedHeaders *>(data);
+    if (info->dlpi_addr != found->map->l_addr || info->dlpi_name != found->map->l_name) return 0;
+    found->phdr = info->dlpi_phdr;
+    found->phnum = info->dlpi_phnum;
+    return 1;
+}
+
 // Is the library behind `handle` the file open on `fd`? glibc finds an already loaded library by
 // the name it was opened as (and every name it was opened as since) before it opens anything:
 // once "/proc/self/fd/7" named one plugin that stays loaded (efa.so is NODELETE), a later
@@ -49,6 +63,11 @@ bool is_file(void *handle, int fd) {
     if (!read_exact(fd, &eh, sizeof eh, 0) || eh.e_phentsize != sizeof(ElfW(Phdr))) return false;
     std::vector<ElfW(Phdr)> phdrs(eh.e_phnum);
     if (!read_exact(fd, phdrs.data(), phdrs.size() * sizeof(ElfW(Phdr)), static_cast<off_t>(eh.e_phoff))) return false;
+    // The same segments first: only then is every address compared below mapped.
+    LoadedHeaders loaded{map};
+    dl_iterate_phdr(find_headers, &loaded);
+    if (loaded.phnum != phdrs.size() || std::memcmp(loaded.phdr, phdrs.data(), phdrs.size() * sizeof(ElfW(Phdr))) != 0)
+        return false;
     // Text relocations rewrite code as it loads: compare only what they cannot touch.
     const bool textrel = has_text_relocations(map->l_ld);
     std::vector<char> buf(64 << 10);

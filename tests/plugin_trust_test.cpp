@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "ferry/engine.hpp"
 #include "log.hpp"
@@ -271,6 +272,32 @@ TEST_F(PluginTrust, AReusedDescriptorNumberLoadsTheNewFileNotTheLibraryLoadedUnd
     EXPECT_EQ(version(*first), "cuda12");
     EXPECT_EQ(version(*second), "cuda13");
     ::close(fd);
+}
+
+// The same, as it happens: the build's plugins discovered again and again in one process, with
+// descriptor numbers shifting in between. efa.so is NODELETE, so its /proc/self/fd name stays
+// taken, and without the comparison another plugin got efa.so in its place.
+TEST_F(PluginTrust, DiscoveringTheBuildsPluginsAgainInOneProcessFindsTheSame) {
+    auto states = [] {
+        LoaderOptions o;
+        o.search_path = {FERRY_BUILD_PLUGIN_DIR};
+        std::string out;
+        for (const auto &p : load_plugins(o).plugins) out += cat(p.path, " ", state(p), " ", p.version, "\n");
+        return out;
+    };
+    const std::string first = states();
+    std::vector<int> held;
+    for (int i = 0; i < 30; ++i) {
+        if (i % 3 != 2) {
+            held.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        } else if (!held.empty()) {
+            size_t k = size_t(i) % held.size();
+            ::close(held[k]);
+            held.erase(held.begin() + ptrdiff_t(k));
+        }
+        ASSERT_EQ(states(), first) << "discovery " << i;
+    }
+    for (int fd : held) ::close(fd);
 }
 
 // strict: everything root's, no sticky directory (above); here, for a process that is not root,
