@@ -1,33 +1,28 @@
 #include "auth.hpp"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
+#include "file_trust.hpp"
 #include "log.hpp"
 
 namespace ferry {
 
 Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        return fail(-ENOENT, cat(origin, ": cannot read the ", what, " file '", path, "': ", std::strerror(errno)));
+    // Checked and read through one descriptor: refused when other users could change it, warned
+    // about (once) when they could read it.
+    auto file = open_private_file(path, origin, what, Secrecy::Secret);
+    if (!file) return std::unexpected(file.error());
     // Bounded: a path like /dev/zero must not make the engine read forever.
     constexpr size_t kMaxSecretFileBytes = 64 * 1024;
-    std::string secret(kMaxSecretFileBytes + 1, '\0');
-    in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
-    secret.resize(static_cast<size_t>(in.gcount()));
-    if (secret.size() > kMaxSecretFileBytes)
+    auto secret = read_all(*file, kMaxSecretFileBytes);
+    if (!secret && secret.error().code == -EFBIG)
         return fail(-EINVAL, cat(origin, ": the ", what, " file '", path, "' holds more than ", kMaxSecretFileBytes,
                                  " bytes; it should hold only the ", what));
-    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)))
-        FERRY_WARN(origin, ": the ", what, " file '", path, "' is readable by other users; chmod 600 it");
-    return secret;
+    if (!secret) return fail(secret.error().code, cat(origin, ": cannot read '", path, "': ", secret.error().message));
+    while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) secret->pop_back();
+    return std::move(*secret);
 }
 
 Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const std::string *config_file) {

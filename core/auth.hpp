@@ -21,7 +21,8 @@ inline constexpr size_t kMinSecretBytes = 16;
 Result<AuthSettings> resolve_auth_secret(const std::string *config_secret, const std::string *config_file);
 
 // A secret kept in a file (the cluster secret, etcd's password): its text without a trailing
-// newline; warns when other users may read the file. `what` names it in messages.
+// newline. Refused when other users could change the file or a directory above it; warns
+// (once) when they may read it (file_trust.hpp). `what` names it in messages.
 Result<std::string> read_secret_file(const std::string &path, const std::string &origin, const char *what);
 
 // Fresh random bytes from the kernel (getrandom).

@@ -361,6 +361,9 @@ int ferry_plugin_report_json(char *buf, size_t *len) {
         options.search_path = ferry::default_search_path();
         const char *sel = std::getenv("FERRY_PLUGINS");
         options.selection = ferry::PluginSelection::parse(sel ? sel : "");
+        auto trust = ferry::resolve_plugin_trust(nullptr);
+        if (!trust) return set_error(trust.error());
+        options.trust = *trust;
         std::string json = ferry::load_plugins(options).to_json();
         if (!buf || *len < json.size() + 1) {
             *len = json.size() + 1;

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "etcd_client.hpp"
+#include "file_trust.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -27,6 +28,7 @@ constexpr EngineKey kEngineKeys[] = {
     {"protocols", kDefaultProtocolPriority, "a comma list of transports", "transport priority, best first, e.g. shm,tcp"},
     {"plugin_path", "", "a colon list of directories", "plugin directories searched before FERRY_PLUGIN_PATH"},
     {"plugins", "$FERRY_PLUGINS", "an allow list (tcp,shm) or a deny list (^efa)", "which plugins load"},
+    {"plugin_trust", "$FERRY_PLUGIN_TRUST or owner", "strict, owner or any", "which plugin files load: owner: the file and every directory above it owned by root or this process's user, not writable by group or others (sticky directories excepted); strict: owned by root, sticky directories refused too; any: all, reported"},
     {"log_level", "$FERRY_LOG_LEVEL or warn", "error, warn, info, debug or trace", "log level"},
     {"handshake_timeout_ms", "5000", "1..3600000", "timeout for fetching a peer's descriptor or one metadata request"},
     {"metadata_retry_ms", "10000", "0..3600000", "how long to retry an unreachable metadata server at start"},
@@ -149,11 +151,11 @@ std::vector<std::string> split_list(const std::string &text, char sep) {
     return out;
 }
 
-Result<Config> load_yaml_config(const std::string &path) {
+Result<Config> parse_yaml_config(std::string_view text, const std::string &name) {
     try {
-        YAML::Node root = YAML::LoadFile(path);
+        YAML::Node root = YAML::Load(std::string(text));
         if (!root.IsMap() && !root.IsNull())
-            return fail(-EINVAL, cat("config file ", path, ": the top level must be a mapping of keys"));
+            return fail(-EINVAL, cat("config file ", name, ": the top level must be a mapping of keys"));
         Config out;
         flatten(root, "", out);
         // transports: {tcp: {lanes: 2}} is the same as tcp.lanes: 2
@@ -163,11 +165,19 @@ Result<Config> load_yaml_config(const std::string &path) {
             else renamed[k] = v;
         }
         return renamed;
-    } catch (const YAML::BadFile &) {
-        return fail(-ENOENT, cat("cannot read config file ", path));
     } catch (const YAML::Exception &e) {
-        return fail(-EINVAL, cat("config file ", path, ": ", e.what()));
+        return fail(-EINVAL, cat("config file ", name, ": ", e.what()));
     }
+}
+
+Result<Config> load_yaml_config(const std::string &path) {
+    // A configuration names the plugins to load and where the secrets are: a file other users
+    // could change is refused like a plugin they could (file_trust.hpp).
+    auto file = open_private_file(path, "config file", "configuration", Secrecy::Public);
+    if (!file) return std::unexpected(file.error());
+    auto text = read_all(*file, 16u << 20);
+    if (!text) return fail(text.error().code, cat("config file ", path, ": cannot read: ", text.error().message));
+    return parse_yaml_config(*text, path);
 }
 
 Result<EngineSettings> parse_engine_settings(const Config &config) {
@@ -201,7 +211,13 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                 return fail(-EINVAL, "config key 'protocols' is empty; list transports, e.g. shm,tcp");
         } else if (key == "plugin_path") s.plugin_path = split_list(value, ':');
         else if (key == "plugins") s.plugins = value;
-        else if (key == "log_level") {
+        else if (key == "plugin_trust") {
+            if (!value.empty() && !parse_trust_level(value))
+                return fail(-EINVAL, cat("config key 'plugin_trust' = '", value,
+                                         "'; use strict, owner (the default) or any (docs/DESIGN.md, \"What the "
+                                         "loader trusts\")"));
+            s.plugin_trust = value;
+        } else if (key == "log_level") {
             log::Level l;
             if (!log::parse_level(value, l))
                 return fail(-EINVAL,

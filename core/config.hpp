@@ -5,6 +5,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "auth.hpp"
@@ -30,6 +31,7 @@ struct EngineSettings {
     std::vector<std::string> protocols;                   // transport priority, best first
     std::vector<std::string> plugin_path;                 // searched before FERRY_PLUGIN_PATH
     std::string plugins;                                  // allow/deny list; empty: FERRY_PLUGINS
+    std::string plugin_trust;                             // strict, owner, any; empty: FERRY_PLUGIN_TRUST
     std::string log_level;                                // empty: FERRY_LOG_LEVEL
     std::map<std::string, PluginOptions> plugin_options;  // "tcp.lanes" -> {"tcp": {"lanes", ..}}
     AuthSettings auth;                                    // cluster secret (config, then environment)
@@ -54,5 +56,9 @@ std::span<const EngineKey> engine_keys();
 Result<EngineSettings> parse_engine_settings(const Config &config);
 
 std::vector<std::string> split_list(const std::string &text, char sep = ',');
+
+// The YAML text of a configuration file, flattened (load_yaml_config reads and checks the file
+// first). `name` names it in messages.
+Result<Config> parse_yaml_config(std::string_view text, const std::string &name);
 
 }  // namespace ferry

@@ -149,7 +149,8 @@ OptionReportOutput describe_options(const Config &config, const std::string &onl
         }
         if (only.empty())
             for (const auto &p : report.plugins)
-                if (p.state == PluginState::Failed || p.state == PluginState::VariantSkipped)
+                if (p.state == PluginState::Failed || p.state == PluginState::VariantSkipped ||
+                    p.state == PluginState::Untrusted)
                     out << "\n"
                         << p.name << " (" << p.path << "): not loaded (" << to_string(p.state)
                         << "), so its options cannot be read; `ferry-info` says why\n";

@@ -1,10 +1,10 @@
 #include "elf_check.hpp"
 
 #include <elf.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -94,22 +94,13 @@ std::string check_elf_image(std::span<const uint8_t> head, uint64_t file_size) {
     return {};
 }
 
-std::string check_elf_file(const std::string &path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cat("cannot open: ", std::strerror(errno));
+std::string check_elf_fd(int fd) {
     struct stat st {};
-    std::vector<uint8_t> head;
-    std::string problem;
-    if (::fstat(fd, &st) != 0) {
-        problem = cat("cannot stat: ", std::strerror(errno));
-    } else {
-        head.resize(std::min<uint64_t>(uint64_t(st.st_size), kElfHeadBytes));
-        ssize_t n = ::pread(fd, head.data(), head.size(), 0);
-        if (n < 0) problem = cat("cannot read: ", std::strerror(errno));
-        else problem = check_elf_image(std::span(head.data(), size_t(n)), uint64_t(st.st_size));
-    }
-    ::close(fd);
-    return problem;
+    if (::fstat(fd, &st) != 0) return cat("cannot stat: ", std::strerror(errno));
+    std::vector<uint8_t> head(std::min<uint64_t>(uint64_t(st.st_size), kElfHeadBytes));
+    ssize_t n = ::pread(fd, head.data(), head.size(), 0);
+    if (n < 0) return cat("cannot read: ", std::strerror(errno));
+    return check_elf_image(std::span(head.data(), size_t(n)), uint64_t(st.st_size));
 }
 
 }  // namespace ferry

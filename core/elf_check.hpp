@@ -19,7 +19,8 @@ inline constexpr size_t kElfHeadBytes = 64u << 10;
 // not (without the path).
 std::string check_elf_image(std::span<const uint8_t> head, uint64_t file_size);
 
-// Reads the head of `path` and checks it; an unreadable file is reported too.
-std::string check_elf_file(const std::string &path);
+// Reads the head of the file open on `fd` (from offset 0) and checks it; a read error is
+// reported too.
+std::string check_elf_fd(int fd);
 
 }  // namespace ferry

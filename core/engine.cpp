@@ -6,6 +6,7 @@
 
 #include "control_protocol.hpp"
 #include "engine_impl.hpp"
+#include "file_trust.hpp"
 #include "host_identity.hpp"
 #include "log.hpp"
 
@@ -60,11 +61,26 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
     if (selection.empty())
         if (const char *env = std::getenv("FERRY_PLUGINS")) selection = env;
     loader.selection = PluginSelection::parse(selection);
+    auto trust = resolve_plugin_trust(&s.plugin_trust);
+    if (!trust) {
+        FERRY_ERROR(trust.error().message);
+        return std::unexpected(trust.error());
+    }
+    loader.trust = *trust;
     for (auto &[name, opts] : s.plugin_options) loader.plugin_options[name] = opts;
     impl->staging = std::make_unique<StagingService>(s.gpu_staging_max_bytes, s.gpu_staging_slice_bytes);
     impl->staging->set_on_release([im = impl.get()] { im->stage_retry_waiters(); });
     impl->plugin_report = load_plugins(loader);
     auto &report = impl->plugin_report;
+    // What another user could have written is worth one line per file in the engine's log.
+    std::string untrusted;
+    for (const auto &rec : report.plugins) {
+        if (rec.state == PluginState::Untrusted) {
+            warn_once(cat("plugin ", rec.path, " ", rec.reason));
+            untrusted += cat("; ", rec.path, " was ", rec.reason);
+        }
+        if (!rec.trust_note.empty()) warn_once(cat("plugin ", rec.path, " ", rec.trust_note));
+    }
     if (!report.errors.empty()) {
         std::string all;
         for (auto &e : report.errors) all += (all.empty() ? "" : "; ") + e;
@@ -107,7 +123,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         std::string dirs;
         for (auto &d : report.search_path) dirs += (dirs.empty() ? "" : ":") + d;
         return fail(-ENOENT, cat("no transport plugin could be loaded from the search path (", dirs,
-                                 "); run ferry-info to see why, or set FERRY_PLUGIN_PATH"));
+                                 "); run ferry-info to see why, or set FERRY_PLUGIN_PATH", untrusted));
     }
     for (auto &name : s.protocols)
         if (auto i = impl->transport_index(name)) impl->priority.push_back(*i);

@@ -1,7 +1,5 @@
 #include "etcd_client.hpp"
 
-#include <unistd.h>
-
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 
@@ -10,6 +8,7 @@
 #include <sstream>
 
 #include "auth.hpp"
+#include "file_trust.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -34,12 +33,6 @@ std::string json_string(std::string_view s) {
         }
     }
     return out + "\"";
-}
-
-Result<void> readable(const std::string &key, const std::string &path) {
-    if (::access(path.c_str(), R_OK) != 0)
-        return fail(-ENOENT, cat("config key '", key, "': cannot read '", path, "': ", std::strerror(errno)));
-    return {};
 }
 
 }  // namespace
@@ -74,10 +67,21 @@ Result<void> resolve_etcd_security(MetadataSettings &settings) {
         return fail(-EINVAL,
                     "config keys 'etcd_cert_file' and 'etcd_key_file' go together: set both (a client "
                     "certificate and its private key) or neither");
-    for (auto [key, path] :
-         {std::pair{"etcd_ca_file", &s.ca_file}, {"etcd_cert_file", &s.cert_file}, {"etcd_key_file", &s.key_file}})
-        if (!path->empty())
-            if (auto r = readable(key, *path); !r) return r;
+    // Checked as a plugin is (file_trust.hpp): a CA file others could change lets them vouch for
+    // any etcd. curl opens them again by path, which no other user can redirect once every
+    // directory above is trusted. The private key is warned about when others may read it.
+    struct TlsFile {
+        const char *key;
+        const std::string *path;
+        const char *what;
+        Secrecy secrecy;
+    };
+    for (const auto &f : {TlsFile{"etcd_ca_file", &s.ca_file, "etcd CA certificate", Secrecy::Public},
+                          TlsFile{"etcd_cert_file", &s.cert_file, "etcd client certificate", Secrecy::Public},
+                          TlsFile{"etcd_key_file", &s.key_file, "etcd private key", Secrecy::Secret}})
+        if (!f.path->empty())
+            if (auto file = open_private_file(*f.path, cat("config key '", f.key, "'"), f.what, f.secrecy); !file)
+                return std::unexpected(file.error());
     if (!s.password.empty() && !s.password_file.empty())
         return fail(-EINVAL, "config keys 'etcd_password' and 'etcd_password_file' are both set; set one of them");
     if (s.user.empty() && (!s.password.empty() || !s.password_file.empty()))

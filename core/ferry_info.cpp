@@ -22,9 +22,12 @@ int main(int argc, char **argv) {
             config["plugin_path"] = argv[++i];
         } else if (!strcmp(argv[i], "--plugins") && i + 1 < argc) {
             config["plugins"] = argv[++i];
+        } else if (!strcmp(argv[i], "--plugin-trust") && i + 1 < argc) {
+            config["plugin_trust"] = argv[++i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf(
                 "usage: ferry-info [--json] [--plugin-path DIR[:DIR...]] [--plugins LIST]\n"
+                "                  [--plugin-trust strict|owner|any]\n"
                 "       ferry-info --options [PLUGIN|engine] [--json|--markdown] [--plugin-path ...]\n"
                 "Lists the plugin search path and every plugin found: ABI, version, probe result, and why\n"
                 "any plugin did not load. Exits 1 when a plugin named in FERRY_PLUGINS (or --plugins) is\n"
@@ -32,7 +35,11 @@ int main(int argc, char **argv) {
                 "--options prints every option of every loaded plugin (or of PLUGIN, or the engine's own\n"
                 "keys) with its default, what it accepts and what it does, from the tables the plugins\n"
                 "publish; --markdown prints README.md's option rows. Exits 1 when PLUGIN is not loaded.\n"
-                "Environment: FERRY_PLUGIN_PATH (directories searched first), FERRY_PLUGINS (tcp,shm or ^efa).\n");
+                "A plugin file another user could have written (it, or a directory above it) is skipped\n"
+                "and says why and what fixes it, unless --plugin-trust any (docs/DESIGN.md, \"What the\n"
+                "loader trusts\").\n"
+                "Environment: FERRY_PLUGIN_PATH (directories searched first), FERRY_PLUGINS (tcp,shm or ^efa),\n"
+                "FERRY_PLUGIN_TRUST (strict, owner or any; default owner).\n");
             return 0;
         } else {
             fprintf(stderr, "ferry-info: unknown argument '%s'; see ferry-info --help\n", argv[i]);

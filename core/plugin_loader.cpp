@@ -1,7 +1,5 @@
 #include "plugin_loader.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -47,19 +45,6 @@ std::string ms_text(double ms) {
     char buf[32];
     snprintf(buf, sizeof buf, "%.2f ms", ms);
     return buf;
-}
-
-// Boost.DLL reports every dlopen failure as "Bad file descriptor"; the dynamic loader's own
-// text ("libamdhip64.so.6: cannot open shared object file") is what users need, so ask it.
-std::string dlopen_error_text(const std::string &path) {
-    dlerror();
-    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-        dlclose(h);
-        return "Boost.DLL failed to load it, but dlopen succeeded on retry";
-    }
-    const char *e = dlerror();
-    return e ? e : "dlopen failed without a message";
 }
 
 std::vector<std::string> plugin_files(const fs::path &dir) {
@@ -145,6 +130,7 @@ const char *to_string(PluginState state) {
         case PluginState::Excluded: return "excluded";
         case PluginState::Shadowed: return "shadowed";
         case PluginState::VariantSkipped: return "variant-skipped";
+        case PluginState::Untrusted: return "untrusted";
     }
     return "unknown";
 }
@@ -194,23 +180,36 @@ std::vector<std::string> default_search_path(const std::vector<std::string> &ext
     return unique;
 }
 
-bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record) {
+bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record, TrustLevel trust) {
     auto fail_with = [&](std::string reason) {
         record.state = PluginState::Failed;
         record.reason = std::move(reason);
         return false;
     };
+    // Checked and loaded through one descriptor: what is checked is what is loaded.
+    auto file = open_checked(path, trust, Secrecy::Public);
+    if (!file) return fail_with(cat("cannot open ", path, ": ", file.error().message));
+    if (!file->problems.empty()) {
+        if (trust != TrustLevel::Any) {
+            record.state = PluginState::Untrusted;
+            record.reason = cat("skipped: ", problems_text(file->problems),
+                                trust == TrustLevel::Strict ? ", or set plugin_trust=owner or any to load it"
+                                                            : ", or set plugin_trust=any to load it anyway");
+            return false;
+        }
+        record.trust_note = cat("loaded despite: ", problems_text(file->problems), " (plugin_trust=any)");
+    }
     // dlopen dies of SIGBUS on a truncated file and calls a foreign architecture "No such file".
-    if (auto problem = check_elf_file(path); !problem.empty())
+    if (auto problem = check_elf_fd(file->fd.get()); !problem.empty())
         return fail_with(cat(fs::path(path).filename().string(), ": ", problem));
-    boost::system::error_code ec;
-    boost::dll::shared_library library(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
-    if (ec || !library.is_loaded()) return fail_with(dlopen_error_text(path));
+    auto library = SharedLibrary::load_fd(file->fd.get(), path);
+    if (!library) return fail_with(library.error().message);
 
-    if (!library.has(FERRY_PLUGIN_SYMBOL_V1)) {
+    const auto *api = static_cast<const ferry_plugin_v1_t *>(library->symbol(FERRY_PLUGIN_SYMBOL_V1));
+    if (!api) {
         for (int major = 9; major >= 2; --major) {
             std::string sym = cat("ferry_plugin_v", major);
-            if (library.has(sym))
+            if (library->symbol(sym.c_str()))
                 return fail_with(cat("exports ", sym, " (plugin ABI ", major, ") but this Ferry loads ABI ",
                                      FERRY_PLUGIN_ABI_MAJOR, "; use a Ferry that supports ABI ", major,
                                      " or rebuild the plugin against this Ferry's plugin.h"));
@@ -218,7 +217,6 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
         return fail_with(
             cat("no symbol ", FERRY_PLUGIN_SYMBOL_V1, ": not a Ferry plugin, or built without exporting it"));
     }
-    const auto *api = &library.get<const ferry_plugin_v1_t>(FERRY_PLUGIN_SYMBOL_V1);
     record.abi_version = api->abi_version;
     uint32_t major = api->abi_version >> 16;
     if (major != FERRY_PLUGIN_ABI_MAJOR)
@@ -242,7 +240,7 @@ bool load_plugin_file(const std::string &path, const std::string &name, PluginRe
     copy_options(api, record);
 
     auto loaded = std::make_shared<LoadedPlugin>();
-    loaded->library = std::move(library);
+    loaded->library = std::move(*library);
     loaded->api = api;
     loaded->name = name;
     loaded->path = path;
@@ -255,14 +253,16 @@ PluginReport load_plugins(const LoaderOptions &options) {
     auto start = Clock::now();
     PluginReport report;
     report.search_path = options.search_path;
+    report.trust = options.trust;
     report.runtimes = probe_installed_runtimes();
     report.runtimes_ms = ms_since(start);
     std::map<std::string, std::string> winner;  // plugin name -> path of the copy used
 
-    auto timed_load = [](const std::string &file, PluginRecord &rec) {
+    auto timed_load = [&options](const std::string &file, PluginRecord &rec) {
         auto load_start = Clock::now();
-        bool ok = load_plugin_file(file, rec.name, rec);
-        rec.load_ms = ms_since(load_start);
+        bool ok = load_plugin_file(file, rec.name, rec, options.trust);
+        // An untrusted file was never loaded: no load time to report.
+        if (rec.state != PluginState::Untrusted) rec.load_ms = ms_since(load_start);
         return ok;
     };
     auto consider = [&](const std::string &file, const std::string &variant, bool variant_ok,
@@ -299,7 +299,7 @@ PluginReport load_plugins(const LoaderOptions &options) {
             }
             if (rec.state == PluginState::Unavailable) rec.plugin.reset();
         } else {
-            // A failed copy does not shadow a later good one of the same name.
+            // A failed or untrusted copy does not shadow a later good one of the same name.
         }
         report.plugins.push_back(std::move(rec));
     };
@@ -350,6 +350,7 @@ std::string PluginReport::to_text() const {
         std::error_code ec;
         out << "  " << d << (fs::is_directory(d, ec) ? "" : "  (missing)") << "\n";
     }
+    out << "Plugin trust: " << describe(trust) << "\n";
     out << "Runtimes:\n";
     out << "  CUDA: " << (runtimes.cuda_major ? cat("major ", *runtimes.cuda_major, " — ") : "none — ")
         << runtimes.cuda_detail << "\n";
@@ -366,6 +367,7 @@ std::string PluginReport::to_text() const {
         if (p.abi_version) out << "      abi " << abi_text(p.abi_version) << ", version " << p.version << "\n";
         if (p.load_ms > 0) out << "      load " << ms_text(p.load_ms) << ", probe " << ms_text(p.probe_ms) << "\n";
         if (!p.reason.empty()) out << "      " << p.reason << "\n";
+        if (!p.trust_note.empty()) out << "      " << p.trust_note << "\n";
     }
     out << "Discovery: " << ms_text(total_ms) << " (runtimes " << ms_text(runtimes_ms) << ")\n";
     if (!errors.empty()) {
@@ -381,6 +383,7 @@ std::string PluginReport::to_json() const {
     j.key("search_path").begin_array();
     for (const auto &d : search_path) j.value(d);
     j.end_array();
+    j.field("plugin_trust", to_string(trust));
     j.key("runtimes").begin_object();
     j.key("cuda_major");
     runtimes.cuda_major ? j.value(*runtimes.cuda_major) : j.null();
@@ -403,6 +406,7 @@ std::string PluginReport::to_json() const {
         j.field("state", to_string(p.state)).field("loaded", p.state == PluginState::Loaded);
         j.field("abi", p.abi_version ? abi_text(p.abi_version) : std::string());
         j.field("version", p.version).field("caps", p.caps).field("reason", p.reason);
+        j.field("trust_note", p.trust_note);
         j.field("load_ms", p.load_ms).field("probe_ms", p.probe_ms);
         j.end_object();
     }

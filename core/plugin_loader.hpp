@@ -1,6 +1,7 @@
-// Finds transport plugins on the search path, loads them with Boost.DLL (RTLD_NOW |
-// RTLD_LOCAL), checks their ABI, probes them, and records for every file found exactly what
-// happened and why, for the engine and for ferry-info.
+// Finds transport plugins on the search path, checks that no other user could have written them
+// (file_trust.hpp), loads them from the checked descriptor (RTLD_NOW | RTLD_LOCAL), checks their
+// ABI, probes them, and records for every file found exactly what happened and why, for the
+// engine and for ferry-info.
 #pragma once
 
 #include <map>
@@ -10,16 +11,16 @@
 #include <utility>
 #include <vector>
 
-#include <boost/dll/shared_library.hpp>
-
 #include "ferry/plugin.h"
+#include "file_trust.hpp"
 #include "runtime_probe.hpp"
+#include "shared_library.hpp"
 
 namespace ferry {
 
 // A loaded plugin; the library stays mapped while any copy of this lives.
 struct LoadedPlugin {
-    boost::dll::shared_library library;
+    SharedLibrary library;
     const ferry_plugin_v1_t *api = nullptr;
     std::string name;
     std::string path;
@@ -32,6 +33,7 @@ enum class PluginState {
     Excluded,        // not loaded: FERRY_PLUGINS (or the `plugins` key) leaves it out
     Shadowed,        // not loaded: a plugin of the same name earlier on the path wins
     VariantSkipped,  // not loaded: its variant directory's runtime is not installed
+    Untrusted,       // not loaded: another user could have written it (plugin_trust)
 };
 const char *to_string(PluginState state);
 
@@ -53,6 +55,8 @@ struct PluginRecord {
     std::string variant;  // "" or the variant directory, e.g. "cuda13"
     PluginState state = PluginState::Failed;
     std::string reason;  // the exact reason, e.g. the dynamic loader's text
+    // plugin_trust=any only: what the check found, "loaded despite: ..." ("" when nothing).
+    std::string trust_note;
     uint32_t abi_version = 0;
     std::string version;
     uint64_t caps = 0;
@@ -78,12 +82,14 @@ struct PluginSelection {
 struct LoaderOptions {
     std::vector<std::string> search_path;
     PluginSelection selection;
+    TrustLevel trust = kDefaultTrust;
     // Options passed to each plugin's probe, by plugin name.
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> plugin_options;
 };
 
 struct PluginReport {
     std::vector<std::string> search_path;
+    TrustLevel trust = kDefaultTrust;
     InstalledRuntimes runtimes;
     std::vector<PluginRecord> plugins;
     // Problems with plugins the user asked for by name; non-empty means "fail loudly".
@@ -102,11 +108,12 @@ std::vector<std::string> default_search_path(const std::vector<std::string> &ext
 
 PluginReport load_plugins(const LoaderOptions &options);
 
-// load_plugins over an engine config's plugin_path, plugins and <plugin>.<key> (probe options),
-// as ferry-info sees them (describe_plugins.cpp).
+// load_plugins over an engine config's plugin_path, plugins, plugin_trust and <plugin>.<key>
+// (probe options), as ferry-info sees them (describe_plugins.cpp).
 PluginReport discover_plugins(const std::map<std::string, std::string> &config);
 
-// Loads and validates one file (no search, no probe). Used by load_plugins and tests.
-bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record);
+// Checks, loads and validates one file (no search, no probe). Used by load_plugins and tests.
+bool load_plugin_file(const std::string &path, const std::string &name, PluginRecord &record,
+                      TrustLevel trust = kDefaultTrust);
 
 }  // namespace ferry

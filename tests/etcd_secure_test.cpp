@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,10 +231,16 @@ TEST(EtcdSecureConfig, InconsistentKeysAreRefusedWithWhatToSet) {
     EXPECT_TRUE(contains(create({{"metadata", "P2PHANDSHAKE"}, {"etcd_user", "u"}, {"etcd_password", "pw"}}),
                          "not an etcd:// or etcds:// address"));
     EXPECT_TRUE(contains(create({{"metadata", "etcd://https://127.0.0.1:1/p"}}), "etcds://h1:2379,h2:2379/prefix"));
-    // A secret file is read with a bound: /dev/zero is refused, not read forever.
+    // A secret file is a regular file read with a bound: /dev/zero is refused, not read forever.
     EXPECT_TRUE(contains(
         create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}, {"etcd_password_file", "/dev/zero"}}),
-        "holds more than 65536 bytes"));
+        "/dev/zero is not a regular file"));
+    const std::string big = (dir / "big-password").string();
+    std::ofstream(big) << std::string(65537, 'p');
+    chmod(big.c_str(), 0600);
+    EXPECT_TRUE(
+        contains(create({{"metadata", "etcd://127.0.0.1:1/p"}, {"etcd_user", "u"}, {"etcd_password_file", big}}),
+                 "holds more than 65536 bytes"));
 }
 
 // ---- TLS with client certificates ---------------------------------------------------------

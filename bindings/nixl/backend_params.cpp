@@ -46,6 +46,7 @@ nixl_b_params_t default_backend_params() {
         {"protocols", ""},
         {"plugin_path", ""},
         {"plugins", ""},
+        {"plugin_trust", ""},
         {"log_level", ""},
         {kConfigFile, ""},
         {kVramKind, "auto"},

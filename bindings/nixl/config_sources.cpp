@@ -14,9 +14,9 @@ constexpr std::string_view kPrefix = "FERRY_";
 // Engine keys a host may set through FERRY_<KEY> (README "Configuration"). Ferry's core has no
 // call that lists its keys, so they are named here; a key Ferry gains later is still reachable
 // through the config_file parameter or FERRY_CONFIG. Ferry reads plugin_path (FERRY_PLUGIN_PATH),
-// plugins (FERRY_PLUGINS), log_level (FERRY_LOG_LEVEL), host_id (FERRY_HOST_ID) and the cluster
-// secret (FERRY_AUTH_SECRET, FERRY_AUTH_SECRET_FILE) from the environment itself, in its own
-// order, so they are not listed.
+// plugins (FERRY_PLUGINS), plugin_trust (FERRY_PLUGIN_TRUST), log_level (FERRY_LOG_LEVEL),
+// host_id (FERRY_HOST_ID) and the cluster secret (FERRY_AUTH_SECRET, FERRY_AUTH_SECRET_FILE)
+// from the environment itself, in its own order, so they are not listed.
 constexpr std::array<std::string_view, 22> kEnvKeys = {
     "metadata",
     "metadata_server",

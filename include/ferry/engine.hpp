@@ -226,12 +226,13 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Config helpers shared by the C API, the bench and Python.
+// Config helpers shared by the C API, the bench and Python. A file that other users could change
+// (it, or a directory above it) is refused (-EACCES), as a plugin they could change is.
 FERRY_API Result<Config> load_yaml_config(const std::string &path);
 
 // What ferry-info prints: the plugin search path, every plugin file found, its ABI, version,
-// probe result and the reason for each failure. `plugin_path` and `plugins` keys of `config`
-// apply as in an engine. `requested_ok` is false when a plugin named in the allow list
+// probe result and the reason for each failure. `plugin_path`, `plugins` and `plugin_trust` keys
+// of `config` apply as in an engine. `requested_ok` is false when a plugin named in the allow list
 // (FERRY_PLUGINS or `plugins`) is missing or unavailable.
 struct PluginReportOutput {
     std::string text;

@@ -32,7 +32,7 @@ def version():
 
 def plugin_report():
     """What `ferry-info --json` prints, as a dict: the search path, every plugin file found and
-    what happened to it. FERRY_PLUGIN_PATH and FERRY_PLUGINS apply."""
+    what happened to it. FERRY_PLUGIN_PATH, FERRY_PLUGINS and FERRY_PLUGIN_TRUST apply."""
     ffi, lib = _capi.load()
     size = ffi.new("size_t *", 1 << 16)
     while True:

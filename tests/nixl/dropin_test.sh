@@ -25,3 +25,14 @@ echo "$out" | grep -q "note.transport_dir *$tmp/ferry/plugins" || { echo "FAIL: 
 echo "$out" | grep -q "^drop-in directory: $tmp\$" || { echo "FAIL: ferry-nixl-info does not name the drop-in directory $tmp"; exit 1; }
 run "$host" --protocols=tcp --gtest_filter='NixlFerry.TwoProcesses*:NixlFerry.LocalTransfer*'
 echo "drop-in directory $tmp works by itself"
+
+# Its transports are checked as every Ferry plugin is: with ferry/plugins/ writable by others
+# they are skipped, and creating the backend fails saying which directory and what fixes it.
+chmod 0777 "$tmp/ferry/plugins"
+if out=$(run "$info" protocols=tcp 2>&1); then
+    echo "$out"; echo "FAIL: the backend loaded transports from $tmp/ferry/plugins, which others can write"; exit 1
+fi
+echo "$out" | grep -q "$tmp/ferry/plugins is writable by others (mode 0777); fix: chmod go-w $tmp/ferry/plugins" || {
+    echo "$out"; echo "FAIL: the backend does not say that $tmp/ferry/plugins is writable by others, and the fix"; exit 1; }
+chmod 0755 "$tmp/ferry/plugins"
+echo "a drop-in directory others can write is refused, with the fix"
