@@ -51,8 +51,7 @@ Result<void> Engine::Impl::send_notification(RemoteSegment &seg, std::span<const
             }
             if (!moved.empty() && moved != *address) {
                 *address = std::move(moved);
-                client =
-                    ControlClient::connect(*address, label, segment_name, settings.auth.secret, deadline);
+                client = ControlClient::connect(*address, label, segment_name, settings.auth.secret, deadline);
             }
         }
         if (!client) return fail(client.error().code, "send_notification: " + client.error().message);
