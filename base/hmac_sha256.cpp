@@ -1,5 +1,7 @@
 #include "hmac_sha256.hpp"
 
+#include "runtime_library.hpp"
+
 #include <dlfcn.h>
 #include <string.h>
 
@@ -26,27 +28,14 @@ struct Libcrypto {
 
 Libcrypto load_libcrypto() {
     Libcrypto c;
-    const char *override_name = std::getenv("FERRY_LIBCRYPTO");
-    const bool overridden = override_name != nullptr && *override_name != '\0';
-    const char *const defaults[] = {"libcrypto.so.3", "libcrypto.so.1.1"};
-    std::string tried;
-    void *lib = nullptr;
-    auto attempt = [&](const char *name) {
-        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-        if (lib) return;
-        const char *e = dlerror();
-        tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-    };
-    if (overridden) attempt(override_name);
-    else
-        for (const char *name : defaults)
-            if (!lib) attempt(name);
+    auto opened = ferry_base::open_runtime_library("FERRY_LIBCRYPTO", {"libcrypto.so.3", "libcrypto.so.1.1"});
+    void *lib = opened.handle;
     if (!lib) {
         c.error =
             "auth_secret is set but OpenSSL's libcrypto (libcrypto.so.3) could not be loaded: install libssl3 "
             "(Debian/Ubuntu) or openssl-libs (RHEL)";
-        if (overridden) c.error += ", or point FERRY_LIBCRYPTO at an existing libcrypto";
-        c.error += " (" + tried + ")";
+        if (opened.overridden) c.error += ", or point FERRY_LIBCRYPTO at an existing libcrypto";
+        c.error += " (" + opened.tried + ")";
         return c;
     }
     c.hmac = reinterpret_cast<HmacFn>(dlsym(lib, "HMAC"));

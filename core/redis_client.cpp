@@ -1,5 +1,7 @@
 #include "redis_client.hpp"
 
+#include "runtime_library.hpp"
+
 #include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
@@ -106,28 +108,16 @@ struct Hiredis {
 
 Hiredis load_hiredis() {
     Hiredis h;
-    const char *override_name = std::getenv("FERRY_LIBHIREDIS");
-    const bool overridden = override_name != nullptr && *override_name != '\0';
-    const char *const defaults[] = {"libhiredis.so.1.4.0", "libhiredis.so.1.3.0", "libhiredis.so.1.1.0",
-                                    "libhiredis.so.1.0.0", "libhiredis.so.0.14",  "libhiredis.so"};
-    std::string tried;
-    void *lib = nullptr;
-    auto attempt = [&](const char *name) {
-        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-        if (lib) return;
-        const char *e = dlerror();
-        tried += std::string(tried.empty() ? "" : "; ") + (e ? e : name);
-    };
-    if (overridden) attempt(override_name);
-    else
-        for (const char *name : defaults)
-            if (!lib) attempt(name);
+    auto opened = ferry_base::open_runtime_library(
+        "FERRY_LIBHIREDIS", {"libhiredis.so.1.4.0", "libhiredis.so.1.3.0", "libhiredis.so.1.1.0", "libhiredis.so.1.0.0",
+                             "libhiredis.so.0.14", "libhiredis.so"});
+    void *lib = opened.handle;
     if (!lib) {
         h.error =
             "redis:// metadata needs hiredis, which could not be loaded: install libhiredis0.14 (Debian 12, "
             "Ubuntu 22.04) or libhiredis1.1.0 (newer)";
-        if (overridden) h.error += ", or point FERRY_LIBHIREDIS at an existing libhiredis";
-        h.error += " (" + tried + ")";
+        if (opened.overridden) h.error += ", or point FERRY_LIBHIREDIS at an existing libhiredis";
+        h.error += " (" + opened.tried + ")";
         return h;
     }
     auto get = [&](auto &fn, const char *name) {
