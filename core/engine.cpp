@@ -30,6 +30,7 @@ Engine::Impl::~Impl() {
     if (staging) stop_staging();
     transports.clear();
     release_stream_calls();
+    release_staged_ops();
     staging.reset();
 }
 

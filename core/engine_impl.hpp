@@ -326,6 +326,7 @@ struct Engine::Impl {
     // Starts moving a staged op's slices; never blocks on a GPU copy.
     // True when it took a slice or queued itself for one (so a slice given back was used).
     bool stage_start(const std::shared_ptr<StagedOp> &op);
+    void release_staged_ops();  // teardown, once no transport can complete a slice
     void stage_retry_waiters();
     // A transport completion of one slice (user_data with the low bit set).
     void stage_wire_done(StagedSlice &slice, int code, std::string_view message);

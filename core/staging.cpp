@@ -189,6 +189,18 @@ void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view me
     if (!r) slice_over(r.error().code, "staging GPU memory: " + r.error().message);
 }
 
+void Engine::Impl::release_staged_ops() {
+    // A slice keeps its op alive (StagedSlice::op) until its completion removes it. A slice
+    // still in flight when its transport went away gets no completion any more, so the op and
+    // its slice would keep each other alive past the engine: drop what is left of them.
+    for (auto &[id, batch] : batches)
+        for (size_t i = 0; i < batch->size; ++i)
+            if (auto &staged = batch->ops[i].staged) {
+                std::lock_guard lock(staged->mutex);
+                staged->slices.clear();
+            }
+}
+
 void Engine::Impl::stop_staging() {
     stopping.store(true);
     {
