@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,9 +79,6 @@ public:
         int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         pid_ = fork();
         if (pid_ == 0) {
-            // A test process that dies (an assertion's abort, a sanitizer report) takes its
-            // servers with it: none is left holding a port.
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
             dup2(out_fd >= 0 ? out_fd : log_fd, 1);
             dup2(log_fd, 2);
             execv(argv[0], argv.data());
