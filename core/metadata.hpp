@@ -109,5 +109,7 @@ std::string *redis_setting_field(RedisSettings &s, const std::string &key);
 // Checks the redis_* keys against each other and the metadata URL, and reads
 // redis_password_file into `password`.
 Result<void> resolve_redis_settings(MetadataSettings &settings);
+// A Redis database index (0, 1, ...); `origin` names where the text came from, for the error.
+Result<int> parse_redis_db(const std::string &origin, const std::string &text);
 
 }  // namespace ferry

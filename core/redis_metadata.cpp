@@ -15,16 +15,6 @@
 namespace ferry {
 namespace {
 
-bool is_redis_url(const std::string &url) { return url.rfind("redis://", 0) == 0 || url.rfind("rediss://", 0) == 0; }
-
-Result<int> parse_db(const std::string &origin, const std::string &text) {
-    int v = -1;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || v < 0)
-        return fail(-EINVAL, cat(origin, " '", text, "' is not a Redis database index (0, 1, ...)"));
-    return v;
-}
-
 // %XX escapes, as a password with '@' or ':' must be written in a URL.
 Result<std::string> url_unescape(const std::string &text) {
     std::string out;
@@ -98,7 +88,7 @@ Result<RedisUrl> parse_redis_url(const std::string &url) {
     }
     if (!path.empty() && path[0] != '/') return bad("a query or fragment is not understood");
     if (path.size() > 1) {
-        auto db = parse_db("the URL's database", path.substr(1));
+        auto db = parse_redis_db("the URL's database", path.substr(1));
         if (!db) return bad(db.error().message);
         out.db = *db;
     }
@@ -184,33 +174,6 @@ private:
 
 }  // namespace
 
-std::string *redis_setting_field(RedisSettings &s, const std::string &key) {
-    if (key == "redis_user") return &s.user;
-    if (key == "redis_password") return &s.password;
-    if (key == "redis_password_file") return &s.password_file;
-    if (key == "redis_db") return &s.db;
-    return nullptr;
-}
-
-Result<void> resolve_redis_settings(MetadataSettings &settings) {
-    RedisSettings &s = settings.redis;
-    if ((!s.user.empty() || !s.password.empty() || !s.password_file.empty() || !s.db.empty()) &&
-        !is_redis_url(settings.url))
-        return fail(-EINVAL, cat("config keys redis_* are set but metadata is not a redis:// address; remove them or "
-                                 "point metadata at Redis"));
-    if (!s.password.empty() && !s.password_file.empty())
-        return fail(-EINVAL, "config keys 'redis_password' and 'redis_password_file' are both set; set one of them");
-    if (!s.db.empty())
-        if (auto db = parse_db("config key 'redis_db'", s.db); !db) return std::unexpected(db.error());
-    if (!s.password_file.empty()) {
-        auto p = read_secret_file(s.password_file, "config key 'redis_password_file'", "Redis password");
-        if (!p) return std::unexpected(p.error());
-        if (p->empty()) return fail(-EINVAL, cat("the Redis password file '", s.password_file, "' is empty"));
-        s.password = std::move(*p);
-    }
-    return {};
-}
-
 Result<KvStoreMaker> redis_store(const MetadataSettings &settings) {
     if (settings.url.rfind("rediss://", 0) == 0)
         return fail(-EPROTONOSUPPORT,
@@ -240,7 +203,7 @@ Result<KvStoreMaker> redis_store(const MetadataSettings &settings) {
                     cat("Redis user '", t.user, "' needs its password: set redis_password_file (or redis_password)"));
     int db = url->db.value_or(0);
     if (!s.db.empty()) {
-        int key_db = *parse_db("config key 'redis_db'", s.db);
+        int key_db = *parse_redis_db("config key 'redis_db'", s.db);
         if (url->db && *url->db != key_db)
             return fail(-EINVAL, cat("metadata '", t.where, "' selects database ", *url->db, " and redis_db says ",
                                      key_db, "; give the database in one place"));
