@@ -79,7 +79,44 @@ public:
         error = "no batched copy in this runtime";
         return -ENOSYS;
     }
+
+    // The copy kernel on `device`: compiled for the GPU there on first use (CUDA: embedded PTX
+    // JIT-compiled by the driver; HIP: hipRTC for the device's architecture) and kept. Fails
+    // with the reason when it cannot be had; the transport then copies op by op.
+    virtual int copy_kernel_load(int device, std::string &error) {
+        (void)device;
+        error = "this runtime has no copy kernel";
+        return -ENOSYS;
+    }
+    // A table of `bytes` in pinned host memory and in memory of the current device.
+    virtual int table_alloc(size_t bytes, void *&host, void *&device_table, std::string &error) {
+        (void)bytes, (void)host, (void)device_table;
+        error = "this runtime has no copy kernel";
+        return -ENOSYS;
+    }
+    virtual void table_free(void *host, void *device_table) { (void)host, (void)device_table; }
+    // Queues the kernel on `stream` of the current device (`device`, loaded before): `n` entries
+    // of `table` (device memory), `chunks` chunks in all, on `blocks` thread blocks.
+    virtual int copy_kernel_launch(int device, const void *table, uint32_t n, uint64_t chunks, uint32_t blocks,
+                                   Stream stream, std::string &error) {
+        (void)device, (void)table, (void)n, (void)chunks, (void)blocks, (void)stream;
+        error = "this runtime has no copy kernel";
+        return -ENOSYS;
+    }
 };
+
+// The batch copy kernel (copy_kernel.cu): one launch copies a whole table of ops, each op cut
+// into chunks of 2^kCopyChunkShift bytes that the launch's thread blocks take in turn. The table
+// lives in device memory; the transport fills it in pinned host memory and copies it over on the
+// launch's stream. Its layout is the kernel's `CopyOp`.
+struct CopyTableEntry {
+    uint64_t src, dst, bytes;
+    uint64_t first_chunk;  // the op's first chunk in the launch: entries are sorted by it
+};
+static_assert(sizeof(CopyTableEntry) == 32);
+inline constexpr uint32_t kCopyChunkShift = 16;      // 64 KiB chunks
+inline constexpr uint32_t kCopyKernelThreads = 512;  // threads per block
+inline constexpr const char *kCopyKernelName = "ferry_copy_table";
 
 // Defined by the backend the plugin is built with.
 std::unique_ptr<Runtime> make_runtime();

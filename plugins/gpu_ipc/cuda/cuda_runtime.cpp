@@ -7,12 +7,16 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
 
 namespace ferry_gpu {
+#ifndef FERRY_CUDA_NO_COPY_KERNEL
+extern const char kCopyKernelPtx[];  // copy_kernel.cu as PTX (embed_text.py)
+#endif
 namespace {
 
 int fail(cudaError_t rc, const char *call, std::string &error) {
@@ -36,6 +40,14 @@ int fail(cudaError_t rc, const char *call, std::string &error) {
     } while (0)
 
 using GetAddressRange = int (*)(unsigned long long *base, size_t *size, unsigned long long ptr);
+// The driver calls the copy kernel needs (the runtime has no call that loads PTX text).
+using ModuleLoadDataEx = CUresult (*)(CUmodule *module, const void *image, unsigned n, CUjit_option *options,
+                                      void **values);
+using ModuleGetFunction = CUresult (*)(CUfunction *fn, CUmodule module, const char *name);
+using ModuleUnload = CUresult (*)(CUmodule module);
+using LaunchKernel = CUresult (*)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                  unsigned bz, unsigned shared_bytes, CUstream stream, void **params, void **extra);
+using GetErrorString = CUresult (*)(CUresult rc, const char **text);
 
 #if CUDA_VERSION >= 12080
 // cuMemcpyBatchAsync as the driver exports it for CUDA 12.8 (13.0 dropped failIdx; asking for
@@ -247,8 +259,124 @@ public:
     }
 #endif
 
+    ~CudaRuntime() override {
+        for (auto &[device, k] : kernels_)
+            if (k.module && unload_) unload_(k.module);
+    }
+
+    int copy_kernel_load(int device, std::string &error) override {
+#ifdef FERRY_CUDA_NO_COPY_KERNEL
+        (void)device;
+        error = "this cuda_ipc.so was built without its copy kernel (no nvcc at build time)";
+        return -ENOSYS;
+#else
+        if (auto it = kernels_.find(device); it != kernels_.end() && it->second.fn) return 0;
+        if (int rc = driver_calls(error)) return rc;
+        CHECK(cudaSetDevice(device));
+        CHECK(cudaFree(nullptr));  // the device's primary context, current from here on
+        // The JIT's own words on a failure (an older driver than the PTX asks for says so here).
+        char log[2048] = "";
+        CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+        void *values[] = {log, reinterpret_cast<void *>(static_cast<uintptr_t>(sizeof log))};
+        Kernel k;
+        if (CUresult rc = load_(&k.module, kCopyKernelPtx, 2, opts, values); rc != CUDA_SUCCESS) {
+            int driver = 0;
+            cudaDriverGetVersion(&driver);
+            error =
+                "cuModuleLoadDataEx (JIT-compiling the copy kernel's PTX for device " + std::to_string(device) +
+                "): " + driver_error(rc) + (log[0] ? std::string(": ") + log : std::string()) +
+                (rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                     ? "; the driver (CUDA " + std::to_string(driver / 1000) + "." +
+                           std::to_string(driver % 1000 / 10) + ") is older than the CUDA " +
+                           std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+                           " this plugin was built with: update the driver"
+                     : std::string());
+            return -ENOTSUP;
+        }
+        if (CUresult rc = get_function_(&k.fn, k.module, kCopyKernelName); rc != CUDA_SUCCESS) {
+            error = std::string("cuModuleGetFunction(") + kCopyKernelName + "): " + driver_error(rc);
+            unload_(k.module);
+            return -ENOTSUP;
+        }
+        kernels_[device] = k;
+        return 0;
+#endif
+    }
+    int table_alloc(size_t bytes, void *&host, void *&device_table, std::string &error) override {
+        void *h = nullptr, *d = nullptr;
+        CHECK(cudaMallocHost(&h, bytes));
+        if (cudaError_t rc = cudaMalloc(&d, bytes); rc != cudaSuccess) {
+            cudaFreeHost(h);
+            return fail(rc, "cudaMalloc", error);
+        }
+        host = h;
+        device_table = d;
+        return 0;
+    }
+    void table_free(void *host, void *device_table) override {
+        cudaFreeHost(host);
+        cudaFree(device_table);
+    }
+    int copy_kernel_launch(int device, const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, Stream stream,
+                           std::string &error) override {
+        auto it = kernels_.find(device);
+        if (it == kernels_.end() || !it->second.fn) {
+            error = "the copy kernel is not loaded on device " + std::to_string(device);
+            return -ENOSYS;
+        }
+        unsigned long long chunk_count = chunks;
+        unsigned count = n;
+        void *params[] = {&table, &count, &chunk_count};
+        CUresult rc = launch_(it->second.fn, blocks, 1, 1, kCopyKernelThreads, 1, 1, 0, static_cast<CUstream>(stream),
+                              params, nullptr);
+        if (rc != CUDA_SUCCESS) {
+            error = "cuLaunchKernel(" + std::string(kCopyKernelName) + ", " + std::to_string(blocks) +
+                    " blocks): " + driver_error(rc);
+            return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+        }
+        return 0;
+    }
+
 private:
+    struct Kernel {
+        CUmodule module = nullptr;
+        CUfunction fn = nullptr;
+    };
+
+    template <typename Fn>
+    int driver_call(const char *name, Fn &out, std::string &error) {
+        cudaDriverEntryPointQueryResult status{};
+        void *fn = nullptr;
+        CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &status));
+        if (!fn || status != cudaDriverEntryPointSuccess) {
+            error = std::string("the driver has no ") + name;
+            return -ENOTSUP;
+        }
+        out = reinterpret_cast<Fn>(fn);
+        return 0;
+    }
+    int driver_calls(std::string &error) {
+        if (launch_) return 0;
+        if (int rc = driver_call("cuModuleLoadDataEx", load_, error)) return rc;
+        if (int rc = driver_call("cuModuleGetFunction", get_function_, error)) return rc;
+        if (int rc = driver_call("cuModuleUnload", unload_, error)) return rc;
+        if (int rc = driver_call("cuGetErrorString", error_string_, error)) return rc;
+        return driver_call("cuLaunchKernel", launch_, error);
+    }
+    std::string driver_error(CUresult rc) const {
+        const char *text = nullptr;
+        if (error_string_) error_string_(rc, &text);
+        return std::string(text ? text : "unknown error") + " (CUDA driver error " +
+               std::to_string(static_cast<int>(rc)) + ")";
+    }
+
     GetAddressRange get_range_ = nullptr;
+    ModuleLoadDataEx load_ = nullptr;
+    ModuleGetFunction get_function_ = nullptr;
+    ModuleUnload unload_ = nullptr;
+    LaunchKernel launch_ = nullptr;
+    GetErrorString error_string_ = nullptr;
+    std::map<int, Kernel> kernels_;  // device -> the kernel loaded there
 #if CUDA_VERSION >= 12080
     bool batch_looked_up_ = false;
     MemcpyBatch batch_ = nullptr;
