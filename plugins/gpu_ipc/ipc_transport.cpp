@@ -49,13 +49,14 @@ uint64_t get64(const uint8_t *&p) {
 }  // namespace
 
 IpcTransport::IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
-                           size_t streams_per_device, std::chrono::microseconds poll_window)
+                           size_t streams_per_device, std::chrono::microseconds poll_window, KernelPolicy kernel)
     : rt_(std::move(runtime)),
       log_(host, name),
       name_(name),
       streams_per_device_(streams_per_device),
       poll_window_(poll_window),
-      pid_(static_cast<uint64_t>(getpid())) {}
+      pid_(static_cast<uint64_t>(getpid())),
+      kernel_(kernel) {}
 
 IpcTransport::~IpcTransport() {
     {
@@ -67,6 +68,9 @@ IpcTransport::~IpcTransport() {
     std::string ignored;
     for (auto &p : pending_) rt_->event_destroy(p.event);
     for (auto e : free_events_) rt_->event_destroy(e);
+    for (auto &p : pending_)
+        if (p.table.host) free_tables_.push_back(p.table);
+    for (auto &t : free_tables_) rt_->table_free(t.host, t.device_table);
     for (auto &[key, m] : mappings_)
         if (m.mapped && key.first != pid_) rt_->ipc_close(m.mapped, ignored);
     for (auto &[dev, streams] : streams_)
@@ -136,6 +140,9 @@ int IpcTransport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, fe
     uint64_t h = next_handle_++;
     regions_[h] = reg;
     *handle = h;
+    // The copy kernel is compiled for this device now (a JIT of some milliseconds, once), not in
+    // the first transfer's submit.
+    if (kernel_.max_op_bytes) kernel_ready(device);
     return 0;
 }
 
@@ -360,19 +367,22 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
         while (end < plan.size() && plan[end].device == plan[begin].device) ++end;
         const int device = plan[begin].device;
         rt_->set_device(device, e);
-        const size_t ops_here = end - begin;
-        uint64_t bytes = 0;
-        for (size_t i = begin; i < end; ++i) bytes += plan[i].bytes;
-        // Large ops gain from several streams (copy engines in parallel); small ones lose by it
-        // (H200: 64 KiB ops on 4 streams 0.76x of raw batches, on one 1.04x), so they share one.
-        const size_t streams = bytes / ops_here >= kSpreadOpBytes ? std::min(streams_per_device_, ops_here) : 1;
-        const size_t runs = std::max(streams, (ops_here + kMaxRunOps - 1) / kMaxRunOps);
-        const uint64_t first = next_stream_.fetch_add(streams);
-        for (size_t r = 0; r < runs; ++r) {
-            size_t a = begin + ops_here * r / runs, b = begin + ops_here * (r + 1) / runs;
-            Stream s = streams_[device][(first + r % streams) % streams_per_device_];
-            issue_run(plan.data() + a, b - a, s, queued);
+        size_t copies = begin;
+        if (kernel_.max_op_bytes && kernel_ready(device)) {
+            // Small ops go to the copy kernel, a launch per kKernelTableOps of them; one alone
+            // costs less as a single copy than as a table copy and a launch.
+            auto small_end = std::stable_partition(plan.begin() + static_cast<ptrdiff_t>(begin),
+                                                   plan.begin() + static_cast<ptrdiff_t>(end),
+                                                   [&](const Planned &p) { return p.bytes <= kernel_.max_op_bytes; });
+            const size_t small = static_cast<size_t>(small_end - plan.begin()) - begin;
+            if (small >= 2) {
+                Stream s = streams_[device][next_stream_.fetch_add(1) % streams_per_device_];
+                for (size_t a = begin; a < begin + small; a += kKernelTableOps)
+                    issue_kernel_run(plan.data() + a, std::min(kKernelTableOps, begin + small - a), device, s, queued);
+                copies = begin + small;
+            }
         }
+        if (copies < end) issue_copies(plan.data() + copies, end - copies, device, queued);
         begin = end;
     }
     {
@@ -386,6 +396,101 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
     pending_cv_.notify_all();
     if (!queued.empty() && poll_window_.count() > 0) cq_.signal();  // the engine's wait polls from the start
     return 0;
+}
+
+void IpcTransport::issue_copies(const Planned *ops, size_t n, int device, std::vector<Pending> &queued) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) bytes += ops[i].bytes;
+    // Large ops gain from several streams (copy engines in parallel); small ones lose by it
+    // (H200: 64 KiB ops on 4 streams 0.76x of raw batches, on one 1.04x), so they share one.
+    const size_t streams = bytes / n >= kSpreadOpBytes ? std::min(streams_per_device_, n) : 1;
+    const size_t runs = std::max(streams, (n + kMaxRunOps - 1) / kMaxRunOps);
+    const uint64_t first = next_stream_.fetch_add(streams);
+    for (size_t r = 0; r < runs; ++r) {
+        size_t a = n * r / runs, b = n * (r + 1) / runs;
+        Stream s = streams_[device][(first + r % streams) % streams_per_device_];
+        issue_run(ops + a, b - a, s, queued);
+    }
+}
+
+bool IpcTransport::kernel_ready(int device) {
+    auto it = kernel_state_.find(device);
+    if (it != kernel_state_.end()) return it->second == 0;
+    std::string e;
+    DeviceGuard guard(*rt_);
+    auto t0 = Clock::now();
+    int rc = rt_->copy_kernel_load(device, e);
+    kernel_state_[device] = rc;
+    if (rc == 0)
+        log_.log(FERRY_LOG_INFO,
+                 "copy kernel ready on device %d in %.1f ms: ops of up to %" PRIu64
+                 " bytes are copied by one kernel launch per batch, on at most %s thread blocks",
+                 device, std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), kernel_.max_op_bytes,
+                 kernel_.max_blocks ? std::to_string(kernel_.max_blocks).c_str() : "one per 64 KiB chunk of");
+    else log_.log(FERRY_LOG_WARN, "no copy kernel on device %d, copying op by op: %s", device, e.c_str());
+    return rc == 0;
+}
+
+int IpcTransport::acquire_table(int device, TableSlot &slot, std::string &error) {
+    {
+        std::lock_guard lock(pending_mu_);
+        for (auto it = free_tables_.begin(); it != free_tables_.end(); ++it)
+            if (it->device == device) {
+                slot = *it;
+                free_tables_.erase(it);
+                return 0;
+            }
+    }
+    slot.device = device;
+    return rt_->table_alloc(kKernelTableOps * sizeof(CopyTableEntry), slot.host, slot.device_table, error);
+}
+
+void IpcTransport::recycle_locked(Pending &run) {
+    if (run.event) free_events_.push_back(run.event);
+    if (run.table.host) free_tables_.push_back(run.table);
+    run.event = nullptr;
+    run.table = {};
+}
+
+void IpcTransport::issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream,
+                                    std::vector<Pending> &queued) {
+    std::string e;
+    Pending run;
+    int rc = acquire_table(device, run.table, e);
+    if (rc == 0) {
+        auto *table = static_cast<CopyTableEntry *>(run.table.host);
+        uint64_t chunks = 0;
+        for (size_t i = 0; i < n; ++i) {
+            table[i] = {reinterpret_cast<uintptr_t>(ops[i].src), reinterpret_cast<uintptr_t>(ops[i].dst), ops[i].bytes,
+                        chunks};
+            chunks += (ops[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+        }
+        const auto blocks = static_cast<uint32_t>(
+            std::min<uint64_t>(kernel_.max_blocks ? std::min<uint64_t>(kernel_.max_blocks, chunks) : chunks, 65535));
+        rc = rt_->copy_async(run.table.device_table, run.table.host, n * sizeof(CopyTableEntry), stream, e);
+        if (rc == 0) {
+            rc = rt_->copy_kernel_launch(device, run.table.device_table, static_cast<uint32_t>(n), chunks, blocks,
+                                         stream, e);
+            // The table's copy is queued: its slot is free once that ended.
+            std::string ignored;
+            if (rc != 0) rt_->stream_wait(stream, ignored);
+        }
+    }
+    if (rc != 0) {
+        {
+            std::lock_guard lock(pending_mu_);
+            recycle_locked(run);
+        }
+        // Nothing of these ops is queued: the copy engines take them, and all later ones.
+        log_.log(FERRY_LOG_WARN, "copy kernel on device %d failed to start, copying op by op from now on: %s", device,
+                 e.c_str());
+        kernel_state_[device] = rc;
+        issue_copies(ops, n, device, queued);
+        return;
+    }
+    run.user_data.reserve(n);
+    for (size_t i = 0; i < n; ++i) run.user_data.push_back(ops[i].user_data);
+    finish_run(std::move(run), stream, queued);
 }
 
 void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::vector<Pending> &queued) {
@@ -421,6 +526,11 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
         }
     }
     if (run.user_data.empty()) return;
+    finish_run(std::move(run), stream, queued);
+}
+
+void IpcTransport::finish_run(Pending &&run, Stream stream, std::vector<Pending> &queued) {
+    std::string e;
     int rc = acquire_event(run.event, e);
     if (rc == 0) rc = rt_->event_record(run.event, stream, e);
     if (rc == 0) {
@@ -431,9 +541,9 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
     // ops are reported failed only once no byte of theirs can still land.
     std::string ignored;
     rt_->stream_wait(stream, ignored);
-    if (run.event) {
+    {
         std::lock_guard lock(pending_mu_);
-        free_events_.push_back(run.event);
+        recycle_locked(run);
     }
     push_completions(run.user_data, rc, e);
 }
@@ -459,7 +569,7 @@ void IpcTransport::completion_loop() {
             if (pending_.empty() || pending_.front().seq != seq) continue;
             done = std::move(pending_.front());
             pending_.pop_front();
-            free_events_.push_back(done.event);
+            recycle_locked(done);
         }
         push_completions(done.user_data, rc, e);
         pending_cv_.notify_all();  // release_mem may be waiting for the queue to drain
@@ -480,7 +590,7 @@ bool IpcTransport::reap_finished() {
             if (q == 0) break;  // still copying; so are the runs behind it, as far as we report
             done.push_back(std::move(pending_.front()));
             pending_.pop_front();
-            free_events_.push_back(done.back().event);
+            recycle_locked(done.back());
             codes.push_back(q < 0 ? q : 0);
             errors.push_back(std::move(e));
         }

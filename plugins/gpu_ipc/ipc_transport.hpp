@@ -42,6 +42,17 @@ inline constexpr uint32_t kEndpointMagic = 0x46475049;  // "FGPI"
 inline constexpr size_t kMaxRunOps = 64;
 // Ops of at least this size on average are spread over the device's streams, smaller ones not.
 inline constexpr uint64_t kSpreadOpBytes = 4 << 20;
+// Most ops in one launch of the copy kernel (its table: 128 KiB, pinned and on the device).
+inline constexpr size_t kKernelTableOps = 4096;
+
+// Which ops the copy kernel (copy_kernel.cu) takes instead of the copy engines: those of up to
+// max_op_bytes, when a submit has at least two of them for one device; each launch on at most
+// max_blocks thread blocks (0: one per 64 KiB chunk), which bounds the SMs it takes from the
+// application's kernels. max_op_bytes 0: never.
+struct KernelPolicy {
+    uint64_t max_op_bytes = 0;
+    uint32_t max_blocks = 0;
+};
 
 class IpcTransport {
 public:
@@ -50,7 +61,7 @@ public:
     // flight, so the host keeps calling poll() (which queries the events itself) instead of
     // sleeping until the completion thread wakes it; 0: never.
     IpcTransport(std::unique_ptr<Runtime> runtime, const ferry_host_api_t *host, const char *name,
-                 size_t streams_per_device, std::chrono::microseconds poll_window = {});
+                 size_t streams_per_device, std::chrono::microseconds poll_window = {}, KernelPolicy kernel = {});
     ~IpcTransport();
 
     int start(ferry_error_t *err);
@@ -88,11 +99,18 @@ private:
     struct Peer {
         uint64_t pid = 0;
     };
+    // A copy kernel's table: pinned for the host to fill, on the device for the kernel to read.
+    struct TableSlot {
+        void *host = nullptr;
+        void *device_table = nullptr;
+        int device = -1;
+    };
     // One run of ops on one stream behind one event: they complete (or fail) together.
     struct Pending {
         Event event = nullptr;
         std::vector<uint64_t> user_data;
         uint64_t seq = 0;  // tells the completion thread whether poll() reported the run meanwhile
+        TableSlot table;   // a kernel run's table, free again once the event completed
     };
     struct Planned {
         void *dst;
@@ -105,7 +123,20 @@ private:
     int fail(ferry_error_t *err, int code, const std::string &message) const;
     int streams_for(int device, std::vector<Stream> *&out, std::string &error);
     int acquire_event(Event &event, std::string &error);
+    // Queues ops of one device on the copy engines: spread over its streams when large, in runs
+    // of at most kMaxRunOps behind one event each.
+    void issue_copies(const Planned *ops, size_t n, int device, std::vector<Pending> &queued);
     void issue_run(const Planned *ops, size_t n, Stream stream, std::vector<Pending> &queued);
+    // Queues ops of one device (at most kKernelTableOps) as one copy kernel launch; where that
+    // cannot start, the copy engines take them, and the device's kernel is off from then on.
+    void issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
+    // Records the event behind a queued run and hands it to the completion side.
+    void finish_run(Pending &&run, Stream stream, std::vector<Pending> &queued);
+    // Whether the copy kernel runs on `device`: loads it on first ask (mu_ held).
+    bool kernel_ready(int device);
+    int acquire_table(int device, TableSlot &slot, std::string &error);
+    // Puts a finished run's event and table back for reuse (pending_mu_ held).
+    void recycle_locked(Pending &run);
     void push_completions(const std::vector<uint64_t> &user_data, int status, const std::string &message);
     void push_completion(uint64_t user_data, int status, const std::string &message) {
         push_completions({user_data}, status, message);
@@ -133,6 +164,8 @@ private:
     uint64_t next_handle_ = 1;
     std::atomic<uint64_t> next_stream_{0};
     bool copy_batch_ = false;  // the runtime's batched copy, until it first fails
+    const KernelPolicy kernel_;
+    std::map<int, int> kernel_state_;  // device -> 0: the copy kernel runs there, < 0: it does not
 
     std::mutex pending_mu_;
     std::condition_variable pending_cv_;
@@ -140,6 +173,7 @@ private:
     uint64_t next_seq_ = 1;
     Clock::time_point poll_until_{};  // end of the poll window of the last submit
     std::vector<Event> free_events_;
+    std::vector<TableSlot> free_tables_;
     bool stopping_ = false;
     std::thread completion_thread_;
 

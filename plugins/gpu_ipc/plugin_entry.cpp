@@ -24,12 +24,24 @@ namespace {
 
 struct Options {
     size_t streams = 4;
+    uint64_t kernel_max_op_bytes = 0;
+    uint64_t kernel_max_blocks = 0;
 };
 
 constexpr auto kOptions = ferry_plugin::make_options<Options>(
     FERRY_GPU_PLUGIN_NAME,
     ferry_plugin::uint_option<Options>("streams", "4", 1, 64, "copy streams per device; ops are spread over them",
-                                       ferry_plugin::store<&Options::streams>));
+                                       ferry_plugin::store<&Options::streams>),
+    ferry_plugin::size_option<Options>(
+        "kernel_max_op_bytes", "1m", 0, 1ull << 30,
+        "ops of up to this size go to the copy kernel (one launch for a batch's small ops of one device) instead of "
+        "one copy-engine launch each; 0: never",
+        ferry_plugin::store<&Options::kernel_max_op_bytes>, "0 (never) or a size up to 1g (suffixes k, m, g)"),
+    ferry_plugin::uint_option<Options>(
+        "kernel_max_blocks", "16", 0, 65535,
+        "thread blocks (of 512 threads) per copy kernel launch, which bounds the SMs (CUs) it takes from the "
+        "application's own kernels; 0: one per 64 KiB chunk",
+        ferry_plugin::store<&Options::kernel_max_blocks>, "0 (one per 64 KiB chunk) or 1 to 65535"));
 
 // The kit's Transport shape around IpcTransport: the ABI's calls are IpcTransport's methods.
 class Transport : public IpcTransport {
@@ -63,7 +75,8 @@ public:
         std::string reason;
         rt->probe(available, reason);
         if (!available) return fail(err, -ENODEV, reason);
-        auto *t = new Transport(std::move(rt), host, kName, streams, poll_window());
+        KernelPolicy kernel{opts.kernel_max_op_bytes, static_cast<uint32_t>(opts.kernel_max_blocks)};
+        auto *t = new Transport(std::move(rt), host, kName, streams, poll_window(), kernel);
         if (int rc = t->start(err)) {
             delete t;
             return rc;

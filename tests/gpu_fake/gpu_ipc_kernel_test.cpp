@@ -1,0 +1,203 @@
+// The GPU IPC transport's copy kernel path (plugins/gpu_ipc/ipc_transport.cpp) through the test
+// runtime (test_gpu_runtime.hpp): which ops go to the kernel and which to the copy engines, the
+// tables it builds (chunk numbering, one launch per kKernelTableOps ops, the block cap), byte
+// exactness at odd addresses and lengths, the fallback to per-op copies when the kernel cannot
+// be loaded or launched, and the failure semantics of a kernel that faults. The kernel itself
+// (copy_kernel.cu) runs on a real GPU in tests/gpu/cuda_ipc_test.cpp.
+#include "test_gpu_runtime.hpp"
+
+using namespace ferry_gpu;
+using namespace ferry_gpu_test;
+
+namespace {
+
+constexpr KernelPolicy kPolicy{1 << 20, 16};
+
+class GpuIpcKernel : public GpuIpcFixture {
+protected:
+    void SetUp() override { make({}, kPolicy, true); }
+    // Every op completed with status 0.
+    void expect_all_ok(const std::map<uint64_t, ferry_completion_t> &got) {
+        for (auto &[u, c] : got) EXPECT_EQ(c.status, 0) << "op " << u << ": " << c.message;
+    }
+};
+
+TEST_P(GpuIpcKernel, SmallOpsOfABatchGoToOneLaunch) {
+    EXPECT_EQ(counters.kernel_loads.load(), 1) << "loaded once, at the first registration on the device";
+    constexpr size_t kOps = 256, kLen = 64 << 10;
+    ASSERT_EQ(submit(kOps, kLen), 0);
+    expect_all_ok(collect(kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), kOps * kLen));
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(kOps));
+    EXPECT_EQ(counters.copy_async.load(), 1) << "the table's copy, and no copy per op";
+    EXPECT_EQ(counters.copy_batch.load(), 0);
+    EXPECT_EQ(counters.events_recorded.load(), 1) << "one event behind the launch";
+    EXPECT_EQ(counters.last_chunks.load(), kOps) << "one 64 KiB chunk per op";
+    EXPECT_EQ(counters.last_blocks.load(), kPolicy.max_blocks) << "capped";
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+    EXPECT_EQ(counters.kernel_loads.load(), 1);
+}
+
+TEST_P(GpuIpcKernel, OddAddressesAndLengthsLandExactlyAndNothingBeside) {
+    // Lengths of 1, 3 and 4097 bytes, ops straddling 16-byte lines, a chunk boundary plus one,
+    // source and destination misaligned alike and apart; READ and WRITE. Nothing outside the
+    // ops may change.
+    const size_t lens[] = {1, 3, 4097, 15, 16, 17, (64 << 10) + 1, 131071, 300000};
+    const size_t shifts[][2] = {{0, 0}, {1, 1}, {3, 7}, {8, 0}, {13, 5}, {4, 12}};
+    for (ferry_opcode_t opcode : {FERRY_OP_WRITE, FERRY_OP_READ}) {
+        std::fill(dst.begin(), dst.end(), opcode == FERRY_OP_WRITE ? 0xee : 0x00);
+        if (opcode == FERRY_OP_READ)
+            for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<uint8_t>(i * 13 + 5);
+        std::vector<uint8_t> before_src = src, before_dst = dst;
+        std::vector<ferry_xfer_op_t> ops;
+        size_t at = 0;
+        for (auto len : lens)
+            for (auto &sh : shifts) {
+                ops.push_back(op(opcode, at + sh[0], at + sh[1] + 64, len, ops.size()));
+                at += len + 256;
+            }
+        ASSERT_LT(at, src.size());
+        counters.kernel_ops = 0;
+        ASSERT_EQ(submit_ops(ops), 0);
+        expect_all_ok(collect(ops.size()));
+        EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(ops.size()));
+        std::vector<uint8_t> want_src = before_src, want_dst = before_dst;
+        for (auto &o : ops) {
+            size_t s_off = o.local_addr - reinterpret_cast<uint64_t>(src.data());
+            size_t d_off = o.remote_addr - reinterpret_cast<uint64_t>(dst.data());
+            if (opcode == FERRY_OP_WRITE) memcpy(&want_dst[d_off], &before_src[s_off], o.length);
+            else memcpy(&want_src[s_off], &before_dst[d_off], o.length);
+        }
+        EXPECT_TRUE(want_dst == dst) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": destination region";
+        EXPECT_TRUE(want_src == src) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": source region";
+        src = before_src;
+    }
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernel, LargeOpsKeepTheCopyEnginesBesideTheKernel) {
+    std::vector<ferry_xfer_op_t> ops;
+    for (size_t i = 0; i < 8; ++i) ops.push_back(op(FERRY_OP_WRITE, i << 16, i << 16, 64 << 10, i));
+    ops.push_back(op(FERRY_OP_WRITE, 4 << 20, 4 << 20, 4 << 20, 8));        // above kernel_max_op_bytes
+    ops.push_back(op(FERRY_OP_WRITE, 8 << 20, 8 << 20, (1 << 20) + 1, 9));  // one byte above
+    ops.push_back(op(FERRY_OP_WRITE, 12 << 20, 12 << 20, 1 << 20, 10));     // exactly at it
+    ASSERT_EQ(submit_ops(ops), 0);
+    expect_all_ok(collect(ops.size()));
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.kernel_ops.load(), 9);
+    EXPECT_EQ(counters.last_chunks.load(), 8u + 16u);
+    for (auto &o : ops)
+        EXPECT_EQ(0, memcmp(reinterpret_cast<void *>(o.remote_addr), reinterpret_cast<void *>(o.local_addr), o.length))
+            << "op " << o.user_data;
+    // The two large ones went the copy engines' way: batched or one by one.
+    EXPECT_GE(counters.copy_async.load() + counters.copy_batch.load(), 1 + 1);
+}
+
+TEST_P(GpuIpcKernel, OneSmallOpAloneTakesACopy) {
+    ASSERT_EQ(submit(1, 4096), 0);
+    expect_all_ok(collect(1));
+    EXPECT_EQ(counters.kernel_launches.load(), 0);
+    EXPECT_EQ(counters.copy_async.load(), 1);
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 4096));
+}
+
+TEST_P(GpuIpcKernel, ManyOpsTakeOneLaunchPerTableAndTablesAreReused) {
+    constexpr size_t kOps = kKernelTableOps + 904, kLen = 1024;
+    ASSERT_EQ(submit(kOps, kLen), 0);
+    expect_all_ok(collect(kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), kOps * kLen));
+    EXPECT_EQ(counters.kernel_launches.load(), 2);
+    EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(kOps));
+    EXPECT_EQ(counters.last_chunks.load(), 904u);
+    const int tables = counters.tables.load();
+    EXPECT_EQ(tables, 2);
+    for (int round = 0; round < 3; ++round) {
+        ASSERT_EQ(submit(kOps, kLen, 100000), 0);
+        collect(kOps);
+    }
+    EXPECT_EQ(counters.tables.load(), tables) << "finished runs hand their tables back";
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernel, ATableIsNotRewrittenBeforeItsKernelRan) {
+    // Slow streams: several submits are queued before the first kernel runs. Each needs a
+    // table of its own; a table rewritten early would copy the wrong ranges.
+    rt_->copy_delay_ms = 20;
+    constexpr size_t kOps = 8, kLen = 32 << 10;
+    for (size_t k = 0; k < 6; ++k) {
+        std::vector<ferry_xfer_op_t> ops;
+        for (size_t i = 0; i < kOps; ++i) {
+            size_t off = (k * kOps + i) * kLen;
+            ops.push_back(op(FERRY_OP_WRITE, off, off, kLen, k * kOps + i));
+        }
+        ASSERT_EQ(submit_ops(ops), 0);
+    }
+    expect_all_ok(collect(6 * kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 6 * kOps * kLen));
+    EXPECT_GE(counters.tables.load(), 2);
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernel, UncappedLaunchesTakeABlockPerChunk) {
+    make({}, KernelPolicy{1 << 20, 0}, true);
+    std::vector<ferry_xfer_op_t> ops;
+    for (size_t i = 0; i < 10; ++i) ops.push_back(op(FERRY_OP_WRITE, i * (200 << 10), i * (200 << 10), 200 << 10, i));
+    ASSERT_EQ(submit_ops(ops), 0);
+    expect_all_ok(collect(ops.size()));
+    EXPECT_EQ(counters.last_chunks.load(), 40u) << "200 KiB is 4 chunks of 64 KiB";
+    EXPECT_EQ(counters.last_blocks.load(), 40u);
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 10 * (200 << 10)));
+}
+
+TEST_P(GpuIpcKernel, NoKernelInTheRuntimeMeansCopiesAndOneLoadAttempt) {
+    make({}, kPolicy, false);
+    for (int round = 0; round < 3; ++round) {
+        ASSERT_EQ(submit(64, 4096, round * 64), 0);
+        expect_all_ok(collect(64));
+    }
+    EXPECT_EQ(counters.kernel_loads.load(), 1) << "the failure is remembered, not retried per submit";
+    EXPECT_EQ(counters.kernel_launches.load(), 0);
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+}
+
+TEST_P(GpuIpcKernel, KernelOffByPolicyIsNeverLoaded) {
+    make({}, KernelPolicy{0, 16}, true);
+    ASSERT_EQ(submit(64, 4096), 0);
+    expect_all_ok(collect(64));
+    EXPECT_EQ(counters.kernel_loads.load(), 0);
+    EXPECT_EQ(counters.kernel_launches.load(), 0);
+}
+
+TEST_P(GpuIpcKernel, ALaunchRefusedHandsItsOpsToTheCopyEnginesForGood) {
+    rt_->fail_kernel_launch_at = 0;
+    ASSERT_EQ(submit(64, 4096), 0);
+    expect_all_ok(collect(64));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_GE(counters.stream_waits.load(), 1) << "the table's queued copy ended before the table was reused";
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(submit(64, 4096, 64), 0);
+    expect_all_ok(collect(64));
+    EXPECT_EQ(counters.kernel_launches.load(), 1) << "no further launch on that device";
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+}
+
+TEST_P(GpuIpcKernel, AKernelThatFaultsFailsEveryOpOfItsRunOnlyOnceItEnded) {
+    rt_->fail_async = true;
+    rt_->copy_delay_ms = 50;
+    constexpr size_t kOps = 32;
+    ASSERT_EQ(submit(kOps, 8192), 0);
+    auto got = collect(kOps);
+    for (auto &[u, c] : got) {
+        EXPECT_LT(c.status, 0) << "op " << u;
+        EXPECT_NE(std::string(c.message).find("illegal memory access"), std::string::npos) << c.message;
+    }
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.bytes_landed.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(BatchedCopy, GpuIpcKernel, ::testing::Bool(),
+                         [](const auto &info) { return info.param ? "batched" : "per_op"; });
+
+}  // namespace
