@@ -3,7 +3,13 @@
 //
 //   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
 //                 [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--breakdown]
-//                 [--option cuda_ipc.streams=N]
+//                 [--copy-engines] [--option cuda_ipc.streams=N]
+//
+// Beside them, for blocks the copy kernel takes (cuda_ipc.kernel_max_op_bytes), the ceiling: a
+// raw gather kernel (raw_gather_kernel.cu) on the same blocks in one process, one launch per
+// batch, on as many thread blocks as cuda_ipc.so's cap (cuda_ipc.kernel_max_blocks) and
+// uncapped. --copy-engines adds a second initiator engine with the kernel off
+// (kernel_max_op_bytes=0), the copy-engine path, in the same alternation.
 //
 // The initiator (this process) starts the target as a child process (same binary, --target),
 // opens its segment over the P2P handshake, and times batches of `batch` ops from first submit
@@ -29,6 +35,9 @@
 #include "../tests/peer_process.hpp"
 #include "ferry/engine.hpp"
 #include "gpu_raw_batches.hpp"
+#ifndef FERRY_BENCH_NO_RAW_KERNEL
+#include "gpu_raw_kernel.hpp"
+#endif
 
 namespace {
 
@@ -102,7 +111,7 @@ int main(int argc, char **argv) {
     double seconds = 0;
     std::string op = "write";
     int target_gpu = 0, rounds = 3;
-    bool breakdown = false;
+    bool breakdown = false, copy_engines = false;
     ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -119,6 +128,7 @@ int main(int argc, char **argv) {
         else if (a == "--op" && i + 1 < argc) op = argv[++i];
         else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
         else if (a == "--breakdown") breakdown = true;
+        else if (a == "--copy-engines") copy_engines = true;
         else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
             std::string kv = argv[++i];
             options[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
@@ -128,6 +138,7 @@ int main(int argc, char **argv) {
                 "usage: gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,...]]\n"
                 "                     [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--target-gpu N]\n"
                 "                     [--breakdown (raw variants on the same mapping, Ferry's host time)]\n"
+                "                     [--copy-engines (also Ferry with its copy kernel off)]\n"
                 "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
         }
@@ -167,6 +178,31 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "%s\n", engine.error().message.c_str());
         return 1;
     }
+    // The copy kernel's settings as the plugin reads them (its defaults where not given).
+    auto option = [&](const char *key, const char *def) {
+        auto it = options.find(key);
+        char *end = nullptr;
+        uint64_t v = std::strtoull(it == options.end() ? def : it->second.c_str(), &end, 0);
+        switch (end && *end ? *end | 0x20 : 0) {
+            case 'k': return v << 10;
+            case 'm': return v << 20;
+            case 'g': return v << 30;
+            default: return v;
+        }
+    };
+    const uint64_t kernel_max_op = option("cuda_ipc.kernel_max_op_bytes", "1m");
+    const auto kernel_cap = static_cast<uint32_t>(option("cuda_ipc.kernel_max_blocks", "16"));
+    std::unique_ptr<ferry::Engine> ce;  // --copy-engines: the kernel off
+    if (copy_engines) {
+        ferry::Config ce_options = options;
+        ce_options["cuda_ipc.kernel_max_op_bytes"] = "0";
+        auto r = ferry::Engine::create(ce_options);
+        if (!r) {
+            std::fprintf(stderr, "%s\n", r.error().message.c_str());
+            return 1;
+        }
+        ce = std::move(*r);
+    }
     uint8_t *local = nullptr, *scratch = nullptr;
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&local), span));
     CUDA_OR_DIE(cudaSetDevice(target_gpu));  // the baseline's destination sits where the target's memory does
@@ -183,6 +219,24 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "%s\n", seg.error().message.c_str());
         return 1;
     }
+    ferry::SegmentId ce_seg{};
+    if (ce) {
+        auto r = ce->register_memory(local, span, {ferry::MemoryKind::Cuda, 0, ferry::kRemoteRead});
+        auto sg = r ? ce->open_segment(target.segment) : ferry::Result<ferry::SegmentId>(std::unexpected(r.error()));
+        if (!sg) {
+            std::fprintf(stderr, "%s\n", sg.error().message.c_str());
+            return 1;
+        }
+        ce_seg = *sg;
+    }
+#ifndef FERRY_BENCH_NO_RAW_KERNEL
+    gpu_raw::GatherKernel gather;
+    if (!gather.error.empty()) std::printf("raw gather kernel unavailable: %s\n", gather.error.c_str());
+    const bool have_gather = gather.error.empty() && target_gpu == 0;
+#else
+    const bool have_gather = false;
+    std::printf("raw gather kernel: not built (no nvcc)\n");
+#endif
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
     int runtime = 0, driver = 0;
@@ -205,16 +259,30 @@ int main(int argc, char **argv) {
             std::printf("--breakdown: cudaIpcOpenMemHandle: %s; left out\n", cudaGetErrorString(rc));
     }
     const bool batched = gpu_raw::has_batched();
+    std::printf("copy kernel: ops of up to %" PRIu64 " bytes, at most %s thread blocks per launch\n", kernel_max_op,
+                kernel_cap ? std::to_string(kernel_cap).c_str() : "(uncapped)");
+    std::string kernel_head, kernel_rule;
+    if (have_gather) {
+        std::string cap = kernel_cap ? std::to_string(kernel_cap) + " blocks" : "uncapped";
+        kernel_head += " raw gather kernel, " + cap +
+                       " (1 process) GB/s | Ferry / raw kernel | raw gather kernel, "
+                       "uncapped GB/s | Ferry / uncapped |";
+        kernel_rule += "---|---|---|---|";
+    }
+    if (ce) {
+        kernel_head += " cuda_ipc.so, copy engines (kernel off) GB/s | Ferry / copy engines |";
+        kernel_rule += "---|---|";
+    }
     std::printf(
-        "| block | batch | cuda_ipc.so (2 processes) GB/s | kops/s | %s batches (1 process) GB/s | kops/s | ratio |%s\n"
-        "|---|---|---|---|---|---|---|%s\n",
-        target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D",
+        "| block | batch | cuda_ipc.so (2 processes) GB/s | kops/s | %s batches (1 process) GB/s | kops/s | ratio |%s%s\n"
+        "|---|---|---|---|---|---|---|%s%s\n",
+        target_gpu ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync D2D", kernel_head.c_str(),
         breakdown
             ? " raw on the IPC mapping GB/s | raw batched (cuMemcpyBatchAsync) | raw + event + completion thread + "
               "eventfd | Ferry us/batch | raw us/batch | submit us | wait us | free us | GPU us (events) | "
               "enqueue us |"
             : "",
-        breakdown ? "---|---|---|---|---|---|---|---|---|---|" : "");
+        kernel_rule.c_str(), breakdown ? "---|---|---|---|---|---|---|---|---|---|" : "");
     const ferry::Opcode opcode = op == "read" ? ferry::Opcode::Read : ferry::Opcode::Write;
     auto median = [](std::vector<double> v) {
         if (v.empty()) return 0.0;
@@ -223,32 +291,36 @@ int main(int argc, char **argv) {
     };
     for (uint64_t batch : batches_list) {
         for (uint64_t block : sizes) {
-            std::vector<ferry::Request> reqs;
-            for (uint64_t i = 0; i < batch; ++i)
+            std::vector<ferry::Request> reqs, ce_reqs;
+            for (uint64_t i = 0; i < batch; ++i) {
                 reqs.push_back({opcode, local + i * block, *seg, remote + i * block, block, "cuda_ipc"});
+                ce_reqs.push_back({opcode, local + i * block, ce_seg, remote + i * block, block, "cuda_ipc"});
+            }
             double submit_us = 0, wait_us = 0, free_us = 0;
-            auto one_batch = [&] {
+            auto one_batch_on = [&](ferry::Engine &e, const std::vector<ferry::Request> &rs) {
                 auto t0 = Clock::now();
-                auto b = (*engine)->submit(reqs);
+                auto b = e.submit(rs);
                 auto t1 = Clock::now();
-                if (!b || !(*engine)->wait(*b)) {
+                if (!b || !e.wait(*b)) {
                     std::fprintf(stderr, "transfer failed\n");
                     std::exit(1);
                 }
                 auto t2 = Clock::now();
-                (void)(*engine)->free_batch(*b);
+                (void)e.free_batch(*b);
                 auto t3 = Clock::now();
                 submit_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
                 wait_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
                 free_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
             };
+            auto one_batch = [&] { one_batch_on(**engine, reqs); };
             one_batch();  // warm-up: maps the peer's allocation, creates streams and events
+            if (ce) one_batch_on(*ce, ce_reqs);
             submit_us = wait_us = free_us = 0;
             // Rounds of Ferry and the raw batches alternating; the medians are reported, so a
             // clock or load change during the run does not favour either side.
             uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch) / rounds);
             uint64_t total = 0;
-            std::vector<double> f, r, ri, rb, rh;
+            std::vector<double> f, r, ri, rb, rh, kc, ku, fce;
             // The raw variants' addresses: the same as the Ferry ops' (READ: mapping -> local).
             uint8_t *dst = opcode == ferry::Opcode::Read ? local : mapped;
             const uint8_t *src = opcode == ferry::Opcode::Read ? mapped : local;
@@ -266,6 +338,20 @@ int main(int argc, char **argv) {
                 double secs = std::chrono::duration<double>(Clock::now() - t0).count();
                 f.push_back(static_cast<double>(block) * batch * batches / secs / 1e9);
                 r.push_back(baseline_gbps(scratch, target_gpu, local, block, batch, batches));
+#ifndef FERRY_BENCH_NO_RAW_KERNEL
+                if (have_gather && target_gpu == 0) {
+                    kc.push_back(gather.run(scratch, local, block, batch, batches, kernel_cap));
+                    ku.push_back(gather.run(scratch, local, block, batch, batches, 0));
+                }
+#endif
+                if (ce) {
+                    const double kept[] = {submit_us, wait_us, free_us};  // --breakdown's are Ferry's own
+                    auto c0 = Clock::now();
+                    for (uint64_t k = 0; k < batches; ++k) one_batch_on(*ce, ce_reqs);
+                    double cs = std::chrono::duration<double>(Clock::now() - c0).count();
+                    submit_us = kept[0], wait_us = kept[1], free_us = kept[2];
+                    fce.push_back(static_cast<double>(block) * batch * batches / cs / 1e9);
+                }
                 if (!breakdown) continue;
                 ri.push_back(gpu_raw::run(gpu_raw::Variant::Plain, dst, src, block, batch, batches));
                 if (batched) rb.push_back(gpu_raw::run(gpu_raw::Variant::Batched, dst, src, block, batch, batches));
@@ -275,6 +361,10 @@ int main(int argc, char **argv) {
             auto kops = [&](double gbps) { return gbps * 1e9 / static_cast<double>(block) / 1e3; };
             std::printf("| %" PRIu64 " KiB | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.3f |", block >> 10, batch,
                         ferry_gbps, kops(ferry_gbps), base, kops(base), ferry_gbps / base);
+            if (have_gather)
+                std::printf(" %.1f | %.3f | %.1f | %.3f |", median(kc), ferry_gbps / median(kc), median(ku),
+                            ferry_gbps / median(ku));
+            if (ce) std::printf(" %.1f | %.3f |", median(fce), ferry_gbps / median(fce));
             if (breakdown) {
                 auto us = [&](double gbps) { return static_cast<double>(block) * batch / gbps / 1e3; };
                 auto bt = gpu_raw::batch_times(dst, src, block, batch);

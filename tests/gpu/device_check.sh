@@ -20,11 +20,12 @@
 set -euo pipefail
 
 BINS=(bench/gpu_ipc_bench tests/ferry_test_peer tests/gpu/ferry_gpu_test_peer tests/gpu/cuda_ipc_test
-    tests/gpu/cuda_staging_test tests/gpu/cuda_host_transports_test)
+    tests/gpu/cuda_staging_test tests/gpu/cuda_host_transports_test tests/gpu/cuda_stream_submit_test
+    tests/gpu/cuda_copy_kernel_test)
 PLUGIN_DIRS=(plugins/gpu_ipc/cuda plugins/tcp plugins/shm plugins/efa)
 # Loaded with dlopen, so ldd does not list them: efa.so's libfabric (its tcp provider).
 DLOPENED=(libfabric.so.1)
-TESTS=(cuda_ipc_test cuda_staging_test cuda_host_transports_test)
+TESTS=(cuda_ipc_test cuda_copy_kernel_test cuda_staging_test cuda_host_transports_test cuda_stream_submit_test)
 # Not carried: present (newer) on the other machine, or the driver's own.
 SYSTEM_RE='/(ld-linux[^/]*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda|libnvidia-[^/]*)\.so'
 

@@ -1,0 +1,92 @@
+// gpu_ipc_bench's ceiling for small blocks: raw_gather_kernel.cu (its PTX embedded at build
+// time) launched in this process on the same blocks, through the driver API, one launch per
+// batch and a stream synchronize after each, as the per-block baseline does.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../tests/gpu/cuda_util.hpp"
+
+namespace gpu_raw {
+extern const char kRawGatherPtx[];  // raw_gather_kernel.cu as PTX (embed_text.py)
+
+class GatherKernel {
+public:
+    // Empty error when loaded; else why not (the bench leaves the column out and says so).
+    GatherKernel() {
+        auto entry = [&](const char *name, auto &fn) {
+            void *p = nullptr;
+            cudaDriverEntryPointQueryResult q{};
+            if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+                q != cudaDriverEntryPointSuccess || !p) {
+                cudaGetLastError();
+                if (error.empty()) error = std::string("the driver has no ") + name;
+                return;
+            }
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+        };
+        entry("cuModuleLoadData", load_);
+        entry("cuModuleGetFunction", get_);
+        entry("cuLaunchKernel", launch_);
+        if (!error.empty()) return;
+        cudaFree(nullptr);  // the primary context, current
+        CUmodule m = nullptr;
+        if (int rc = load_(&m, kRawGatherPtx); rc != 0) {
+            error = "cuModuleLoadData(raw_gather) failed: CUDA driver error " + std::to_string(rc);
+            return;
+        }
+        if (int rc = get_(&fn_, m, "raw_gather"); rc != 0)
+            error = "cuModuleGetFunction(raw_gather) failed: CUDA driver error " + std::to_string(rc);
+    }
+    std::string error;
+
+    // GB/s of `batches` launches copying `batch` blocks of `block` bytes, src + i*block to
+    // dst + i*block, on `blocks` thread blocks (0: one per block copied).
+    double run(uint8_t *dst, const uint8_t *src, uint64_t block, uint64_t batch, uint64_t batches, uint32_t blocks) {
+        struct RawOp {
+            uint64_t src, dst, bytes;
+        };
+        std::vector<RawOp> ops(batch);
+        for (uint64_t i = 0; i < batch; ++i)
+            ops[i] = {reinterpret_cast<uintptr_t>(src + i * block), reinterpret_cast<uintptr_t>(dst + i * block),
+                      block};
+        void *table = nullptr;
+        CUDA_OR_DIE(cudaMalloc(&table, ops.size() * sizeof(RawOp)));
+        CUDA_OR_DIE(cudaMemcpy(table, ops.data(), ops.size() * sizeof(RawOp), cudaMemcpyHostToDevice));
+        cudaStream_t s;
+        CUDA_OR_DIE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        unsigned n = static_cast<unsigned>(batch);
+        const unsigned grid = blocks ? std::min<unsigned>(blocks, n) : n;
+        void *params[] = {&table, &n};
+        auto one = [&] {
+            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, s, params, nullptr); rc != 0) {
+                std::fprintf(stderr, "cuLaunchKernel(raw_gather): CUDA driver error %d\n", rc);
+                std::exit(3);
+            }
+            CUDA_OR_DIE(cudaStreamSynchronize(s));
+        };
+        one();  // warm-up
+        auto t0 = std::chrono::steady_clock::now();
+        for (uint64_t k = 0; k < batches; ++k) one();
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        cudaStreamDestroy(s);
+        cudaFree(table);
+        return static_cast<double>(block) * batch * batches / secs / 1e9;
+    }
+
+private:
+    CUresult (*load_)(CUmodule *, const void *) = nullptr;
+    CUresult (*get_)(CUfunction *, CUmodule, const char *) = nullptr;
+    CUresult (*launch_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **) = nullptr;
+    CUfunction fn_ = nullptr;
+};
+
+}  // namespace gpu_raw
