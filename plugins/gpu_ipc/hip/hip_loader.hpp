@@ -27,6 +27,20 @@ namespace ferry_gpu {
     X(hipStreamCreateWithFlags) X(hipStreamDestroy) X(hipStreamSynchronize)
 // clang-format on
 
+// The copy kernel's calls (hip_runtime.cpp's copy_kernel_*), looked up apart from the ones above:
+// a libamdhip64 without one of them still loads, and the transport copies op by op.
+// clang-format off
+#define FERRY_HIP_KERNEL_FUNCTIONS(X)                                                                  \
+    X(hipFree) X(hipHostFree) X(hipModuleGetFunction) X(hipModuleLaunchKernel) X(hipModuleLoadData)    \
+    X(hipModuleUnload)
+// clang-format on
+
+// hipGetDeviceProperties is a macro for hipGetDevicePropertiesR0600 in ROCm 6+ headers (and
+// hipDeviceProp_t one for hipDeviceProp_tR0600): the library keeps the plain name for the
+// smaller ROCm 5 struct, so the name looked up is the one the macro gives with these headers.
+using HipGetDeviceProperties = hipError_t (*)(hipDeviceProp_t *prop, int device);
+inline constexpr const char *kHipGetDevicePropertiesName = FERRY_HIP_STR(hipGetDeviceProperties);
+
 // hipMemcpyBatchAsync's copy attributes (ROCm 7+; laid out as CUDA's CUmemcpyAttributes). The
 // headers a plugin is built with may predate it, so it is declared here and looked up optionally.
 struct HipMemcpyAttributes {
@@ -44,6 +58,16 @@ struct HipApi {
     FERRY_HIP_FUNCTIONS(FERRY_HIP_MEMBER)
 #undef FERRY_HIP_MEMBER
     HipMemcpyBatchAsync hipMemcpyBatchAsync = nullptr;  // null where this libamdhip64 has none
+    // The copy kernel's calls: null where this libamdhip64 lacks them. hipMalloc and
+    // hipHostMalloc are spelled out: the headers overload them with templates in C++.
+#define FERRY_HIP_MEMBER(name) decltype(&::name) name = nullptr;
+    FERRY_HIP_KERNEL_FUNCTIONS(FERRY_HIP_MEMBER)
+#undef FERRY_HIP_MEMBER
+    hipError_t (*hipMalloc)(void **ptr, size_t size) = nullptr;
+    hipError_t (*hipHostMalloc)(void **ptr, size_t size, unsigned int flags) = nullptr;
+    HipGetDeviceProperties get_device_properties = nullptr;
+    // Once loaded: the first copy kernel call this libamdhip64 lacks, or null when it has them all.
+    const char *kernel_missing = nullptr;
 };
 
 inline HipApi &hip_api() {
@@ -74,6 +98,17 @@ inline bool load_hip(std::string &error) {
         FERRY_HIP_FUNCTIONS(FERRY_HIP_LOAD)
 #undef FERRY_HIP_LOAD
         api.hipMemcpyBatchAsync = reinterpret_cast<HipMemcpyBatchAsync>(dlsym(lib, "hipMemcpyBatchAsync"));
+        api.kernel_missing = nullptr;
+#define FERRY_HIP_LOAD_OPTIONAL(member, symbol)                                                            \
+    if (!(api.member = reinterpret_cast<decltype(api.member)>(dlsym(lib, symbol))) && !api.kernel_missing) \
+        api.kernel_missing = symbol;
+#define FERRY_HIP_LOAD_KERNEL(name) FERRY_HIP_LOAD_OPTIONAL(name, #name)
+        FERRY_HIP_KERNEL_FUNCTIONS(FERRY_HIP_LOAD_KERNEL)
+        FERRY_HIP_LOAD_OPTIONAL(hipMalloc, "hipMalloc")
+        FERRY_HIP_LOAD_OPTIONAL(hipHostMalloc, "hipHostMalloc")
+        FERRY_HIP_LOAD_OPTIONAL(get_device_properties, kHipGetDevicePropertiesName)
+#undef FERRY_HIP_LOAD_KERNEL
+#undef FERRY_HIP_LOAD_OPTIONAL
         return true;
     }();
     if (!loaded) error = failure;
@@ -104,3 +139,12 @@ inline bool load_hip(std::string &error) {
 #define hipStreamCreateWithFlags(...) ::ferry_gpu::hip_api().hipStreamCreateWithFlags(__VA_ARGS__)
 #define hipStreamDestroy(...) ::ferry_gpu::hip_api().hipStreamDestroy(__VA_ARGS__)
 #define hipStreamSynchronize(...) ::ferry_gpu::hip_api().hipStreamSynchronize(__VA_ARGS__)
+// The copy kernel's: callable once hip_api().kernel_missing is null (hip_runtime.cpp checks).
+#define hipFree(...) ::ferry_gpu::hip_api().hipFree(__VA_ARGS__)
+#define hipHostFree(...) ::ferry_gpu::hip_api().hipHostFree(__VA_ARGS__)
+#define hipHostMalloc(...) ::ferry_gpu::hip_api().hipHostMalloc(__VA_ARGS__)
+#define hipMalloc(...) ::ferry_gpu::hip_api().hipMalloc(__VA_ARGS__)
+#define hipModuleGetFunction(...) ::ferry_gpu::hip_api().hipModuleGetFunction(__VA_ARGS__)
+#define hipModuleLaunchKernel(...) ::ferry_gpu::hip_api().hipModuleLaunchKernel(__VA_ARGS__)
+#define hipModuleLoadData(...) ::ferry_gpu::hip_api().hipModuleLoadData(__VA_ARGS__)
+#define hipModuleUnload(...) ::ferry_gpu::hip_api().hipModuleUnload(__VA_ARGS__)

@@ -5,10 +5,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "ferry/plugin.h"
 #include "gpu_runtime.hpp"
+#include "hip_copy_kernel.hpp"
 #include "hip_loader.hpp"
 
 namespace ferry_gpu {
@@ -35,6 +38,11 @@ int fail(hipError_t rc, const char *call, std::string &error) {
 
 class HipRuntime final : public Runtime {
 public:
+    ~HipRuntime() override {
+        for (auto &[device, k] : kernels_)
+            if (k.module) (void)hipModuleUnload(k.module);
+    }
+
     const char *name() const override { return "HIP"; }
     uint32_t memory_kind() const override { return FERRY_MEM_ROCM; }
 
@@ -187,10 +195,111 @@ public:
         return 0;
     }
 
+    // The copy kernel: hipRTC compiles copy_kernel.cu for the device's architecture (once per
+    // architecture per process: hip_copy_kernel.cpp), loaded as a module once per device. A
+    // failure is kept too, so a device without the kernel is not compiled for again.
+    int copy_kernel_load(int device, std::string &error) override {
+        std::lock_guard<std::mutex> lock(kernel_mu_);
+        auto [it, added] = kernels_.try_emplace(device);
+        Kernel &k = it->second;
+        if (added) k.rc = load_kernel(device, k, k.error);
+        if (k.rc != 0) error = k.error;
+        return k.rc;
+    }
+    int table_alloc(size_t bytes, void *&host, void *&device_table, std::string &error) override {
+        host = device_table = nullptr;
+        if (int rc = kernel_api(error); rc != 0) return rc;
+        CHECK(hipHostMalloc(&host, bytes, 0));
+        hipError_t rc = hipMalloc(&device_table, bytes);
+        if (rc != hipSuccess) {
+            (void)hipHostFree(host);
+            host = device_table = nullptr;
+            return fail(rc, "hipMalloc", error);
+        }
+        return 0;
+    }
+    void table_free(void *host, void *device_table) override {
+        if (device_table) (void)hipFree(device_table);
+        if (host) (void)hipHostFree(host);
+    }
+    int copy_kernel_launch(int device, const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, Stream stream,
+                           std::string &error) override {
+        hipFunction_t fn = nullptr;
+        {
+            std::lock_guard<std::mutex> lock(kernel_mu_);
+            auto it = kernels_.find(device);
+            if (it != kernels_.end() && it->second.rc == 0) fn = it->second.fn;
+        }
+        if (!fn) {
+            error = "hipModuleLaunchKernel: the copy kernel is not loaded on device " + std::to_string(device);
+            return -EINVAL;
+        }
+        // The kernel's parameters: (const CopyOp *table, unsigned n, unsigned long long chunks).
+        const void *table_arg = table;
+        unsigned n_arg = n;
+        unsigned long long chunks_arg = chunks;
+        void *args[] = {&table_arg, &n_arg, &chunks_arg};
+        hipError_t rc = hipModuleLaunchKernel(fn, blocks, 1, 1, kCopyKernelThreads, 1, 1, 0,
+                                              static_cast<hipStream_t>(stream), args, nullptr);
+        if (rc == hipSuccess) return 0;
+        const std::string call = std::string("hipModuleLaunchKernel(") + kCopyKernelName + ", " +
+                                 std::to_string(blocks) + " blocks, " + std::to_string(n) + " ops)";
+        return fail(rc, call.c_str(), error);
+    }
+
 private:
+    struct Kernel {
+        int rc = 0;
+        std::string error;
+        hipModule_t module = nullptr;
+        hipFunction_t fn = nullptr;
+    };
+
+    // 0 when HIP is loaded with every call the copy kernel needs.
+    static int kernel_api(std::string &error) {
+        if (!load_hip(error)) return -ENOSYS;
+        if (const char *missing = hip_api().kernel_missing) {
+            error = std::string("libamdhip64.so." FERRY_HIP_STR(HIP_VERSION_MAJOR) " has no ") + missing;
+            return -ENOSYS;
+        }
+        return 0;
+    }
+
+    int load_kernel(int device, Kernel &k, std::string &error) {
+        if (int rc = kernel_api(error); rc != 0) return rc;
+        hipDeviceProp_t prop{};
+        if (hipError_t rc = hip_api().get_device_properties(&prop, device); rc != hipSuccess)
+            return fail(rc, kHipGetDevicePropertiesName, error);
+        const std::string arch(prop.gcnArchName, strnlen(prop.gcnArchName, sizeof prop.gcnArchName));
+        const std::vector<char> *code = nullptr;
+        if (int rc = copy_kernel_code(arch, code, error); rc != 0) return rc;
+        // The module goes to the current device: make it `device` for the load, then put it back.
+        int previous = 0;
+        CHECK(hipGetDevice(&previous));
+        if (previous != device) CHECK(hipSetDevice(device));
+        int rc = 0;
+        hipError_t hrc = hipModuleLoadData(&k.module, code->data());
+        if (hrc != hipSuccess) {
+            k.module = nullptr;
+            rc = fail(hrc, ("hipModuleLoadData(" + arch + " code object)").c_str(), error);
+        } else if ((hrc = hipModuleGetFunction(&k.fn, k.module, kCopyKernelName)) != hipSuccess) {
+            rc = fail(hrc, ("hipModuleGetFunction(" + std::string(kCopyKernelName) + ")").c_str(), error);
+            (void)hipModuleUnload(k.module);
+            k.module = nullptr;
+            k.fn = nullptr;
+        }
+        if (previous != device) {
+            hrc = hipSetDevice(previous);
+            if (hrc != hipSuccess && rc == 0) rc = fail(hrc, "hipSetDevice (back)", error);
+        }
+        return rc;
+    }
+
     // Scratch for the runtime's arrays; copy_batch runs under the transport's lock.
     std::vector<void *> dsts_, srcs_;
     std::vector<size_t> sizes_;
+    std::mutex kernel_mu_;
+    std::map<int, Kernel> kernels_;  // by device
 };
 
 }  // namespace
