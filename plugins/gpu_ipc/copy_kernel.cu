@@ -13,6 +13,11 @@
 
 #define FERRY_COPY_CHUNK_SHIFT 16  // gpu_runtime.hpp's kCopyChunkShift
 #define FERRY_COPY_UNROLL 8
+#ifdef FERRY_COPY_KERNEL_ON_HOST  // the CPU run of the transport's tests (copy_kernel_host.hpp)
+#define FERRY_PRAGMA_UNROLL
+#else
+#define FERRY_PRAGMA_UNROLL _Pragma("unroll")
+#endif
 
 struct CopyOp {  // gpu_runtime.hpp's CopyTableEntry
     unsigned long long src, dst, bytes, first_chunk;
@@ -35,9 +40,9 @@ __device__ void copy_words(const unsigned char *src, unsigned char *dst, unsigne
     unsigned long long i = threadIdx.x;
     for (; i + (FERRY_COPY_UNROLL - 1) * step < words; i += FERRY_COPY_UNROLL * step) {
         Word w[FERRY_COPY_UNROLL];
-#pragma unroll
+        FERRY_PRAGMA_UNROLL
         for (int k = 0; k < FERRY_COPY_UNROLL; ++k) w[k] = ws[i + k * step];
-#pragma unroll
+        FERRY_PRAGMA_UNROLL
         for (int k = 0; k < FERRY_COPY_UNROLL; ++k) wd[i + k * step] = w[k];
     }
     for (; i < words; i += step) wd[i] = ws[i];

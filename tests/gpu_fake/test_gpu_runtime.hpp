@@ -1,8 +1,8 @@
 // A test stand-in for the GPU IPC runtime interface (plugins/gpu_ipc/gpu_runtime.hpp) and a
 // transport connected to itself over it, for the transport's own tests: "device" memory is host
 // memory, each stream is a worker thread running its queue in order, events are markers in
-// that queue, and the copy kernel is a task on its stream that copies what its table (read
-// from the "device" copy at run time) says. Counts what a batch costs; injects failures.
+// that queue, and a copy kernel launch is a task on its stream that runs the kernel's own
+// source on the CPU (copy_kernel_host.hpp) over its table, read from the "device" copy then. Counts what a batch costs; injects failures.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "copy_kernel_host.hpp"
 #include "gpu_runtime.hpp"
 #include "ipc_transport.hpp"
 
@@ -225,8 +226,8 @@ public:
             }
             if (next != chunks || blocks == 0) ++c_.bad_tables;
             if (failing) return;  // a faulting kernel stops here: nothing lands
+            ferry_copy_kernel_host::launch(table, n, chunks, blocks, kCopyKernelThreads);
             for (uint32_t i = 0; i < n; ++i) {
-                memcpy(reinterpret_cast<void *>(t[i].dst), reinterpret_cast<const void *>(t[i].src), t[i].bytes);
                 c_.bytes_landed += static_cast<int>(t[i].bytes);
                 ++c_.kernel_ops;
             }

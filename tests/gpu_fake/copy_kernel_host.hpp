@@ -1,0 +1,36 @@
+// The GPU IPC copy kernel's own source (plugins/gpu_ipc/copy_kernel.cu) compiled as host C++
+// and run on the CPU, one thread of one block at a time: what it writes is what the GPU's
+// threads write, since no thread of the kernel reads what another writes. The test runtime's
+// launches run it, so the transport's CI tests hold the kernel's chunking, word widths, heads
+// and tails byte-exact without a GPU.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry_copy_kernel_host {
+
+struct Dim3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local Dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+#define __global__ inline  // one definition in every test file that includes this
+#define __device__
+#define FERRY_COPY_KERNEL_ON_HOST
+#include "copy_kernel.cu"
+#undef __global__
+#undef __device__
+
+// One launch of `blocks` blocks of `threads` threads on a table in host memory.
+inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
+    gridDim = {blocks, 1, 1};
+    blockDim = {threads, 1, 1};
+    for (unsigned b = 0; b < blocks; ++b)
+        for (unsigned t = 0; t < threads; ++t) {
+            blockIdx = {b, 1, 1};
+            threadIdx = {t, 1, 1};
+            ferry_copy_table(static_cast<const CopyOp *>(table), n, chunks);
+        }
+}
+
+}  // namespace ferry_copy_kernel_host
