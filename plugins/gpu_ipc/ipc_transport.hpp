@@ -4,8 +4,10 @@
 // Registration exports an IPC handle for the allocation holding the region plus the region's
 // offset in it, so sub-buffers of one allocation work. An importer opens each allocation once
 // and shares the mapping among all regions in it. Copies run asynchronously on a pool of
-// streams per device: the ops of one submit on one device are cut into contiguous runs (one per
-// stream for large ops, all on one stream for small ones; at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
+// streams per device. The small ops of one submit on one device go to the copy kernel
+// (copy_kernel.cu), one launch per kKernelTableOps of them, followed by one event; the others
+// are cut into contiguous runs (one per stream for large ops, all on one stream for small ones;
+// at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
 // one and followed by one event. A completion thread waits on those events in submission order
 // and reports each run's ops at once, with one eventfd signal. Every runtime call restores the
 // caller's current device.
