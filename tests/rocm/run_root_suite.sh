@@ -3,7 +3,9 @@
 # make_root.sh, cached) holding sid's HIP 6.4 and experimental's HIP 7.2 and rocm-core 7.2,
 # switched between installs with dpkg. In each, this build's ferry-info (Debian 12 binaries,
 # with their Boost/yaml-cpp copied in) reports, as JSON, the detected ROCm and its source, the
-# variant chosen and why, and every rocm<N>/ plugin's state; check_info.py checks them.
+# variant chosen and why, and every rocm<N>/ plugin's state; check_info.py checks them. With
+# each major's hipRTC, hip_kernel_check_rocmN compiles hip_ipc.so's copy kernel for the GPU
+# architectures that ROCm serves (MI250, MI300X, MI355X, RDNA 3 and 4) and checks the code objects.
 #   tests/rocm/run_root_suite.sh BUILD_DIR [--wheels DIST_DIR]
 # --wheels: instead, the core wheel and each ferry-transfer-engine-rocm<N> plugin wheel in DIST_DIR, installed
 # in a fresh venv of sid's CPython with ROCm N's user space, where ferry-info must pick it.
@@ -40,6 +42,7 @@ cp -L "$build/core/ferry-info" "$build/core/libferry.so.0" "$stage/lib/"
 for v in "${variants[@]}"; do
   mkdir -p "$stage/lib/ferry/plugins/$v"
   cp "$build/plugins/rocm/$v"/*.so "$stage/lib/ferry/plugins/$v/"
+  if [ -f "$build/tests/rocm/hip_kernel_check_$v" ]; then cp "$build/tests/rocm/hip_kernel_check_$v" "$stage/lib/"; fi
 done
 for lib in $(ldd "$build/core/ferry-info" "$build/core/libferry.so.0" "$build"/plugins/rocm/*/rdma.so |
              awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u); do
@@ -82,6 +85,19 @@ check() { # name, then check_info.py arguments; ferry-info runs in the root as i
     failed=$((failed + 1)); echo "FAILED: $name"; echo "$out" | head -c 6000; echo
   fi
 }
+kernel_check() { # major, then hip_kernel_check.cpp's architectures: hipRTC as the root has it now
+  local v=rocm$1 out rc=0; shift
+  in_root ldconfig
+  # AMD_COMGR_CACHE=0: comgr 7 keeps compiled code in ~/.cache/comgr; each run compiles afresh.
+  out=$(in_root env AMD_COMGR_CACHE=0 "/opt/ferry/lib/hip_kernel_check_$v" "$@" 2>&1) || rc=$?
+  if [ $rc = 0 ]; then
+    passed=$((passed + 1)); echo "ok: hipRTC ${v#rocm}: the copy kernel compiles for $*"
+  else
+    failed=$((failed + 1)); echo "FAILED: hipRTC ${v#rocm}: hip_kernel_check_$v exit $rc"
+  fi
+  sed 's/^/    /' <<<"$out" | cut -c1-300
+}
+kernel_archs=(gfx90a gfx942 gfx942:sramecc+:xnack- gfx950 gfx1100 gfx1201 '!gfx9999')
 kfd() { if [ "$1" = on ]; then rm -f "$root/dev/kfd"; : >"$root/dev/kfd"; else rm -f "$root/dev/kfd"; fi; }
 kfd off
 rocm6() { remove libamdhip64-7 librocm-core1; install "${hsa6[@]}" libamdhip64-6=6.4; }
@@ -137,6 +153,7 @@ check "6.4: rocm6 chosen from the soname, no /dev/kfd" --major 6 --source-has li
 kfd on
 check "6.4: with a /dev/kfd file, HIP 6.4 itself answers" --variant rocm6 --hip rocm6=unavailable:"(HIP error 100)"
 kfd off
+kernel_check 6 "${kernel_archs[@]}"
 
 echo "== experimental: ROCm 7.2 (libamdhip64-7, librocm-core1) =="
 rocm7
@@ -145,6 +162,7 @@ check "7.2: rocm7 chosen, rocm-core says 7.2.4" --major 7 --source rocm-core --d
 kfd on
 check "7.2: with a /dev/kfd file, HIP 7.2 itself answers" --variant rocm7 --hip rocm7=unavailable:"(HIP error 100)"
 kfd off
+kernel_check 7 "${kernel_archs[@]}" gfx1250
 
 echo "== mixed: rocm-core 7.2 with only libamdhip64.so.6 =="
 remove libamdhip64-7
