@@ -49,7 +49,10 @@ __device__ void copy_words(const unsigned char *src, unsigned char *dst, unsigne
     for (unsigned long long j = head + words * width + threadIdx.x; j < len; j += step) dst[j] = src[j];
 }
 
-extern "C" __global__ void ferry_copy_table(const CopyOp *ops, unsigned n, unsigned long long chunks) {
+// 512 threads a block (gpu_runtime.hpp's kCopyKernelThreads): the compilers may plan registers
+// for that instead of 1024.
+extern "C" __global__ void __launch_bounds__(512)
+    ferry_copy_table(const CopyOp *ops, unsigned n, unsigned long long chunks) {
     for (unsigned long long c = blockIdx.x; c < chunks; c += gridDim.x) {
         // The op holding chunk c: the last entry whose first chunk is <= c (the same answer in
         // every thread, from the same cached lines).

@@ -16,10 +16,12 @@ inline thread_local Dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 #define __global__ inline  // one definition in every test file that includes this
 #define __device__
+#define __launch_bounds__(threads)
 #define FERRY_COPY_KERNEL_ON_HOST
 #include "copy_kernel.cu"
 #undef __global__
 #undef __device__
+#undef __launch_bounds__
 
 // One launch of `blocks` blocks of `threads` threads on a table in host memory.
 inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
