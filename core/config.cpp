@@ -53,6 +53,7 @@ constexpr EngineKey kEngineKeys[] = {
     {"control_log_interval_ms", "10000", "100..3600000", "repeated control-server warnings: one line, then one count per interval"},
     {"gpu_staging_max_bytes", "67108864", "0..1099511627776", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
     {"gpu_staging_slice_bytes", "4194304", "a power of two, 4096..gpu_staging_max_bytes", "bytes one staging copy moves"},
+    {"huge_pages", "off", "off, advise or collapse", "registered host memory: advise asks the kernel for transparent huge pages (MADV_HUGEPAGE) for pages faulted in later, collapse also merges the pages already there (MADV_COLLAPSE, Linux 6.1+); changes the caller's memory, so off by default"},
 };
 // clang-format on
 
@@ -265,6 +266,14 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                 return fail(-EINVAL, cat("config key 'gpu_staging_slice_bytes' = '", value,
                                          "'; use a power of two from 4096 to 1073741824, e.g. 4194304"));
             s.gpu_staging_slice_bytes = *v;
+        } else if (key == "huge_pages") {
+            if (value == "off") s.huge_pages = EngineSettings::HugePages::Off;
+            else if (value == "advise") s.huge_pages = EngineSettings::HugePages::Advise;
+            else if (value == "collapse") s.huge_pages = EngineSettings::HugePages::Collapse;
+            else
+                return fail(-EINVAL, cat("config key 'huge_pages' = '", value,
+                                         "'; use off (the default), advise or collapse (docs/PERFORMANCE.md, \"Host "
+                                         "buffers and huge pages\")"));
         } else if (auto c = parse_control_limit(key, value, s.control); !c) {
             return std::unexpected(c.error());
         }

@@ -41,6 +41,9 @@ struct EngineSettings {
     // lent out at once (0 disables staging) and the slice one copy moves.
     uint64_t gpu_staging_max_bytes = 64ull << 20;
     uint64_t gpu_staging_slice_bytes = 4ull << 20;
+    // Registered host memory: ask for transparent huge pages (advise), and merge the pages
+    // already there into huge pages now (collapse). Off: the caller's memory is left alone.
+    enum class HugePages { Off, Advise, Collapse } huge_pages = HugePages::Off;
 };
 
 // One engine key as `ferry-info --options engine` documents it.

@@ -1,10 +1,12 @@
 // Memory registration: register_memory and unregister_memory, one range or a batch, and how the
 // changes reach the metadata store (queued in order under the regions lock, published after it).
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <unordered_map>
 
 #include "engine_impl.hpp"
+#include "huge_pages.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -257,6 +259,27 @@ static uint64_t remove_region_locked(Engine::Impl &im, RegionIndex::Map::iterato
     return im.queue_change_locked({a, std::nullopt});
 }
 
+// huge_pages=advise|collapse: a registered host range asks for transparent huge pages. Never a
+// reason to refuse the registration: what the kernel would not do is logged (once per process
+// for each kind of failure) and the memory works as it is.
+static void advise_huge_pages_on(Engine::Impl &im, void *addr, uint64_t length, const MemoryOptions &options) {
+    using HugePages = EngineSettings::HugePages;
+    if (im.settings.huge_pages == HugePages::Off || options.kind != MemoryKind::Host) return;
+    std::string error;
+    int rc = advise_huge_pages(addr, length, im.settings.huge_pages == HugePages::Collapse, error);
+    if (rc == 0) {
+        FERRY_DEBUG("register_memory: [", hex(reinterpret_cast<uintptr_t>(addr)), ", +", length,
+                    ") asks for huge pages (", im.settings.huge_pages == HugePages::Collapse ? "collapse" : "advise",
+                    "); ", huge_page_bytes(addr, length), " bytes are huge pages now");
+        return;
+    }
+    static std::atomic<int> logged_codes{0};  // one warning per failure kind in a process, not per region
+    int bit = rc == -EINVAL ? 1 : rc == -EAGAIN || rc == -ENOMEM ? 2 : 4;
+    if (!(logged_codes.fetch_or(bit) & bit))
+        FERRY_WARN("huge_pages: ", error, " on [", hex(reinterpret_cast<uintptr_t>(addr)), ", +", length,
+                   "); transparent huge pages are '", thp_mode(), "' here; the memory works as it is");
+}
+
 Result<void> Engine::register_memory(void *addr, uint64_t length, const MemoryOptions &options) {
     return register_region(addr, length, options, -1);
 }
@@ -268,6 +291,7 @@ Result<void> Engine::register_region(void *addr, uint64_t length, const MemoryOp
     auto seq = add_region_locked(*impl_, addr, length, *checked, shared_fd);
     lock.unlock();
     if (!seq) return std::unexpected(seq.error());
+    if (shared_fd < 0) advise_huge_pages_on(*impl_, addr, length, *checked);
     return impl_->publish_queued(*seq);
 }
 
@@ -331,6 +355,7 @@ Result<void> Engine::register_memory_batch(std::span<const MemoryRange> ranges, 
         return fail(seq.error().code, cat(range_name(i), ": ", why(seq.error()), earlier, "; none of the ",
                                           ranges.size(), " ranges stays registered"));
     }
+    for (size_t i = 0; i < ranges.size(); ++i) advise_huge_pages_on(im, ranges[i].addr, ranges[i].length, checked[i]);
     return im.publish_queued(last);
 }
 

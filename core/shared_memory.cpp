@@ -7,8 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack it
+#endif
 
 #include "engine_impl.hpp"
+#include "huge_pages.hpp"
 #include "log.hpp"
 
 namespace ferry {
@@ -31,16 +37,31 @@ Result<SharedBuffer> make_shared_buffer(uint64_t length, void **addr) {
     if (!b.fd) return fail(-errno, "alloc_shared: memfd_create: " + errno_text(errno));
     if (ftruncate(b.fd.get(), static_cast<off_t>(b.map_length)) != 0)
         return fail(-errno, "alloc_shared: ftruncate to " + std::to_string(b.map_length) + ": " + errno_text(errno));
+    // Huge pages where the kernel gives them to shared memory (shmem_enabled advise or always):
+    // asked for on the mapping before its pages exist, which then come in through it. Our own
+    // buffer, so no option: a kernel that says no leaves 4 KiB pages.
+    void *p = mmap(nullptr, b.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd.get(), 0);
+    if (p == MAP_FAILED) return fail(-errno, "alloc_shared: mmap: " + errno_text(errno));
+    std::string ignored;
+    (void)advise_huge_pages(p, b.map_length, false, ignored);
+    bool populated = madvise(p, b.map_length, MADV_POPULATE_WRITE) == 0;  // Linux 5.14+
     // Every page allocated now: a peer's copy into it never faults a page in (no SIGBUS when
     // memory is short later; the cost is paid here, not in the first transfers).
-    if (int rc = posix_fallocate(b.fd.get(), 0, static_cast<off_t>(b.map_length)); rc != 0)
+    if (int rc = posix_fallocate(b.fd.get(), 0, static_cast<off_t>(b.map_length)); rc != 0) {
+        munmap(p, b.map_length);
         return fail(-rc, "alloc_shared: cannot allocate " + std::to_string(b.map_length) +
                              " bytes of shared memory (fallocate): " + errno_text(rc));
+    }
+    if (!populated) {  // an older kernel: map it again, pre-faulted
+        munmap(p, b.map_length);
+        p = mmap(nullptr, b.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b.fd.get(), 0);
+        if (p == MAP_FAILED) return fail(-errno, "alloc_shared: mmap: " + errno_text(errno));
+    }
     // Sealed before anyone sees it: a peer that maps it must never meet a shorter file.
-    if (fcntl(b.fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    if (fcntl(b.fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        munmap(p, b.map_length);
         return fail(-errno, "alloc_shared: fcntl(F_ADD_SEALS): " + errno_text(errno));
-    void *p = mmap(nullptr, b.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b.fd.get(), 0);
-    if (p == MAP_FAILED) return fail(-errno, "alloc_shared: mmap: " + errno_text(errno));
+    }
     *addr = p;
     return b;
 }
