@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "huge_pages.hpp"
+
 namespace bench {
 
 namespace {
@@ -50,14 +52,14 @@ std::string location_name(ferry::MemoryKind kind, int device) {
     return "memory kind " + std::to_string(static_cast<unsigned>(kind));  // a kind newer than this bench
 }
 
-// Pre-faulted, so the first pass does not measure page faults.
-ferry::Result<std::unique_ptr<Buffer>> Buffer::host(uint64_t len) {
-    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED)
-        return ferry::fail(-errno, "cannot allocate " + std::to_string(len) +
-                                       " bytes of host memory: " + strerror(errno) + "; lower --buffer_size");
+ferry::Result<std::unique_ptr<Buffer>> Buffer::host(uint64_t len, bool huge) {
+    std::string error;
+    void *p = ferry::map_prefaulted(len, huge, error);
+    if (!p) return ferry::fail(-ENOMEM, "cannot allocate host memory: " + error + "; lower --buffer_size");
     return std::unique_ptr<Buffer>(new Buffer(static_cast<uint8_t *>(p), len, nullptr, -1));
 }
+
+int64_t Buffer::huge_page_bytes() const { return gpu_ ? 0 : ferry::huge_page_bytes(data_, size_); }
 
 ferry::Result<std::unique_ptr<Buffer>> Buffer::shared(ferry::Engine &engine, uint64_t len) {
     auto p = engine.alloc_shared(len);

@@ -49,7 +49,11 @@ std::string location_name(ferry::MemoryKind kind, int device);
 // One buffer the bench registers: page-aligned, pre-faulted host memory, or GPU memory.
 class Buffer {
 public:
-    static ferry::Result<std::unique_ptr<Buffer>> host(uint64_t len);
+    // huge: ask for transparent huge pages before the pages are faulted in (as Ferry's own
+    // buffers do); the kernel may still give 4 KiB pages (huge_page_bytes() says).
+    static ferry::Result<std::unique_ptr<Buffer>> host(uint64_t len, bool huge = true);
+    // Bytes of the buffer that transparent huge pages back now (-1: unknown).
+    int64_t huge_page_bytes() const;
     // Host memory from engine.alloc_shared (--shared_buffers): registered by the engine already,
     // freed with free_shared; shm.so maps it into peers.
     static ferry::Result<std::unique_ptr<Buffer>> shared(ferry::Engine &engine, uint64_t len);

@@ -219,6 +219,10 @@ Parser::Parser(Options &o) : o_(o) {
         "host buffers allocated with the engine's alloc_shared (memfd-backed managed buffers, which shm.so maps "
         "into peers: transfers are one memcpy)",
         boolean(o.shared_buffers), false);
+    add("huge_pages", true, "true",
+        "host buffers ask for transparent huge pages (MADV_HUGEPAGE) before they are faulted in; false: 4 KiB "
+        "pages where THP is 'madvise' (docs/PERFORMANCE.md, \"Host buffers and huge pages\")",
+        boolean(o.huge_pages), false);
     add("config", false, "", "engine YAML config file", string(o.config), false);
     add(
         "option", false, "", "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)",

@@ -36,7 +36,9 @@ struct Options {
     bool use_vram = false;
     int gpu_id = 0;  // -1: one buffer on every GPU
     bool init_mem = true;
-    bool shared_buffers = false;  // host buffers from alloc_shared (managed: shm.so maps them)
+    bool shared_buffers = false;
+    bool huge_pages =
+        true;  // host buffers ask for transparent huge pages (MADV_HUGEPAGE)  // host buffers from alloc_shared (managed: shm.so maps them)
     std::string backend = "classic";
     // Ferry's own
     bool verify = false;

@@ -2,7 +2,9 @@
 // in one run: the ceiling tcp.so's 1 MiB writes are measured against (docs/PERFORMANCE.md).
 //
 // Rows, each for `duration` seconds, 1 MiB blocks walking a 1 GiB source and a 1 GiB
-// destination (as transfer_engine_bench does), both pre-faulted:
+// destination (as transfer_engine_bench does), both pre-faulted, once with 4 KiB pages and once
+// with transparent huge pages asked for (MADV_HUGEPAGE, as transfer_engine_bench's buffers by
+// default; --huge_pages=false or true runs only that one):
 //   memcpy        one thread copying source blocks into destination blocks;
 //   tcp copy      a sender thread send()ing source blocks, a receiver thread recv()ing them
 //                 into destination blocks over one 127.0.0.1 connection (two kernel copies);
@@ -12,7 +14,8 @@
 // Each row gives GB/s (1e9 B/s) and the CPU time per GiB of each thread (RUSAGE_THREAD), so
 // the cost of the kernel's copies can be set against memcpy's in the same run.
 //
-//   loopback_limits [--duration=SECONDS] [--buffer_size=BYTES] [--block_size=BYTES] [--json]
+//   loopback_limits [--duration=SECONDS] [--buffer_size=BYTES] [--block_size=BYTES]
+//                   [--huge_pages=both|true|false] [--json]
 #include <time.h>  // before linux/errqueue.h, which uses struct timespec
 
 #include <linux/errqueue.h>
@@ -32,6 +35,9 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "huge_pages.hpp"
 
 #ifndef SO_EE_ORIGIN_ZEROCOPY
 #define SO_EE_ORIGIN_ZEROCOPY 5
@@ -55,9 +61,13 @@ using Clock = std::chrono::steady_clock;
     std::exit(1);
 }
 
-uint8_t *alloc(size_t len) {
-    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) die("mmap");
+uint8_t *alloc(size_t len, bool huge) {
+    std::string error;
+    void *p = ferry::map_prefaulted(len, huge, error);
+    if (!p) {
+        std::fprintf(stderr, "loopback_limits: %s\n", error.c_str());
+        std::exit(1);
+    }
     std::memset(p, 1, len);
     return static_cast<uint8_t *>(p);
 }
@@ -77,7 +87,7 @@ double thread_cpu_s() {
 }
 
 struct Row {
-    const char *name;
+    std::string name;
     double gbps = 0;
     double a_cpu_per_gib = 0;  // memcpy thread / sender
     double b_cpu_per_gib = 0;  // receiver (tcp rows)
@@ -235,8 +245,26 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "loopback_limits: --buffer_size must hold at least two blocks\n");
         return 2;
     }
-    Bufs b{alloc(size), alloc(size), size, block};
-    Row rows[] = {run_memcpy(b, duration), run_tcp(b, duration, false), run_tcp(b, duration, true)};
+    const char *h = arg(argc, argv, "huge_pages");
+    const std::string pages = h ? h : "both";
+    if (pages != "both" && pages != "true" && pages != "false") {
+        std::fprintf(stderr, "loopback_limits: --huge_pages takes both, true or false\n");
+        return 2;
+    }
+    std::vector<Row> rows;
+    for (bool huge : {false, true}) {
+        if (pages != "both" && (pages == "true") != huge) continue;
+        Bufs b{alloc(size, huge), alloc(size, huge), size, block};
+        const int64_t thp = ferry::huge_page_bytes(b.src, size) + ferry::huge_page_bytes(b.dst, size);
+        const std::string kind = std::string(huge ? ", huge pages asked" : ", huge pages not asked") + " (THP " +
+                                 std::to_string(thp >> 20) + " of " + std::to_string(2 * size >> 20) + " MiB)";
+        for (Row r : {run_memcpy(b, duration), run_tcp(b, duration, false), run_tcp(b, duration, true)}) {
+            r.name += kind;
+            rows.push_back(r);
+        }
+        munmap(b.src, size);
+        munmap(b.dst, size);
+    }
     if (!json) {
         std::printf("%zu MiB blocks over %zu MiB buffers, %.1f s per row\n", block >> 20, size >> 20, duration);
         std::printf(
@@ -248,11 +276,11 @@ int main(int argc, char **argv) {
             std::printf(
                 "{\"what\":\"%s\",\"gbps\":%.3f,\"tx_cpu_s_per_gib\":%.4f,\"rx_cpu_s_per_gib\":%.4f,"
                 "\"zc_done\":%llu,\"zc_copied\":%llu}\n",
-                r.name, r.gbps, r.a_cpu_per_gib, r.b_cpu_per_gib, static_cast<unsigned long long>(r.zc_done),
+                r.name.c_str(), r.gbps, r.a_cpu_per_gib, r.b_cpu_per_gib, static_cast<unsigned long long>(r.zc_done),
                 static_cast<unsigned long long>(r.zc_copied));
         else
             std::printf(
-                "| %s | %.2f | %.3f | %s | %s |\n", r.name, r.gbps, r.a_cpu_per_gib,
+                "| %s | %.2f | %.3f | %s | %s |\n", r.name.c_str(), r.gbps, r.a_cpu_per_gib,
                 r.b_cpu_per_gib > 0 ? std::to_string(r.b_cpu_per_gib).substr(0, 5).c_str() : "-",
                 r.zc_done > 0 ? (std::to_string(r.zc_done) + " / " + std::to_string(r.zc_copied)).c_str() : "-");
     }

@@ -2,9 +2,11 @@
 //
 // Copies `block_size`-byte blocks from one `buffer_size`-byte buffer into another, block after
 // block and round and round, for `duration` seconds, the way transfer_engine_bench walks its
-// buffer; prints GB/s (1e9 bytes/s). Both buffers are pre-faulted.
+// buffer; prints GB/s (1e9 bytes/s). Both buffers are pre-faulted, with transparent huge pages
+// asked for (as transfer_engine_bench's are) unless --huge_pages=false.
 //
-//   memcpy_baseline [--buffer_size=BYTES] [--block_size=BYTES] [--duration=SECONDS] [--json]
+//   memcpy_baseline [--buffer_size=BYTES] [--block_size=BYTES] [--duration=SECONDS]
+//                   [--huge_pages=true|false] [--json]
 #include <sys/mman.h>
 
 #include <chrono>
@@ -14,12 +16,15 @@
 #include <cstring>
 #include <string>
 
+#include "huge_pages.hpp"
+
 namespace {
 
-uint8_t *alloc(size_t len) {
-    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
+uint8_t *alloc(size_t len, bool huge) {
+    std::string error;
+    void *p = ferry::map_prefaulted(len, huge, error);
+    if (!p) {
+        fprintf(stderr, "memcpy_baseline: %s\n", error.c_str());
         exit(1);
     }
     memset(p, 1, len);
@@ -52,7 +57,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "memcpy_baseline: need 0 < block_size <= buffer_size and duration > 0\n");
         return 2;
     }
-    uint8_t *src = alloc(buffer), *dst = alloc(buffer);
+    const char *h = arg(argc, argv, "huge_pages");
+    const bool huge = !h || strcmp(h, "false") != 0;
+    uint8_t *src = alloc(buffer, huge), *dst = alloc(buffer, huge);
     const size_t blocks = buffer / block;
     for (size_t i = 0; i < blocks; ++i)  // one warm pass
         memcpy(dst + i * block, src + i * block, block);
@@ -67,8 +74,14 @@ int main(int argc, char **argv) {
     if (flag(argc, argv, "json"))
         printf(
             "{\"block_size\":%zu,\"buffer_size\":%zu,\"duration_s\":%.3f,\"bytes\":%.0f,\"throughput\":%.2f,"
-            "\"unit\":\"GB/s\"}\n",
-            block, buffer, secs, static_cast<double>(copies) * block, gbps);
-    else printf("memcpy %zu-byte blocks over %zu bytes, 1 thread: %.2f GB/s\n", block, buffer, gbps);
+            "\"unit\":\"GB/s\",\"huge_page_bytes\":%lld}\n",
+            block, buffer, secs, static_cast<double>(copies) * block, gbps,
+            static_cast<long long>(ferry::huge_page_bytes(src, buffer) + ferry::huge_page_bytes(dst, buffer)));
+    else
+        printf(
+            "memcpy %zu-byte blocks over %zu bytes, 1 thread: %.2f GB/s (huge pages: %lld MiB of %zu)\n", block, buffer,
+            gbps,
+            static_cast<long long>((ferry::huge_page_bytes(src, buffer) + ferry::huge_page_bytes(dst, buffer)) >> 20),
+            2 * buffer >> 20);
     return 0;
 }

@@ -26,6 +26,7 @@
 #include "bench_memory.hpp"
 #include "bench_options.hpp"
 #include "ferry/engine.hpp"
+#include "huge_pages.hpp"
 
 using Clock = std::chrono::steady_clock;
 using bench::Buffer;
@@ -93,6 +94,16 @@ struct Registered {
         for (auto &b : buffers)
             if (!b->engine_registered()) (void)engine.unregister_memory(b->data());
     }
+    int64_t huge_page_bytes() const {
+        int64_t n = 0;
+        for (auto &b : buffers) n += std::max<int64_t>(0, b->huge_page_bytes());
+        return n;
+    }
+    uint64_t bytes() const {
+        uint64_t n = 0;
+        for (auto &b : buffers) n += b->size();
+        return n;
+    }
     std::vector<std::string> where() const {
         std::vector<std::string> out;
         for (auto &b : buffers) out.push_back(b->location());
@@ -104,7 +115,8 @@ std::unique_ptr<Registered> make_buffers(const Options &o, ferry::Engine &engine
                                          bool fill) {
     std::vector<std::unique_ptr<Buffer>> made;
     if (!gpu)
-        made.push_back(check(o.shared_buffers ? Buffer::shared(engine, o.buffer_size) : Buffer::host(o.buffer_size)));
+        made.push_back(check(o.shared_buffers ? Buffer::shared(engine, o.buffer_size)
+                                              : Buffer::host(o.buffer_size, o.huge_pages)));
     else
         for (int d : gpu_devices(o, *gpu)) made.push_back(check(Buffer::device(*gpu, d, o.buffer_size)));
     auto out = std::unique_ptr<Registered>(new Registered{engine, {}});
@@ -418,8 +430,9 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
         }
     }
     Setup setup{seg, regions, local->buffers, readback.buffers, scratch, usable};
-    const std::string memory =
-        "\"initiator_memory\":\"" + locations(local_where) + "\",\"target_memory\":\"" + locations(target_where) + "\"";
+    const std::string memory = "\"initiator_memory\":\"" + locations(local_where) + "\",\"target_memory\":\"" +
+                               locations(target_where) +
+                               "\",\"initiator_huge_page_bytes\":" + std::to_string(local->huge_page_bytes());
 
     if (!o.sweep) {
         const Point &pt = points.front();
@@ -434,8 +447,10 @@ int run_initiator(const Options &o, ferry::Engine &engine, const std::string &se
                 "Batch latency: p50 %.3f ms, p99 %.3f ms (%s over %s, %llu-byte blocks, %zu per batch, %u threads%s)\n",
                 r.p50, r.p99, o.operation.c_str(), r.transport.c_str(), static_cast<unsigned long long>(pt.block_size),
                 pt.batch_size, pt.threads, o.verify ? ", every byte verified" : "");
-            std::printf("Memory: initiator %s, target %s\n", locations(local_where).c_str(),
-                        locations(target_where).c_str());
+            std::printf("Memory: initiator %s, target %s; initiator's huge pages: %lld of %llu MiB (THP '%s')\n",
+                        locations(local_where).c_str(), locations(target_where).c_str(),
+                        static_cast<long long>(local->huge_page_bytes() >> 20),
+                        static_cast<unsigned long long>(local->bytes() >> 20), ferry::thp_mode().c_str());
         }
         return 0;
     }
