@@ -15,7 +15,7 @@
 // the cost of the kernel's copies can be set against memcpy's in the same run.
 //
 //   loopback_limits [--duration=SECONDS] [--buffer_size=BYTES] [--block_size=BYTES]
-//                   [--huge_pages=both|true|false] [--json]
+//                   [--huge_pages=both|true|false] [--only=memcpy|tcp|zerocopy] [--json]
 #include <time.h>  // before linux/errqueue.h, which uses struct timespec
 
 #include <linux/errqueue.h>
@@ -258,7 +258,13 @@ int main(int argc, char **argv) {
         const int64_t thp = ferry::huge_page_bytes(b.src, size) + ferry::huge_page_bytes(b.dst, size);
         const std::string kind = std::string(huge ? ", huge pages asked" : ", huge pages not asked") + " (THP " +
                                  std::to_string(thp >> 20) + " of " + std::to_string(2 * size >> 20) + " MiB)";
-        for (Row r : {run_memcpy(b, duration), run_tcp(b, duration, false), run_tcp(b, duration, true)}) {
+        const char *only = arg(argc, argv, "only");
+        auto want = [&](const char *row) { return !only || std::strcmp(only, row) == 0; };
+        std::vector<Row> these;
+        if (want("memcpy")) these.push_back(run_memcpy(b, duration));
+        if (want("tcp")) these.push_back(run_tcp(b, duration, false));
+        if (want("zerocopy")) these.push_back(run_tcp(b, duration, true));
+        for (Row &r : these) {
             r.name += kind;
             rows.push_back(r);
         }

@@ -16,6 +16,9 @@
 #   - the same 4 MiB rows with managed buffers on both sides (--shared_buffers: the engine's
 #     alloc_shared, a sealed memfd that the target's shm.so hands to the initiator, which maps
 #     it once and copies with memcpy), over a 4 MiB buffer (reused, like UCX) and over 1 GiB.
+# The memcpy table runs once with huge pages asked for on every buffer (the benches' default) and
+# once with 4 KiB pages (--huge_pages=false on the benches and memcpy_baseline), each shm.so row
+# against memcpy over the same pages; PAGES="true false" (the default) picks them.
 # TABLES=memcpy,ucx (default both) picks the tables, so each part fits one quiet-bench call.
 # Everything else binds 127.0.0.1.
 set -euo pipefail
@@ -36,8 +39,9 @@ trap cleanup EXIT
 throughput() { $py -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["throughput"])'; }
 ratio() { $py -c "print('%.2f' % ($1 / $2))"; }
 
+huge=true # the pages of the buffers the next rows use (--huge_pages)
 memcpy_rate_once() { # buffer block -> GB/s
-  "$baseline" --buffer_size="$1" --block_size="$2" --duration="$duration" --json | throughput
+  "$baseline" --buffer_size="$1" --block_size="$2" --duration="$duration" --huge_pages="$huge" --json | throughput
 }
 memcpy_nt_rate() {
   GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=0x10000 memcpy_rate "$@"
@@ -50,7 +54,7 @@ shm_rate_once() {
   shift 3
   [ "${1:-}" = --shared_buffers ] && target_extra=(--shared_buffers)
   "$bench" --mode=target --local_server_name=127.0.0.1:0 --buffer_size="$buffer" --option plugins=shm \
-    "${target_extra[@]}" >"$tmp/target.out" 2>&1 &
+    --huge_pages="$huge" ${target_extra[@]+"${target_extra[@]}"} >"$tmp/target.out" 2>&1 &
   target_pid=$!
   local segment=""
   for _ in $(seq 1 200); do
@@ -61,7 +65,7 @@ shm_rate_once() {
   done
   [ -n "$segment" ] || { echo "target did not start" >&2; exit 1; }
   "$bench" --mode=initiator --segment_id="$segment" --protocol=shm --operation="$op" --buffer_size="$buffer" \
-    --block_size="$block" --duration="$duration" --option plugins=shm "$@" --json | throughput
+    --block_size="$block" --duration="$duration" --option plugins=shm --huge_pages="$huge" "$@" --json | throughput
   kill -INT "$target_pid"
   wait "$target_pid" 2>/dev/null || true
   target_pid=""
@@ -107,23 +111,27 @@ echo "shm.so defaults: copy_threads=2, chunk_size=1m; transfer_engine_bench batc
 tables=${TABLES:-memcpy,ucx}
 if [[ $tables == *memcpy* ]]; then
 echo
-echo "| what | block | buffer | GB/s | vs memcpy | vs memcpy (NT 64k) |"
-echo "|---|---|---|---|---|---|"
+echo "| what | block | buffer | pages | GB/s | vs memcpy | vs memcpy (NT 64k) |"
+echo "|---|---|---|---|---|---|---|"
+for huge in ${PAGES:-true false}; do
+pages=$([ "$huge" = true ] && echo "huge pages asked" || echo "4 KiB")
 for block in 1048576 16777216; do
   label="$((block / 1048576)) MiB"
   m=$(memcpy_rate $GiB "$block")
   nt=$(memcpy_nt_rate $GiB "$block")
-  echo "| memcpy, 1 thread | $label | 1 GiB | $m | 1.00 | $(ratio "$m" "$nt") |"
-  echo "| memcpy, 1 thread, non-temporal from 64 KiB | $label | 1 GiB | $nt | $(ratio "$nt" "$m") | 1.00 |"
+  echo "| memcpy, 1 thread | $label | 1 GiB | $pages | $m | 1.00 | $(ratio "$m" "$nt") |"
+  echo "| memcpy, 1 thread, non-temporal from 64 KiB | $label | 1 GiB | $pages | $nt | $(ratio "$nt" "$m") | 1.00 |"
   for op in write read; do
     s=$(shm_rate $GiB "$block" "$op")
-    echo "| shm.so $op, 2 processes | $label | 1 GiB | $s | $(ratio "$s" "$m") | $(ratio "$s" "$nt") |"
+    echo "| shm.so $op, 2 processes | $label | 1 GiB | $pages | $s | $(ratio "$s" "$m") | $(ratio "$s" "$nt") |"
   done
   for op in write read; do
     s=$(shm_rate $GiB "$block" "$op" --option shm.adopt_memfd=true)
-    echo "| shm.so $op, 2 processes, adopt_memfd | $label | 1 GiB | $s | $(ratio "$s" "$m") | $(ratio "$s" "$nt") |"
+    echo "| shm.so $op, 2 processes, adopt_memfd | $label | 1 GiB | $pages | $s | $(ratio "$s" "$m") | $(ratio "$s" "$nt") |"
   done
 done
+done
+huge=true
 fi
 if [[ $tables == *ucx* ]]; then
 echo
