@@ -49,6 +49,30 @@ protected:
                                {"cuda_ipc.kernel_max_blocks", GetParam().max_blocks}});
     }
     bool kernel_on() const { return strcmp(GetParam().max_op_bytes, "0") != 0; }
+
+    // A peer with two regions of `size`, an engine of this setting with `size` bytes of GPU
+    // memory registered, and the peer's segment open.
+    struct Session {
+        std::unique_ptr<GpuPeer> peer;
+        std::unique_ptr<Engine> engine;
+        uint8_t *dev = nullptr;
+        SegmentId seg = 0;
+        ~Session() {
+            if (dev) cudaFree(dev);
+        }
+    };
+    void open(uint64_t size, Session &s) {
+        s.peer = std::make_unique<GpuPeer>(size);
+        ASSERT_TRUE(s.peer->ok) << s.peer->proc.ready_line;
+        auto e = engine();
+        ASSERT_TRUE(e) << e.error().message;
+        s.engine = std::move(*e);
+        CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&s.dev), size));
+        ASSERT_TRUE(s.engine->register_memory(s.dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
+        auto seg = s.engine->open_segment(s.peer->segment);
+        ASSERT_TRUE(seg) << seg.error().message;
+        s.seg = *seg;
+    }
 };
 
 struct Piece {
@@ -130,15 +154,13 @@ TEST_P(CopyKernel, KvBlocksAndOddPiecesLandExactly) {
 
 TEST_P(CopyKernel, SmallAndLargeOpsInOneBatchAndABadOpBesideGoodOnes) {
     const uint64_t size = 16 << 20;
-    GpuPeer peer(size);
-    ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
-    auto e = engine();
-    ASSERT_TRUE(e) << e.error().message;
-    uint8_t *dev = nullptr;
-    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), size));
-    ASSERT_TRUE((*e)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
-    auto seg = (*e)->open_segment(peer.segment);
-    ASSERT_TRUE(seg) << seg.error().message;
+    Session s;
+    open(size, s);
+    if (HasFatalFailure()) return;
+    GpuPeer &peer = *s.peer;
+    auto *e = &s.engine;
+    uint8_t *dev = s.dev;
+    auto seg = &s.seg;
     // 128 blocks of 16 KiB and two of 4 MiB, interleaved.
     std::vector<Request> reads;
     for (uint64_t i = 0; i < 128; ++i) {
@@ -176,20 +198,17 @@ TEST_P(CopyKernel, SmallAndLargeOpsInOneBatchAndABadOpBesideGoodOnes) {
     } else {
         EXPECT_EQ(b.error().code, -EFAULT) << b.error().message;  // refused whole at submit: nothing moved
     }
-    cudaFree(dev);
 }
 
 TEST_P(CopyKernel, APeerKilledWhileBatchesAreInFlightEndsEveryOpOnce) {
     const uint64_t size = 64 << 20;
-    GpuPeer peer(size);
-    ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
-    auto e = engine();
-    ASSERT_TRUE(e) << e.error().message;
-    uint8_t *dev = nullptr;
-    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), size));
-    ASSERT_TRUE((*e)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
-    auto seg = (*e)->open_segment(peer.segment);
-    ASSERT_TRUE(seg) << seg.error().message;
+    Session s;
+    open(size, s);
+    if (HasFatalFailure()) return;
+    GpuPeer &peer = *s.peer;
+    auto *e = &s.engine;
+    uint8_t *dev = s.dev;
+    auto seg = &s.seg;
     std::vector<Request> reqs;
     for (uint64_t i = 0; i < 1024; ++i)
         reqs.push_back({Opcode::Write, dev + i * 65536, *seg, peer.r0 + i * 65536, 65536, ""});
@@ -211,7 +230,6 @@ TEST_P(CopyKernel, APeerKilledWhileBatchesAreInFlightEndsEveryOpOnce) {
         (void)(*e)->free_batch(b);
     }
     e->reset();  // teardown with the peer gone
-    cudaFree(dev);
 }
 
 INSTANTIATE_TEST_SUITE_P(Settings, CopyKernel,
