@@ -22,10 +22,11 @@
 namespace ferry_gpu {
 namespace {
 
+// Each default here is the table's default below (the table parses what is given, no more).
 struct Options {
     size_t streams = 4;
-    uint64_t kernel_max_op_bytes = 0;
-    uint64_t kernel_max_blocks = 0;
+    uint64_t kernel_max_op_bytes = 1 << 20;
+    uint64_t kernel_max_blocks = 16;
 };
 
 constexpr auto kOptions = ferry_plugin::make_options<Options>(
