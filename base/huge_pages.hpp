@@ -1,8 +1,8 @@
 // Transparent huge pages for host buffers. Where THP is `madvise` (most distributions' default),
-// memory is backed by 4 KiB pages unless someone asks; every TLB miss on a large buffer then
-// walks the page tables (two levels of them inside a VM), which on AMD EPYC VMs halves what a
-// copy over 1 GiB reaches (docs/PERFORMANCE.md, "Host buffers and huge pages"). These helpers
-// ask for huge pages on a range and say what the kernel gave.
+// memory is backed by 4 KiB pages unless someone asks. The kernel's own copies then stop at every
+// page and pin page by page (sockets, cross-memory attach), which on an AMD EPYC VM cut tcp.so
+// and shm.so over 1 GiB buffers to a third or a half (docs/PERFORMANCE.md, "Host buffers and
+// huge pages"). These helpers ask for huge pages on a range and say what the kernel gave.
 #pragma once
 
 #include <cstddef>
