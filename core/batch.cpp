@@ -74,32 +74,35 @@ std::shared_ptr<Batch> Engine::Impl::find_batch(BatchId id) {
     return it == batches.end() ? nullptr : it->second;
 }
 
-void Engine::Impl::complete(OpRecord &op, int code, std::string_view message_in) {
-    std::string message(message_in);
+void Engine::Impl::complete(OpRecord &op, int code, std::string_view message) {
+    if (finish(op, code, message)) release_share(*op.batch);
+}
+
+bool Engine::Impl::finish(OpRecord &op, int code, std::string_view message) {
     if (op.state.load(std::memory_order_relaxed) != static_cast<uint32_t>(OpState::Pending)) {
         auto t = op.transport.load(std::memory_order_relaxed);
         FERRY_ERROR("transport ", t == kNoTransport ? "(none)" : transports[t]->name(),
                     " completed an op twice; ignored");
-        return;
+        return false;
     }
     if (code != 0) {
         op.code = code < 0 ? code : -code;
         // kWaitPending means "the wait timed out" to wait()'s callers; an op never reports it.
         if (op.code == kWaitPending) op.code = -EIO;
-        op.message = message.empty() ? strerror(-op.code) : message;
+        op.message = message.empty() ? std::string(strerror(-op.code)) : std::string(message);
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
-    release_share(*op.batch);
+    return true;
 }
 
-void Engine::Impl::release_share(Batch &batch) {
-    size_t before = batch.remaining.fetch_sub(1, std::memory_order_acq_rel);
+void Engine::Impl::release_share(Batch &batch, size_t n) {
+    size_t after = batch.remaining.fetch_sub(n, std::memory_order_acq_rel) - n;
     // Only the notification's share left: every op's state is visible here (acq_rel).
-    if (before == 2 && batch.notification) {
+    if (after == 1 && batch.notification) {
         batch_ops_finished(batch);
         return;
     }
-    if (before == 1) wake_progress();
+    if (after == 0) wake_progress();
 }
 
 void Engine::Impl::wake_progress() {
@@ -122,6 +125,14 @@ size_t Engine::Impl::drain(size_t t) {
             FERRY_ERROR(n.error().message);
             return total;
         }
+        // The ops of one batch that finished in a row release their shares at once: one atomic
+        // update of the batch per run instead of one per op.
+        Batch *run_batch = nullptr;
+        size_t run = 0;
+        auto release_run = [&] {
+            if (run) release_share(*run_batch, run);
+            run = 0;
+        };
         for (size_t i = 0; i < *n; ++i) {
             out[i].message[sizeof out[i].message - 1] = '\0';
             if (out[i].user_data & 1) {  // one slice of a staged GPU op (staging.cpp)
@@ -131,9 +142,13 @@ size_t Engine::Impl::drain(size_t t) {
                 continue;
             }
             auto &op = *reinterpret_cast<OpRecord *>(out[i].user_data);
-            if (out[i].status == 0) complete(op, 0, {});
-            else complete(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));
+            if (op.batch != run_batch) release_run(), run_batch = op.batch;
+            bool finished = out[i].status == 0
+                                ? finish(op, 0, {})
+                                : finish(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));
+            if (finished) ++run;
         }
+        release_run();
         total += *n;
         if (*n < kPollChunk) return total;
     }

@@ -217,6 +217,10 @@ struct Posting {
     };
     std::vector<Group> groups;
     std::vector<std::shared_ptr<StagedOp>> staged;
+    // Ops the batch may still add: a new group reserves room for them (most batches go to one
+    // peer on one transport), so no op pays for the vector's growth.
+    size_t expected = 0;
+    size_t last = 0;  // the group the previous op joined
 };
 
 inline const char *op_name(Opcode op) { return op == Opcode::Read ? "READ" : "WRITE"; }
@@ -374,9 +378,12 @@ struct Engine::Impl {
     void wake_progress();
     size_t drain(size_t transport);
     void complete(OpRecord &op, int code, std::string_view message);
-    // Releases one share of batch.remaining (an op's or the notification's); wakes waiters on
-    // the last one.
-    void release_share(Batch &batch);
+    // complete() without releasing the op's share of its batch: the caller releases the shares
+    // of a run of ops of one batch at once (release_share with a count).
+    bool finish(OpRecord &op, int code, std::string_view message);
+    // Releases `n` shares of batch.remaining (ops' or the notification's); wakes waiters on the
+    // last one.
+    void release_share(Batch &batch, size_t n = 1);
 
     // notify.cpp
     Result<void> send_notification(RemoteSegment &seg, std::span<const uint8_t> message);

@@ -172,22 +172,31 @@ void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, 
         posting.staged.push_back(std::move(st));
         return;
     }
-    ferry_xfer_op_t x{};
+    // The op is written in place: built on the stack and copied, its narrow fields' stores
+    // stall the wide loads of the copy (store forwarding), a cost per op of every batch.
+    auto &groups = posting.groups;
+    if (posting.expected) --posting.expected;
+    if (posting.last >= groups.size() || groups[posting.last].transport != r.transport ||
+        groups[posting.last].peer != r.peer) {
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const Posting::Group &gr) {
+            return gr.transport == r.transport && gr.peer == r.peer;
+        });
+        if (g == groups.end()) {
+            groups.push_back({r.transport, r.peer, {}});
+            g = std::prev(groups.end());
+            g->ops.reserve(posting.expected + 1);
+        }
+        posting.last = static_cast<size_t>(g - groups.begin());
+    }
+    ferry_xfer_op_t &x = groups[posting.last].ops.emplace_back();
     x.opcode = rq.opcode == Opcode::Read ? FERRY_OP_READ : FERRY_OP_WRITE;
+    x.reserved = 0;
     x.local_addr = reinterpret_cast<uintptr_t>(rq.local);
     x.local_mem = *lr.handle(r.transport);
     x.remote_addr = rq.remote;
     x.remote_mem = r.remote_mem;
     x.length = rq.length;
     x.user_data = reinterpret_cast<uintptr_t>(&op);
-    auto &groups = posting.groups;
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [&](const Posting::Group &gr) { return gr.transport == r.transport && gr.peer == r.peer; });
-    if (g == groups.end()) {
-        groups.push_back({r.transport, r.peer, {}});
-        g = std::prev(groups.end());
-    }
-    g->ops.push_back(x);
 }
 
 void Engine::Impl::post(Posting &posting) {

@@ -109,6 +109,7 @@ void Engine::Impl::start_batch(Batch &batch, std::span<const Request> requests) 
 
 // Planning takes nothing: a refused batch started no op and queued none.
 Result<void> Engine::Impl::plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred) {
+    ready.expected = requests.size();
     {
         std::shared_lock regions_lock(regions_mutex);
         std::shared_ptr<RemoteSegment> seg;
