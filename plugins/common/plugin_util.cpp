@@ -134,6 +134,16 @@ void CompletionQueue::push(std::vector<ferry_completion_t> &batch) {
     batch.clear();
 }
 
+void CompletionQueue::push(std::span<const uint64_t> user_data, int status, const std::string &message) {
+    if (user_data.empty()) return;
+    std::lock_guard lock(mu_);
+    for (uint64_t u : user_data) {
+        q_.push_back({u, status});
+        if (status != 0) copy_message(msgs_.emplace_back().data(), message.c_str());
+    }
+    signal_locked();
+}
+
 void CompletionQueue::signal() {
     std::lock_guard lock(mu_);
     if (signaled_) return;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ public:
     void push(uint64_t user_data, int status, const std::string &message);
     // Appends a batch under one lock and empties it.
     void push(std::vector<ferry_completion_t> &batch);
+    // Appends one completion per user_data, all with the same outcome, under one lock: a run
+    // of ops that ended together (one GPU event) costs no completion struct per op.
+    void push(std::span<const uint64_t> user_data, int status, const std::string &message);
     // Moves up to max entries out.
     size_t poll(ferry_completion_t *out, size_t max);
     // Makes the fd readable with nothing queued (until the next poll): the plugin asks its

@@ -308,10 +308,14 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
     std::lock_guard lock(mu_);
     if (!peers_.count(peer)) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
     // Validate everything first: submit is all-or-nothing.
+    // KV-cache batches name the same two regions op after op: the previous op's lookups are
+    // reused while its handles repeat (no hash lookup per op).
+    auto lr = regions_.end();
+    auto im = imports_.end();
     for (size_t i = 0; i < n; ++i) {
         const auto &op = ops[i];
-        auto lr = regions_.find(op.local_mem);
-        auto im = imports_.find(op.remote_mem);
+        if (lr == regions_.end() || lr->first != op.local_mem) lr = regions_.find(op.local_mem);
+        if (im == imports_.end() || im->first != op.remote_mem) im = imports_.find(op.remote_mem);
         if (lr == regions_.end() || im == imports_.end() || im->second.peer != peer)
             return fail(err, -EINVAL, "op " + std::to_string(i) + ": unknown local or remote memory handle");
         const auto &l = lr->second.region;
@@ -352,12 +356,11 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
     std::string e;
     int current = -1;
     for (auto &p : plan) {
+        if (p.device == current) continue;
         std::vector<Stream> *streams = nullptr;
         if (int rc = streams_for(p.device, streams, e)) return fail(err, rc, e);
-        if (p.device != current) {
-            if (int rc = rt_->set_device(p.device, e)) return fail(err, rc, e);
-            current = p.device;
-        }
+        if (int rc = rt_->set_device(p.device, e)) return fail(err, rc, e);
+        current = p.device;
     }
     // From here on an op that cannot start completes with its error instead: earlier ones are
     // already queued on the GPU. Ops of one device are cut into contiguous runs, one event each.
@@ -606,10 +609,7 @@ bool IpcTransport::reap_finished() {
 
 // All of them under one lock and at most one eventfd signal: the engine wakes once per run.
 void IpcTransport::push_completions(const std::vector<uint64_t> &user_data, int status, const std::string &message) {
-    std::vector<ferry_completion_t> batch;
-    batch.reserve(user_data.size());
-    for (uint64_t u : user_data) batch.push_back(make_completion(u, status, message));
-    cq_.push(batch);
+    cq_.push(user_data, status, message);
 }
 
 int IpcTransport::poll(ferry_completion_t *out, size_t max) {
