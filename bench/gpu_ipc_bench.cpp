@@ -3,13 +3,18 @@
 //
 //   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
 //                 [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--breakdown]
-//                 [--copy-engines] [--option cuda_ipc.streams=N]
+//                 [--copy-engines] [--inflight N] [--option cuda_ipc.streams=N]
 //
 // Beside them, for blocks the copy kernel takes (cuda_ipc.kernel_max_op_bytes), the ceiling: a
 // raw gather kernel (raw_gather_kernel.cu) on the same blocks in one process, one launch per
 // batch, on as many thread blocks as cuda_ipc.so's cap (cuda_ipc.kernel_max_blocks) and
 // uncapped. --copy-engines adds a second initiator engine with the kernel off
 // (kernel_max_op_bytes=0), the copy-engine path, in the same alternation.
+//
+// --inflight N keeps N batches in flight (the next submitted once the oldest ended and was
+// freed), as a serving engine does that overlaps its layers' transfers; the raw gather kernel
+// then keeps N launches in flight on N streams. The per-block baseline stays one batch at a
+// time (its copies are bound by the launch rate).
 //
 // The initiator (this process) starts the target as a child process (same binary, --target),
 // opens its segment over the P2P handshake, and times batches of `batch` ops from first submit
@@ -111,6 +116,7 @@ int main(int argc, char **argv) {
     double seconds = 0;
     std::string op = "write";
     int target_gpu = 0, rounds = 3;
+    unsigned inflight = 1;
     bool breakdown = false, copy_engines = false;
     ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
@@ -129,6 +135,7 @@ int main(int argc, char **argv) {
         else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
         else if (a == "--breakdown") breakdown = true;
         else if (a == "--copy-engines") copy_engines = true;
+        else if (a == "--inflight" && i + 1 < argc) inflight = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
         else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
             std::string kv = argv[++i];
             options[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
@@ -139,6 +146,7 @@ int main(int argc, char **argv) {
                 "                     [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--target-gpu N]\n"
                 "                     [--breakdown (raw variants on the same mapping, Ferry's host time)]\n"
                 "                     [--copy-engines (also Ferry with its copy kernel off)]\n"
+                "                     [--inflight N (batches in flight; the raw kernel's launches too)]\n"
                 "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
         }
@@ -259,6 +267,7 @@ int main(int argc, char **argv) {
             std::printf("--breakdown: cudaIpcOpenMemHandle: %s; left out\n", cudaGetErrorString(rc));
     }
     const bool batched = gpu_raw::has_batched();
+    std::printf("batches in flight: %u (--inflight)\n", inflight);
     std::printf("copy kernel: ops of up to %" PRIu64 " bytes, at most %s thread blocks per launch\n", kernel_max_op,
                 kernel_cap ? std::to_string(kernel_cap).c_str() : "(uncapped)");
     std::string kernel_head, kernel_rule;
@@ -312,7 +321,35 @@ int main(int argc, char **argv) {
                 wait_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
                 free_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
             };
-            auto one_batch = [&] { one_batch_on(**engine, reqs); };
+            // --inflight: batches submitted, not yet waited for, oldest first.
+            std::vector<ferry::BatchId> flying;
+            auto settle = [&](ferry::Engine &e, size_t keep) {
+                while (flying.size() > keep) {
+                    auto t1 = Clock::now();
+                    if (!e.wait(flying.front())) {
+                        std::fprintf(stderr, "transfer failed\n");
+                        std::exit(1);
+                    }
+                    auto t2 = Clock::now();
+                    (void)e.free_batch(flying.front());
+                    auto t3 = Clock::now();
+                    wait_us += std::chrono::duration<double, std::micro>(t2 - t1).count();
+                    free_us += std::chrono::duration<double, std::micro>(t3 - t2).count();
+                    flying.erase(flying.begin());
+                }
+            };
+            auto one_batch = [&] {
+                if (inflight == 1) return one_batch_on(**engine, reqs);
+                settle(**engine, inflight - 1);
+                auto t0 = Clock::now();
+                auto b = (*engine)->submit(reqs);
+                submit_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+                if (!b) {
+                    std::fprintf(stderr, "submit failed: %s\n", b.error().message.c_str());
+                    std::exit(1);
+                }
+                flying.push_back(*b);
+            };
             one_batch();  // warm-up: maps the peer's allocation, creates streams and events
             if (ce) one_batch_on(*ce, ce_reqs);
             submit_us = wait_us = free_us = 0;
@@ -334,14 +371,15 @@ int main(int argc, char **argv) {
                 } else {
                     for (uint64_t k = 0; k < batches; ++k) one_batch();
                 }
+                settle(**engine, 0);
                 total += batches;
                 double secs = std::chrono::duration<double>(Clock::now() - t0).count();
                 f.push_back(static_cast<double>(block) * batch * batches / secs / 1e9);
                 r.push_back(baseline_gbps(scratch, target_gpu, local, block, batch, batches));
 #ifndef FERRY_BENCH_NO_RAW_KERNEL
                 if (have_gather && target_gpu == 0) {
-                    kc.push_back(gather.run(scratch, local, block, batch, batches, kernel_cap));
-                    ku.push_back(gather.run(scratch, local, block, batch, batches, 0));
+                    kc.push_back(gather.run(scratch, local, block, batch, batches, kernel_cap, inflight));
+                    ku.push_back(gather.run(scratch, local, block, batch, batches, 0, inflight));
                 }
 #endif
                 if (ce) {

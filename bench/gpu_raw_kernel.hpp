@@ -1,11 +1,14 @@
 // gpu_ipc_bench's ceiling for small blocks: raw_gather_kernel.cu (its PTX embedded at build
 // time) launched in this process on the same blocks, through the driver API, one launch per
-// batch and a stream synchronize after each, as the per-block baseline does.
+// batch and a stream synchronize after each, as the per-block baseline does; with `inflight`
+// above 1, that many launches in flight on as many streams (an event behind each, the oldest
+// waited for before the next launch), as gpu_ipc_bench keeps Ferry's batches.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -48,8 +51,9 @@ public:
     std::string error;
 
     // GB/s of `batches` launches copying `batch` blocks of `block` bytes, src + i*block to
-    // dst + i*block, on `blocks` thread blocks (0: one per block copied).
-    double run(uint8_t *dst, const uint8_t *src, uint64_t block, uint64_t batch, uint64_t batches, uint32_t blocks) {
+    // dst + i*block, on `blocks` thread blocks (0: one per block copied), `inflight` at a time.
+    double run(uint8_t *dst, const uint8_t *src, uint64_t block, uint64_t batch, uint64_t batches, uint32_t blocks,
+               unsigned inflight = 1) {
         struct RawOp {
             uint64_t src, dst, bytes;
         };
@@ -60,23 +64,34 @@ public:
         void *table = nullptr;
         CUDA_OR_DIE(cudaMalloc(&table, ops.size() * sizeof(RawOp)));
         CUDA_OR_DIE(cudaMemcpy(table, ops.data(), ops.size() * sizeof(RawOp), cudaMemcpyHostToDevice));
-        cudaStream_t s;
-        CUDA_OR_DIE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        inflight = std::max(1u, inflight);
+        std::vector<cudaStream_t> streams(inflight);
+        std::vector<cudaEvent_t> events(inflight);
+        for (unsigned i = 0; i < inflight; ++i) {
+            CUDA_OR_DIE(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+            CUDA_OR_DIE(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
+        }
         unsigned n = static_cast<unsigned>(batch);
         const unsigned grid = blocks ? std::min<unsigned>(blocks, n) : n;
         void *params[] = {&table, &n};
-        auto one = [&] {
-            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, s, params, nullptr); rc != 0) {
+        // Launch k goes to stream k % inflight, once launch k - inflight there has ended.
+        auto one = [&](uint64_t k) {
+            unsigned i = static_cast<unsigned>(k % inflight);
+            CUDA_OR_DIE(cudaEventSynchronize(events[i]));  // never recorded: returns at once
+            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, streams[i], params, nullptr); rc != 0) {
                 std::fprintf(stderr, "cuLaunchKernel(raw_gather): CUDA driver error %d\n", rc);
                 std::exit(3);
             }
-            CUDA_OR_DIE(cudaStreamSynchronize(s));
+            CUDA_OR_DIE(cudaEventRecord(events[i], streams[i]));
+            if (inflight == 1) CUDA_OR_DIE(cudaEventSynchronize(events[i]));
         };
-        one();  // warm-up
+        one(0);  // warm-up
+        CUDA_OR_DIE(cudaDeviceSynchronize());
         auto t0 = std::chrono::steady_clock::now();
-        for (uint64_t k = 0; k < batches; ++k) one();
+        for (uint64_t k = 0; k < batches; ++k) one(k);
+        CUDA_OR_DIE(cudaDeviceSynchronize());
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        cudaStreamDestroy(s);
+        for (unsigned i = 0; i < inflight; ++i) cudaStreamDestroy(streams[i]), cudaEventDestroy(events[i]);
         cudaFree(table);
         return static_cast<double>(block) * batch * batches / secs / 1e9;
     }
