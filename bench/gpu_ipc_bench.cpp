@@ -13,7 +13,7 @@
 //
 // --inflight N keeps N batches in flight (the next submitted once the oldest ended and was
 // freed), as a serving engine does that overlaps its layers' transfers; the raw gather kernel
-// then keeps N launches in flight on N streams. The per-block baseline stays one batch at a
+// then keeps N launches in flight on its stream. The per-block baseline stays one batch at a
 // time (its copies are bound by the launch rate).
 //
 // The initiator (this process) starts the target as a child process (same binary, --target),

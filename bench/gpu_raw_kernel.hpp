@@ -1,8 +1,9 @@
 // gpu_ipc_bench's ceiling for small blocks: raw_gather_kernel.cu (its PTX embedded at build
 // time) launched in this process on the same blocks, through the driver API, one launch per
 // batch and a stream synchronize after each, as the per-block baseline does; with `inflight`
-// above 1, that many launches in flight on as many streams (an event behind each, the oldest
-// waited for before the next launch), as gpu_ipc_bench keeps Ferry's batches.
+// above 1, that many launches in flight on the stream (an event behind each, the oldest waited
+// for before the next launch), as gpu_ipc_bench keeps Ferry's batches and cuda_ipc.so queues
+// its launches (one stream per device).
 #pragma once
 
 #include <cuda.h>
@@ -65,24 +66,22 @@ public:
         CUDA_OR_DIE(cudaMalloc(&table, ops.size() * sizeof(RawOp)));
         CUDA_OR_DIE(cudaMemcpy(table, ops.data(), ops.size() * sizeof(RawOp), cudaMemcpyHostToDevice));
         inflight = std::max(1u, inflight);
-        std::vector<cudaStream_t> streams(inflight);
+        cudaStream_t stream;
+        CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         std::vector<cudaEvent_t> events(inflight);
-        for (unsigned i = 0; i < inflight; ++i) {
-            CUDA_OR_DIE(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-            CUDA_OR_DIE(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
-        }
+        for (auto &e : events) CUDA_OR_DIE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
         unsigned n = static_cast<unsigned>(batch);
         const unsigned grid = blocks ? std::min<unsigned>(blocks, n) : n;
         void *params[] = {&table, &n};
-        // Launch k goes to stream k % inflight, once launch k - inflight there has ended.
+        // Launch k once launch k - inflight has ended.
         auto one = [&](uint64_t k) {
             unsigned i = static_cast<unsigned>(k % inflight);
             CUDA_OR_DIE(cudaEventSynchronize(events[i]));  // never recorded: returns at once
-            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, streams[i], params, nullptr); rc != 0) {
+            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, stream, params, nullptr); rc != 0) {
                 std::fprintf(stderr, "cuLaunchKernel(raw_gather): CUDA driver error %d\n", rc);
                 std::exit(3);
             }
-            CUDA_OR_DIE(cudaEventRecord(events[i], streams[i]));
+            CUDA_OR_DIE(cudaEventRecord(events[i], stream));
             if (inflight == 1) CUDA_OR_DIE(cudaEventSynchronize(events[i]));
         };
         one(0);  // warm-up
@@ -91,7 +90,8 @@ public:
         for (uint64_t k = 0; k < batches; ++k) one(k);
         CUDA_OR_DIE(cudaDeviceSynchronize());
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (unsigned i = 0; i < inflight; ++i) cudaStreamDestroy(streams[i]), cudaEventDestroy(events[i]);
+        for (auto e : events) cudaEventDestroy(e);
+        cudaStreamDestroy(stream);
         cudaFree(table);
         return static_cast<double>(block) * batch * batches / secs / 1e9;
     }

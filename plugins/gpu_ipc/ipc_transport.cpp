@@ -380,7 +380,9 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
                                [&](const Planned &p) { return p.bytes <= kernel_.max_op_bytes; });
             const size_t small = static_cast<size_t>(small_end - plan.begin()) - begin;
             if (small >= 2) {
-                Stream s = streams_[device][next_stream_.fetch_add(1) % streams_per_device_];
+                // Every launch on the device's first stream: launches of batches in flight run
+                // one after another, so the block cap bounds the SMs copies take at any moment.
+                Stream s = streams_[device][0];
                 for (size_t a = begin; a < begin + small; a += kKernelTableOps)
                     issue_kernel_run(plan.data() + a, std::min(kKernelTableOps, begin + small - a), device, s, queued);
                 copies = begin + small;
