@@ -123,9 +123,10 @@ Result<void> Engine::Impl::plan(Batch &batch, std::span<const Request> requests,
         // The lookups of a window of up to kMany ops, made together so that their cache misses
         // overlap (region_index.hpp, find_many): the local rows, and the remote rows in
         // `window_seg` (the segment of the window's first op, locked since; null once unlocked).
-        // An op near the one before it (same segment, both ranges within a page of its) is left
-        // out: it is most likely in the same regions, which the same-route check then reuses
-        // without a lookup; where it is not, it looks its own up.
+        // An op near the one before it (same segment, both ranges within a page of its), or
+        // inside the regions of the op before the window, is left out: it is most likely in the
+        // same regions, which the same-route check then reuses without a lookup; where it is
+        // not, it looks its own up. (KV blocks lie tens of KiB apart in one region on each side.)
         constexpr size_t kMany = RegionIndex::kMaxMany;
         constexpr uint64_t kNear = 4096;
         const LocalRow *window_local[kMany];
@@ -152,9 +153,12 @@ Result<void> Engine::Impl::plan(Batch &batch, std::span<const Request> requests,
                 for (size_t j = window; j < window_end; ++j) {
                     const Request &q = requests[j];
                     uint64_t a = reinterpret_cast<uintptr_t>(q.local);
-                    if (j > 0 && q.segment == requests[j - 1].segment &&
-                        near(a, reinterpret_cast<uintptr_t>(requests[j - 1].local)) &&
-                        near(q.remote, requests[j - 1].remote)) {
+                    bool in_prev = prev_route && seg && q.segment == seg->id && prev_lr->holds(a, q.length) &&
+                                   (prev_route->row ? prev_route->row->holds(q.remote, q.length)
+                                                    : prev_route->region->holds(q.remote, q.length));
+                    if (in_prev || (j > 0 && q.segment == requests[j - 1].segment &&
+                                    near(a, reinterpret_cast<uintptr_t>(requests[j - 1].local)) &&
+                                    near(q.remote, requests[j - 1].remote))) {
                         window_slot[j - window] = kMany;
                         continue;
                     }
