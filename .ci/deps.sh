@@ -9,6 +9,7 @@ packages=(
   libamdhip64-dev libhsa-runtime-dev
   libcurl4-openssl-dev etcd-server curl iproute2 openssl libssl3
   redis-server libhiredis-dev python3-aiohttp
+  prometheus-cpp-dev prometheus
   python3-mesonpy python3-wheel python3-cffi python3-numpy python3-pytest python3-venv patchelf twine
   python3-matplotlib
   libfabric-dev libfabric-bin ucx-utils

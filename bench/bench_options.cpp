@@ -223,6 +223,15 @@ Parser::Parser(Options &o) : o_(o) {
         "host buffers ask for transparent huge pages (MADV_HUGEPAGE) before they are faulted in; false: 4 KiB "
         "pages where THP is 'madvise' (docs/PERFORMANCE.md, \"Host buffers and huge pages\")",
         boolean(o.huge_pages), false);
+    add(
+        "metrics_port", false, "off",
+        "serve the engine's Prometheus metrics on this port (0: any free one; the bench prints where), as the engine "
+        "key metrics_port (docs/METRICS.md)",
+        [&o](const std::string &v) {
+            o.options.push_back("metrics_port=" + v);
+            return std::string();
+        },
+        false);
     add("config", false, "", "engine YAML config file", string(o.config), false);
     add(
         "option", false, "", "engine or transport option key=value, e.g. tcp.lanes=2 (repeatable)",

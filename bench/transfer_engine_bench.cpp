@@ -67,7 +67,12 @@ T check(ferry::Result<T> r) {
 constexpr uint64_t kTargetSeed = 1, kInitiatorSeed = 2;
 
 std::unique_ptr<ferry::Engine> make_engine(const Options &o, bench::Role role) {
-    return check(ferry::Engine::create(check(bench::engine_config(o, role))));
+    auto engine = check(ferry::Engine::create(check(bench::engine_config(o, role))));
+    if (auto at = engine->metrics_address(); !at.empty()) {
+        std::fprintf(stderr, "metrics: http://%s/metrics\n", at.c_str());
+        std::fflush(stderr);
+    }
+    return engine;
 }
 
 // The GPUs --use_vram puts buffers on: --gpu_id, or every one with -1 (Mooncake's meaning).

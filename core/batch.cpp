@@ -75,7 +75,11 @@ std::shared_ptr<Batch> Engine::Impl::find_batch(BatchId id) {
 }
 
 void Engine::Impl::complete(OpRecord &op, int code, std::string_view message) {
-    if (finish(op, code, message)) release_share(*op.batch);
+    if (!finish(op, code, message)) return;
+    counters_of(op.transport.load(std::memory_order_relaxed))
+        .of(op.opcode)
+        .record(1, code != 0, code != 0 ? 0 : op.length, std::chrono::steady_clock::now() - op.batch->submitted);
+    release_share(*op.batch);
 }
 
 bool Engine::Impl::finish(OpRecord &op, int code, std::string_view message) {
@@ -125,12 +129,18 @@ size_t Engine::Impl::drain(size_t t) {
             FERRY_ERROR(n.error().message);
             return total;
         }
-        // The ops of one batch that finished in a row release their shares at once: one atomic
-        // update of the batch per run instead of one per op.
+        // The ops of one batch that finished in a row release their shares at once, and are
+        // counted at once (transfer_stats.hpp): a few atomic updates per run instead of per op.
         Batch *run_batch = nullptr;
         size_t run = 0;
+        uint64_t ended[2] = {}, failed[2] = {}, moved[2] = {};  // by opcode
+        const auto now = std::chrono::steady_clock::now();
         auto release_run = [&] {
-            if (run) release_share(*run_batch, run);
+            if (!run) return;
+            for (int k = 0; k < 2; ++k)
+                if (ended[k]) counters[t]->by_op[k].record(ended[k], failed[k], moved[k], now - run_batch->submitted);
+            ended[0] = ended[1] = failed[0] = failed[1] = moved[0] = moved[1] = 0;
+            release_share(*run_batch, run);
             run = 0;
         };
         for (size_t i = 0; i < *n; ++i) {
@@ -146,7 +156,12 @@ size_t Engine::Impl::drain(size_t t) {
             bool finished = out[i].status == 0
                                 ? finish(op, 0, {})
                                 : finish(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));
-            if (finished) ++run;
+            if (!finished) continue;
+            ++run;
+            const int k = op.opcode == Opcode::Read ? 0 : 1;
+            ++ended[k];
+            if (out[i].status == 0) moved[k] += op.length;
+            else ++failed[k];
         }
         release_run();
         total += *n;

@@ -9,9 +9,11 @@
 #include "ferry/ferry.h"
 #include "log.hpp"
 #include "plugin_loader.hpp"
+#include "transfer_stats.hpp"
 
 struct ferry_engine {
     std::unique_ptr<ferry::Engine> engine;
+    std::string metrics_address;  // ferry_metrics_address's, fixed at creation
 };
 
 namespace {
@@ -121,7 +123,8 @@ int ferry_engine_create(const char *const *keys, const char *const *values, size
         if (!config) return set_error(config.error());
         auto engine = ferry::Engine::create(*config);
         if (!engine) return set_error(engine.error());
-        *out = new ferry_engine{std::move(*engine)};
+        *out = new ferry_engine{std::move(*engine), {}};
+        (*out)->metrics_address = (*out)->engine->metrics_address();
         return 0;
     });
 }
@@ -134,7 +137,8 @@ int ferry_engine_create_from_file(const char *path, const char *const *keys, con
         if (!config) return set_error(config.error());
         auto engine = ferry::Engine::create_from_file(path, *config);
         if (!engine) return set_error(engine.error());
-        *out = new ferry_engine{std::move(*engine)};
+        *out = new ferry_engine{std::move(*engine), {}};
+        (*out)->metrics_address = (*out)->engine->metrics_address();
         return 0;
     });
 }
@@ -202,6 +206,22 @@ int ferry_staging_stats(ferry_engine_t *e, ferry_staging_stats_t *out) {
                                  st.acquire_refused, st.copies,      st.copy_failures};
     return 0;
 }
+
+int ferry_stats(ferry_engine_t *e, ferry_engine_stats_t *out, ferry_transport_stats_t *transports, size_t *n) {
+    REQUIRE_ENGINE(e);
+    if (!out || !n || (*n && !transports))
+        return set_error(-EINVAL, "ferry_stats: out, n or (with *n > 0) transports is NULL");
+    size_t count = *n;
+    int rc = ferry::stats_to_c(e->engine->stats(), out, transports, &count);
+    *n = count;
+    if (rc == -ENOSPC)
+        return set_error(rc, ferry::cat("ferry_stats: room for ", count, " transports needed; *n is set to that"));
+    return rc;
+}
+
+const double *ferry_latency_bounds(void) { return ferry::kLatencyBoundsSeconds; }
+
+const char *ferry_metrics_address(ferry_engine_t *e) { return e ? e->metrics_address.c_str() : ""; }
 
 int ferry_unregister(ferry_engine_t *e, void *addr) {
     REQUIRE_ENGINE(e);

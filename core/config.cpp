@@ -53,6 +53,8 @@ constexpr EngineKey kEngineKeys[] = {
     {"control_log_interval_ms", "10000", "100..3600000", "repeated control-server warnings: one line, then one count per interval"},
     {"gpu_staging_max_bytes", "67108864", "0..1099511627776", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
     {"gpu_staging_slice_bytes", "4194304", "a power of two, 4096..gpu_staging_max_bytes", "bytes one staging copy moves"},
+    {"metrics_port", "off", "off, or a port 0..65535 (0: any free one)", "serve Prometheus metrics (ops, failures, bytes, latency by transport and operation; staging) at http://<metrics_bind_ip>:<port>/metrics (docs/METRICS.md)"},
+    {"metrics_bind_ip", "local_ip", "an address of this host", "address the metrics endpoint binds"},
     {"huge_pages", "off", "off, advise or collapse", "registered host memory: advise asks the kernel for transparent huge pages (MADV_HUGEPAGE) for pages faulted in later, collapse also merges the pages already there (MADV_COLLAPSE, Linux 6.1+); changes the caller's memory, so off by default"},
 };
 // clang-format on
@@ -266,6 +268,16 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                 return fail(-EINVAL, cat("config key 'gpu_staging_slice_bytes' = '", value,
                                          "'; use a power of two from 4096 to 1073741824, e.g. 4194304"));
             s.gpu_staging_slice_bytes = *v;
+        } else if (key == "metrics_port") {
+            if (value != "off") {
+                auto v = parse_unsigned(key, value, 65535);
+                if (!v)
+                    return fail(-EINVAL, cat("config key 'metrics_port' = '", value,
+                                             "'; use off (the default), a port such as 9100, or 0 for any free port"));
+                s.metrics_port = static_cast<uint16_t>(*v);
+            }
+        } else if (key == "metrics_bind_ip") {
+            s.metrics_bind_ip = value;
         } else if (key == "huge_pages") {
             if (value == "off") s.huge_pages = EngineSettings::HugePages::Off;
             else if (value == "advise") s.huge_pages = EngineSettings::HugePages::Advise;

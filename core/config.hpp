@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +45,10 @@ struct EngineSettings {
     // Registered host memory: ask for transparent huge pages (advise), and merge the pages
     // already there into huge pages now (collapse). Off: the caller's memory is left alone.
     enum class HugePages { Off, Advise, Collapse } huge_pages = HugePages::Off;
+    // The Prometheus endpoint (metrics.hpp): off unless set; 0 takes any free port. It binds
+    // metrics_bind_ip, else local_ip (a wildcard local_ip too: set metrics_bind_ip to narrow it).
+    std::optional<uint16_t> metrics_port;
+    std::string metrics_bind_ip;
 };
 
 // One engine key as `ferry-info --options engine` documents it.

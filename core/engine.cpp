@@ -20,6 +20,7 @@ Engine::Impl::~Impl() {
     // for a connect or a descriptor fail next (a connect blocked in a plugin ends by the
     // plugin's own timeout); batch notifications not yet sent are dropped then: both point into
     // batches.
+    metrics.reset();  // its scrapes read everything below
     stop_stream_calls();
     stop_connector();
     stop_notifier();
@@ -126,6 +127,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         return fail(-ENOENT, cat("no transport plugin could be loaded from the search path (", dirs,
                                  "); run ferry-info to see why, or set FERRY_PLUGIN_PATH", untrusted));
     }
+    for (size_t i = 0; i <= impl->transports.size(); ++i)  // and one for ops no transport took
+        impl->counters.push_back(std::make_unique<TransportCounters>());
     for (auto &name : s.protocols)
         if (auto i = impl->transport_index(name)) impl->priority.push_back(*i);
     for (size_t i = 0; i < impl->transports.size(); ++i)
@@ -164,6 +167,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         impl->on_demand = impl->metadata->serve_on_demand([im = impl.get()] { return im->encoded_descriptor(); });
         if (auto p = impl->publish_locked(); !p) return std::unexpected(p.error());
     }
+    if (s.metrics_port) {
+        auto bind_ip = s.metrics_bind_ip.empty() ? s.metadata.local_ip : s.metrics_bind_ip;
+        auto m =
+            MetricsExporter::start(bind_ip, *s.metrics_port, loader.trust, [im = impl.get()] { return im->stats(); });
+        if (!m) {
+            FERRY_ERROR(m.error().message);
+            return std::unexpected(m.error());
+        }
+        impl->metrics = std::move(*m);
+    }
     std::string names;
     for (auto i : impl->priority) names += (names.empty() ? "" : ",") + impl->transports[i]->name();
     FERRY_INFO("engine ", impl->segment_name, " up with transports ", names, "; control channel on ",
@@ -175,6 +188,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
 const std::string &Engine::segment_name() const { return impl_->segment_name; }
 
 StagingStats Engine::staging_stats() const { return impl_->staging->stats(); }
+
+EngineStats Engine::stats() const { return impl_->stats(); }
+
+std::string Engine::metrics_address() const { return impl_->metrics ? impl_->metrics->address() : std::string(); }
 
 std::vector<TransportInfo> Engine::transports() const {
     std::vector<TransportInfo> out;

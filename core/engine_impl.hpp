@@ -27,11 +27,13 @@
 #include "ferry/engine.hpp"
 #include "gpu_staging.hpp"
 #include "metadata.hpp"
+#include "metrics.hpp"
 #include "plugin_loader.hpp"
 #include "region_index.hpp"
 #include "shared_memory.hpp"
 #include "stage_service.hpp"
 #include "stream_submit.hpp"
+#include "transfer_stats.hpp"
 #include "transport.hpp"
 
 namespace ferry {
@@ -148,6 +150,7 @@ struct PendingNotification {
 struct Batch {
     BatchId id = 0;
     size_t size = 0;
+    std::chrono::steady_clock::time_point submitted;  // for the ops' latency (transfer_stats.hpp)
     std::unique_ptr<OpRecord[]> ops;
     std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
     std::unique_ptr<PendingNotification> notification;
@@ -268,6 +271,12 @@ struct Engine::Impl {
     std::mutex batches_mutex;
     std::unordered_map<BatchId, std::shared_ptr<Batch>> batches;
     std::atomic<BatchId> next_batch{1};
+    // Per transport index, and one more for ops that failed before a transport took them.
+    std::vector<std::unique_ptr<TransportCounters>> counters;
+    TransportCounters &counters_of(uint16_t transport) {
+        return *counters[transport == kNoTransport ? counters.size() - 1 : transport];
+    }
+    std::unique_ptr<MetricsExporter> metrics;  // metrics_port: the Prometheus endpoint
 
     // Progress: one thread at a time sleeps on the transports' completion fds and dispatches;
     // the others wait on `progress_cv` for their batches.
@@ -377,6 +386,7 @@ struct Engine::Impl {
     bool progress_until(const std::function<bool()> &done, std::chrono::steady_clock::time_point deadline);
     void wake_progress();
     size_t drain(size_t transport);
+    EngineStats stats();  // transfer_stats.cpp
     void complete(OpRecord &op, int code, std::string_view message);
     // complete() without releasing the op's share of its batch: the caller releases the shares
     // of a run of ops of one batch at once (release_share with a count).

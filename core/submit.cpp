@@ -41,6 +41,7 @@ std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
     auto batch = std::make_shared<Batch>();
     batch->id = id;
     batch->size = requests.size();
+    batch->submitted = std::chrono::steady_clock::now();
     batch->ops = std::make_unique<OpRecord[]>(requests.size());
     // Set before any op can complete: the notification holds a share of `remaining`.
     batch->notification = std::move(notification);

@@ -1,6 +1,7 @@
 // Ferry C++ API. Results are std::expected: no exceptions cross this API.
 #pragma once
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -103,6 +104,36 @@ struct StagingStats {
     uint64_t copy_failures = 0;    // of those, failed
 };
 
+// Op latency (submit to completion) histogram bounds, in seconds: 10 µs to 10 s.
+inline constexpr size_t kLatencyBuckets = 19;
+inline constexpr double kLatencyBoundsSeconds[kLatencyBuckets] = {
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+// What one transport did for one operation (READ or WRITE) since the engine started.
+struct OpStats {
+    uint64_t done = 0;    // ops that succeeded
+    uint64_t failed = 0;  // ops that failed
+    uint64_t bytes = 0;   // bytes the succeeded ones moved
+    double latency_sum_seconds = 0;
+    // Ops by latency, not cumulative: [k] counts those in (bound k-1, bound k] of
+    // kLatencyBoundsSeconds, the last one those above 10 s.
+    std::array<uint64_t, kLatencyBuckets + 1> latency_buckets{};
+};
+
+struct TransportStats {
+    std::string transport;  // "tcp", ...; "none": ops that failed before a transport took them
+    OpStats read, write;
+    uint64_t peers = 0;  // segments this engine has a connection to over it
+};
+
+// Engine::stats(): counts only grow while the engine lives (Prometheus counters).
+struct EngineStats {
+    std::vector<TransportStats> transports;  // the loaded ones in priority order, then "none"
+    StagingStats staging;
+    uint64_t batches = 0;        // submitted
+    uint64_t segments_open = 0;  // now
+};
+
 struct TransportInfo {
     std::string name;
     std::string plugin_path;
@@ -122,6 +153,12 @@ public:
     const std::string &segment_name() const;
     std::vector<TransportInfo> transports() const;
     StagingStats staging_stats() const;
+    // What the data path did: ops, failures, bytes and latency by transport and operation,
+    // staging use (docs/METRICS.md). Cheap: a copy of counters.
+    EngineStats stats() const;
+    // Where the Prometheus endpoint listens ("127.0.0.1:9100"), or "" when metrics_port is not
+    // set.
+    std::string metrics_address() const;
 
     Result<void> register_memory(void *addr, uint64_t length, const MemoryOptions &options = {});
     // Registers each range as register_memory does (with its own options where it has them, else

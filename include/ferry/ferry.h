@@ -17,8 +17,9 @@
  * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
  * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared; 5 added
  * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t; 6 added
- * ferry_submit_on_stream. Functions are only ever added. */
-#define FERRY_C_API_VERSION 6
+ * ferry_submit_on_stream; 7 added ferry_stats, ferry_latency_bounds and ferry_metrics_address.
+ * Functions are only ever added. */
+#define FERRY_C_API_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -134,6 +135,38 @@ typedef struct ferry_staging_stats {
     uint64_t copy_failures;   /* of those, failed */
 } ferry_staging_stats_t;
 FERRY_C_API int ferry_staging_stats(ferry_engine_t *engine, ferry_staging_stats_t *out);
+
+/* What the data path did since the engine started (docs/METRICS.md); counts only grow. */
+#define FERRY_LATENCY_BUCKETS 19
+typedef struct ferry_op_stats {
+    uint64_t done;   /* ops that succeeded */
+    uint64_t failed; /* ops that failed */
+    uint64_t bytes;  /* bytes the succeeded ones moved */
+    double latency_sum_seconds;
+    /* Ops by latency from submit to completion, not cumulative: [k] counts those in
+     * (bound k-1, bound k] of ferry_latency_bounds(), the last one those above the last bound. */
+    uint64_t latency_buckets[20]; /* FERRY_LATENCY_BUCKETS + 1 */
+} ferry_op_stats_t;
+typedef struct ferry_transport_stats {
+    char transport[32]; /* "tcp", ...; "none": ops that failed before a transport took them */
+    ferry_op_stats_t read;
+    ferry_op_stats_t write;
+    uint64_t peers; /* segments this engine has a connection to over it */
+} ferry_transport_stats_t;
+typedef struct ferry_engine_stats {
+    uint64_t batches;       /* submitted */
+    uint64_t segments_open; /* now */
+    ferry_staging_stats_t staging;
+} ferry_engine_stats_t;
+/* Fills *out and up to *n transports (the loaded ones in priority order, then "none"), and sets
+ * *n to how many there are; -ENOSPC (nothing written) when *n was too small. */
+FERRY_C_API int ferry_stats(ferry_engine_t *engine, ferry_engine_stats_t *out, ferry_transport_stats_t *transports,
+                            size_t *n);
+/* The FERRY_LATENCY_BUCKETS upper bounds of the latency histogram, in seconds. */
+FERRY_C_API const double *ferry_latency_bounds(void);
+/* Where the Prometheus endpoint (engine key metrics_port) listens, "127.0.0.1:9100", or "" when
+ * it is off. Valid until the engine is destroyed. */
+FERRY_C_API const char *ferry_metrics_address(ferry_engine_t *engine);
 
 FERRY_C_API int ferry_open_segment(ferry_engine_t *engine, const char *name, ferry_segment_id_t *segment);
 FERRY_C_API int ferry_close_segment(ferry_engine_t *engine, ferry_segment_id_t segment);

@@ -13,6 +13,7 @@ from ._config import flatten_config
 from ._memory import MEMORY_HOST, Span, resolve, parse_kind
 from .errors import FerryError, InvalidArgument, Timeout
 from ._notify import NotificationWaits, hand_over as _hand_over
+from ._stats import EngineStats
 from ._stream import StreamSubmits
 # Re-exported: the package, the Mooncake shim and users import these from here.
 from ._handles import (OP_DONE, OP_FAILED, OP_PENDING, Batch, OpStatus, Region,  # noqa: F401
@@ -61,7 +62,7 @@ class Request(collections.namedtuple("Request", "op local segment remote length 
         return super().__new__(cls, op, local, segment, remote, length, transport)
 
 
-class Engine(NotificationWaits, StreamSubmits):
+class Engine(NotificationWaits, StreamSubmits, EngineStats):
     """A Ferry engine.
 
         Engine()                                       # defaults (README "Configuration")

@@ -57,6 +57,16 @@ def test_two_processes(ferry_mod, make_peer, transport):
         batch.free()
         assert peer.ask("sha256") == hashlib.sha256(local.tobytes()).hexdigest()
 
+        # What the engine counted: 32 READs and 32 WRITEs of 1 MiB over this transport.
+        st = engine.stats()
+        t = st["transports"][transport]
+        assert (t["read"]["done"], t["read"]["bytes"], t["read"]["failed"]) == (SIZE // BLOCK, SIZE, 0), t
+        assert (t["write"]["done"], t["write"]["bytes"]) == (SIZE // BLOCK, SIZE), t
+        assert sum(t["read"]["latency_buckets"]) == SIZE // BLOCK
+        assert len(t["read"]["latency_buckets"]) == len(st["latency_bounds_seconds"]) + 1 == 20
+        assert st["batches"] == 2 and st["segments_open"] == 1 and t["peers"] == 1
+        assert engine.metrics_address == ""
+
         # Synchronous calls on views: a numpy slice of registered memory is a valid local.
         assert peer.ask("fill 13") == "ok"
         expect = pattern(SIZE, 13)
