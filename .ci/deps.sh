@@ -14,6 +14,7 @@ packages=(
   libfabric-dev libfabric-bin ucx-utils
   clang libclang-rt-dev clang-format
   libibverbs-dev ibverbs-providers
+  liburing-dev
   debootstrap
 )
 missing=()
