@@ -3,7 +3,7 @@
 # depth, in the same run.
 #   bench/file_vs_fio.sh [build-dir] [file]
 # The file (default: <build-dir>/file_vs_fio.bin, so on the build tree's disk) is laid out by fio
-# to SIZE first. Environment: SIZE (bytes of the file both use, default 1073741824), DURATION
+# to SIZE first, and removed at the end unless it was there before. Environment: SIZE (bytes of the file both use, default 1073741824), DURATION
 # (seconds per measurement, default 5), REPEAT (rounds, default 3), CASES (which rows, default
 # all: seqread seqwrite randread).
 #
@@ -31,6 +31,8 @@ fs=$(stat -f -c %T "$(dirname "$file")")
 echo "file: $file on $fs, $size bytes; $duration s per measurement, $repeat rounds"
 [ "$fs" = tmpfs ] && echo "note: $file is on tmpfs: O_DIRECT there is a memory copy, not the disk" >&2
 
+# A file this script made goes when it ends; one that was there stays.
+[ -e "$file" ] || trap 'rm -f "$file"' EXIT
 fio --name=layout --filename="$file" --size="$size" --rw=write --bs=1m --direct=1 --ioengine=io_uring \
   --iodepth=16 --output-format=terse >/dev/null
 
