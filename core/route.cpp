@@ -133,18 +133,7 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         forced = transport_index(rq.transport);
         if (!forced) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
     }
-    // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
-    // unreachable) is skipped for the next one, unless the request forced it.
-    for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
-        auto failed =
-            std::find_if(attempts.failed.begin(), attempts.failed.end(), [&](const auto &f) { return f.first == t; });
-        if (failed != attempts.failed.end()) {
-            tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
-            continue;
-        }
-        if (forced) seg.unusable.erase(t);  // forced: always try it again
-        bool staged = false;
-        if (!consider(t, staged)) continue;
+    auto choose = [&](size_t t, bool staged) -> Result<Route> {
         out.transport = t;
         out.staged = staged;
         if (!seg.peers[t]) {
@@ -159,7 +148,29 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         }
         out.remote_mem = imported->second;
         return out;
+    };
+    std::optional<size_t> staged_choice;
+    // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
+    // unreachable) is skipped for the next one, unless the request forced it.
+    for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
+        auto failed =
+            std::find_if(attempts.failed.begin(), attempts.failed.end(), [&](const auto &f) { return f.first == t; });
+        if (failed != attempts.failed.end()) {
+            tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
+            continue;
+        }
+        if (forced) seg.unusable.erase(t);  // forced: always try it again
+        bool staged = false;
+        if (!consider(t, staged)) continue;
+        // A file: GPU memory goes to a storage transport that moves it directly (gds.so) before
+        // one it would be staged through (file.so), whatever their order of priority.
+        if (staged && seg.storage && !forced) {
+            if (!staged_choice) staged_choice = t;
+            continue;
+        }
+        return choose(t, staged);
     }
+    if (staged_choice) return choose(*staged_choice, true);
     return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg.name, " (", tried, ")"));
 }
 

@@ -49,7 +49,7 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
         "striped segments (file:/a,/b): this many bytes go to each file in turn", store_power_of_two_stripe,
         "a power of two from 4k to 1g"),
     ferry_plugin::duration_option<Config>("op_timeout_ms", "0", 0, 86400000,
-        "a request the kernel has not finished this long is cancelled and its op fails with -ETIMEDOUT",
+        "a request not finished this long is cancelled (-ETIMEDOUT) where the kernel still can; I/O a device holds ends when it answers",
         store<&Config::op_timeout_ms>, "milliseconds from 0 (never) to 86400000"));
 // clang-format on
 

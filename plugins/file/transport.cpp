@@ -115,7 +115,8 @@ Transport::~Transport() {
         }
         while (inflight_) {
             io_uring_cqe *cqe = nullptr;
-            if (io_uring_wait_cqe(&ring_, &cqe) < 0) break;
+            int rc = io_uring_wait_cqe(&ring_, &cqe);
+            if (rc < 0 && rc != -EINTR && rc != -EAGAIN) break;
             reap_locked();
         }
         io_uring_queue_exit(&ring_);
@@ -171,7 +172,10 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
     while (r.inflight) {
         flush_locked();
         io_uring_cqe *cqe = nullptr;
-        if (io_uring_wait_cqe(&ring_, &cqe) < 0) break;
+        int rc = io_uring_wait_cqe(&ring_, &cqe);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
+            return set_error(err, rc, "file: deregister_mem: waiting for the region's requests: %s",
+                             errno_string(-rc).c_str());
         reap_locked();
     }
     if (r.first_slot >= 0) {
@@ -309,10 +313,10 @@ void Transport::plan_locked(const ferry_xfer_op_t &x, Segment &seg, Region &regi
 
 void Transport::flush_locked() {
     unsigned queued = 0;
-    while (!pending_.empty() && inflight_ < cfg_.queue_depth) {
+    const unsigned entries = cfg_.op_timeout_ms ? 2 : 1;  // the request, and its linked timeout
+    while (!pending_.empty() && inflight_ < cfg_.queue_depth && io_uring_sq_space_left(&ring_) >= entries) {
         Piece *p = pending_.front();
         io_uring_sqe *sqe = io_uring_get_sqe(&ring_);
-        if (!sqe) break;
         pending_.pop_front();
         int fd = p->direct ? p->file->direct_fd : p->file->fd;
         char *addr = p->addr + p->done;

@@ -103,8 +103,12 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     region->length = r->length;
     region->device = r->device_id;
     if (cfg_.register_buffers) {
+        // cuFile registers in the current device's context; the caller's current device stays.
+        int previous = -1;
+        cudaGetDevice(&previous);
         cudaSetDevice(r->device_id);
         CUfileError e = api_.buf_register(reinterpret_cast<void *>(r->addr), r->length, 0);
+        if (previous >= 0) cudaSetDevice(previous);
         region->registered = e.err == kCuFileSuccess;
         if (!region->registered)  // cuFile then bounces through its own buffers: slower, correct
             log_.log(FERRY_LOG_INFO, "cuFileBufRegister(0x%llx, %llu): %s; requests on it use bounce buffers",
