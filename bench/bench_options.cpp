@@ -234,12 +234,9 @@ Parser::Parser(Options &o) : o_(o) {
         false);
     add("wait_for_target", false, "10", "initiator: seconds to wait for a target that is not up yet (0: fail at once)",
         real(o.wait_for_target), false);
-    add("pattern", false, o.pattern,
-        "sequential | random: which blocks of its span each thread moves (random: drawn uniformly, as fio's randread)",
+    add("pattern", false, o.pattern, "sequential | random (blocks drawn uniformly, as fio's randread)",
         string(o.pattern), false);
-    add("inflight_batches", false, "1",
-        "batches each thread keeps in flight: the next is submitted as the oldest ends (queue depth = this x "
-        "--batch_size, as fio's iodepth)",
+    add("inflight_batches", false, "1", "batches each thread keeps in flight (depth = this x --batch_size)",
         integer(o.inflight_batches, 1, 4096), false);
     add("sweep", true, "false", "measure every block size x batch size x threads below, --duration each",
         boolean(o.sweep), false);
@@ -398,8 +395,7 @@ const ProtocolMap kProtocols[] = {
      "only, Ferry has no MNNVL transport"},
     {"hip", "hip_ipc", "Mooncake's hip is hip_ipc in Ferry (HIP IPC between processes of one host)"},
     {"io_uring", "file", "Mooncake's io_uring file transport is file.so in Ferry (--segment_id=file:/path)"},
-    {"gds", "gds",
-     "gds is gds.so in Ferry: GPU memory to and from files through cuFile (--segment_id=file:/path --use_vram)"},
+    {"gds", "gds", "gds is gds.so in Ferry: GPU memory to and from files (--segment_id=file:/path --use_vram)"},
     {"barex", nullptr, "Ferry has no barex transport; --protocol=rdma drives the same NICs through rdma.so"},
     {"musa", nullptr, "Ferry has no Moore Threads MUSA transport"},
     {"sunrise_link", nullptr, "Ferry has no Sunrise Link transport"},
