@@ -56,6 +56,8 @@
  *   the device for direct I/O), a READ once they are in local memory. A READ past the end of the
  *   file fails with -ENODATA; a failed op's message names the file and the offset.
  * - `disconnect` closes the segment's files once no op on them is in flight.
+ * - The conformance suite's two-peer cases do not apply; a storage plugin is tested through the
+ *   engine, as tests/file_segment_test.cpp and tests/file_failure_test.cpp test file.so.
  *
  * Writing a plugin
  * - Start from plugins/example/example.c (plain C, builds out of tree with one compiler line:
