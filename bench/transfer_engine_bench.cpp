@@ -219,8 +219,9 @@ void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &
         return true;
     };
     size_t head = 0, posted = 0;
-    // At least one batch, so a thread started late on a loaded machine still measures something.
-    for (bool first = true; first || posted; first = false) {
+    // At least one batch, so a thread started late on a loaded machine still measures something;
+    // then batches while time is left, and the ones in flight drained at the end.
+    for (bool first = true;;) {
         while (posted < slots.size() && !g_stop && (first || Clock::now() < end)) {
             if (!post(slots[(head + posted) % slots.size()])) return;
             ++posted, first = false;

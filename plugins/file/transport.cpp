@@ -91,7 +91,8 @@ int Transport::init(ferry_error_t *err) {
         if (!fixed_ok_)
             log_.log(FERRY_LOG_INFO, "fixed buffers unavailable (%s): requests pin their pages each time",
                      errno_string(-rc).c_str());
-        else slots_.assign(kMaxSlots, false);
+        else
+            for (unsigned i = kMaxSlots; i-- > 0;) free_slots_.push_back(i);  // slot 0 first
     }
     uint64_t ms = cfg_.op_timeout_ms;
     timeout_.tv_sec = static_cast<int64_t>(ms / 1000);
@@ -130,35 +131,40 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     auto region = std::make_unique<Region>();
     region->addr = r->addr;
     region->length = r->length;
+    // Fixed buffers are registered when a request first uses each GiB of the region (slot_for):
+    // the engine registers every host region with every transport, and pinning memory that never
+    // meets a file would cost an engine that uses no file at all.
+    if (fixed_ok_) region->slots.assign((r->length + kSlotBytes - 1) >> kSlotShift, Region::kNotYet);
     std::lock_guard lock(mu_);
-    if (fixed_ok_) {
-        unsigned need = static_cast<unsigned>((r->length + kSlotBytes - 1) >> kSlotShift);
-        // First fit over the slot table; a region that finds no room goes without.
-        for (unsigned s = 0; need && s + need <= kMaxSlots; ++s) {
-            if (std::any_of(slots_.begin() + s, slots_.begin() + s + need, [](bool b) { return b; })) continue;
-            std::vector<iovec> iov(need);
-            std::vector<__u64> tags(need, 0);
-            for (unsigned i = 0; i < need; ++i) {
-                uint64_t off = uint64_t{i} << kSlotShift;
-                iov[i] = {reinterpret_cast<void *>(r->addr + off), std::min(kSlotBytes, r->length - off)};
-            }
-            int rc = io_uring_register_buffers_update_tag(&ring_, s, iov.data(), tags.data(), need);
-            if (rc < 0) {
-                // Most often RLIMIT_MEMLOCK: the region works, only without fixed buffers.
-                log_.log(FERRY_LOG_INFO, "region [0x%llx, +%llu) not a fixed buffer (%s): requests pin it each time",
-                         static_cast<unsigned long long>(r->addr), static_cast<unsigned long long>(r->length),
-                         errno_string(-rc).c_str());
-                break;
-            }
-            std::fill(slots_.begin() + s, slots_.begin() + s + need, true);
-            region->first_slot = static_cast<int>(s);
-            break;
-        }
-    }
     uint64_t id = next_id_++;
     regions_[id] = std::move(region);
     *handle = id;
     return 0;
+}
+
+int Transport::slot_for_locked(Region &r, uint64_t addr, uint64_t length) {
+    uint64_t chunk = (addr - r.addr) >> kSlotShift;
+    if (r.slots.empty() || chunk != (addr + length - 1 - r.addr) >> kSlotShift) return -1;
+    int &slot = r.slots[chunk];
+    if (slot != Region::kNotYet) return slot;  // a slot, or kRefused
+    slot = Region::kRefused;
+    if (free_slots_.empty()) return -1;
+    uint64_t off = chunk << kSlotShift;
+    iovec iov{reinterpret_cast<void *>(r.addr + off), std::min(kSlotBytes, r.length - off)};
+    __u64 tag = 0;
+    int rc = io_uring_register_buffers_update_tag(&ring_, free_slots_.back(), &iov, &tag, 1);
+    if (rc < 0) {
+        // Most often RLIMIT_MEMLOCK: the memory works, only without fixed buffers.
+        log_.log(FERRY_LOG_INFO, "[0x%llx, +%zu) not a fixed buffer (%s): requests on it pin its pages each time",
+                 static_cast<unsigned long long>(r.addr + off), iov.iov_len, errno_string(-rc).c_str());
+        return -1;
+    }
+    slot = static_cast<int>(free_slots_.back());
+    free_slots_.pop_back();
+    if (log_.enabled(FERRY_LOG_DEBUG))
+        log_.log(FERRY_LOG_DEBUG, "[0x%llx, +%zu) is fixed buffer %d", static_cast<unsigned long long>(r.addr + off),
+                 iov.iov_len, slot);
+    return slot;
 }
 
 int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
@@ -178,13 +184,12 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
                              errno_string(-rc).c_str());
         reap_locked();
     }
-    if (r.first_slot >= 0) {
-        unsigned need = static_cast<unsigned>((r.length + kSlotBytes - 1) >> kSlotShift);
-        std::vector<iovec> iov(need, iovec{nullptr, 0});
-        std::vector<__u64> tags(need, 0);
-        (void)io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(r.first_slot), iov.data(), tags.data(),
-                                                   need);
-        std::fill(slots_.begin() + r.first_slot, slots_.begin() + r.first_slot + need, false);
+    for (int slot : r.slots) {
+        if (slot < 0) continue;
+        iovec none{nullptr, 0};
+        __u64 tag = 0;
+        (void)io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(slot), &none, &tag, 1);
+        free_slots_.push_back(static_cast<unsigned>(slot));
     }
     regions_.erase(it);
     if (!finished_.empty()) signal();
@@ -291,9 +296,7 @@ void Transport::plan_locked(const ferry_xfer_op_t &x, Segment &seg, Region &regi
         ++region.inflight;
         uint64_t a = reinterpret_cast<uint64_t>(p->addr);
         p->direct = cfg_.direct != Direct::Off && p->file->direct_ok(a, p->offset, p->length);
-        if (region.first_slot >= 0 &&
-            ((a - region.addr) >> kSlotShift) == ((a + p->length - 1 - region.addr) >> kSlotShift))
-            p->slot = region.first_slot + static_cast<int>((a - region.addr) >> kSlotShift);
+        p->slot = slot_for_locked(region, a, p->length);
         if (op->write && !p->file->writable) {
             finish_locked(p, -EBADF, describe(*p, "the file is open read-only: this process may not write it"));
         } else if (cfg_.direct == Direct::Require && !p->direct) {

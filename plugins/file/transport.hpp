@@ -24,7 +24,9 @@ namespace ferry_file {
 
 struct Region {
     uint64_t addr = 0, length = 0;
-    int first_slot = -1;  // fixed buffers: one slot per kSlotBytes of the region, or -1
+    // Fixed buffers, one per GiB of the region: its slot in the ring's table, or one of these.
+    static constexpr int kNotYet = -1, kRefused = -2;
+    std::vector<int> slots;  // empty: no fixed buffers (fixed_buffers=false, or an old kernel)
     unsigned inflight = 0;
 };
 
@@ -86,6 +88,8 @@ public:
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
     int init(ferry_error_t *err);
+    // The fixed buffer holding [addr, +length) of `r`, registering its GiB on first use; -1: none.
+    int slot_for_locked(Region &r, uint64_t addr, uint64_t length);
     void plan_locked(const ferry_xfer_op_t &x, Segment &seg, Region &region);
     void flush_locked();
     void reap_locked();
@@ -107,8 +111,8 @@ private:
     std::unordered_map<uint64_t, std::unique_ptr<Region>> regions_;
     std::unordered_map<uint64_t, std::unique_ptr<Segment>> segments_;
     uint64_t next_id_ = 1;
-    std::vector<bool> slots_;  // fixed-buffer slots in use
-    bool fixed_ok_ = false;    // the sparse buffer table was registered
+    std::vector<unsigned> free_slots_;  // fixed-buffer slots of the ring's table not in use
+    bool fixed_ok_ = false;             // the sparse buffer table was registered
     __kernel_timespec timeout_{};
 };
 
