@@ -35,7 +35,7 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
         "alignment: auto uses it when they are and the page cache otherwise, off never, require fails other ops",
         store_direct),
     ferry_plugin::bool_option<Config>("fixed_buffers", "true",
-        "register host regions with io_uring as fixed buffers (pinned once, not on every request)",
+        "register host regions with io_uring as fixed buffers (each GiB pinned at its first use, not on every request)",
         store<&Config::fixed_buffers>),
     ferry_plugin::bool_option<Config>("create", "false",
         "open_segment(\"file:<path>\") creates a missing file (mode 0600) instead of failing",

@@ -22,7 +22,7 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
     ferry_plugin::size_option<Config>("max_io_bytes", "16m", 4096, 1ull << 30,
         "a larger op is cut into cuFile requests of this size, spread over the workers", store<&Config::max_io_bytes>),
     ferry_plugin::bool_option<Config>("register_buffers", "true",
-        "register each CUDA region with cuFile (cuFileBufRegister), so requests skip its bounce buffers",
+        "register each CUDA region with cuFile (cuFileBufRegister) at its first use, so requests skip bounce buffers",
         store<&Config::register_buffers>),
     ferry_plugin::bool_option<Config>("create", "false",
         "open_segment(\"file:<path>\") creates a missing file (mode 0600) instead of failing", store<&Config::create>));
@@ -90,7 +90,7 @@ Transport::~Transport() {
         ::close(f->fd);
     }
     for (auto &[id, r] : regions_)
-        if (r->registered) (void)api_.buf_deregister(reinterpret_cast<void *>(r->addr));
+        if (r->state == Region::State::Registered) (void)api_.buf_deregister(reinterpret_cast<void *>(r->addr));
     if (driver_open_) (void)api_.driver_close();
     if (api_.library) ::dlclose(api_.library);
 }
@@ -102,19 +102,9 @@ int Transport::register_mem(const ferry_mem_region_t *r, uint64_t *handle, ferry
     region->addr = r->addr;
     region->length = r->length;
     region->device = r->device_id;
-    if (cfg_.register_buffers) {
-        // cuFile registers in the current device's context; the caller's current device stays.
-        int previous = -1;
-        cudaGetDevice(&previous);
-        cudaSetDevice(r->device_id);
-        CUfileError e = api_.buf_register(reinterpret_cast<void *>(r->addr), r->length, 0);
-        if (previous >= 0) cudaSetDevice(previous);
-        region->registered = e.err == kCuFileSuccess;
-        if (!region->registered)  // cuFile then bounces through its own buffers: slower, correct
-            log_.log(FERRY_LOG_INFO, "cuFileBufRegister(0x%llx, %llu): %s; requests on it use bounce buffers",
-                     static_cast<unsigned long long>(r->addr), static_cast<unsigned long long>(r->length),
-                     cufile_error_text(e.err).c_str());
-    }
+    // Registered with cuFile on first use (a worker, in the device's context): the engine
+    // registers every CUDA region with every transport that moves it, and one that never meets
+    // a file should not take cuFile's pinned BAR space.
     std::lock_guard lock(mu_);
     *handle = next_id_++;
     regions_[*handle] = std::move(region);
@@ -127,7 +117,7 @@ int Transport::deregister_mem(uint64_t handle, ferry_error_t *err) {
     if (it == regions_.end()) return set_error(err, -EINVAL, "gds: deregister_mem: unknown handle");
     Region *r = it->second.get();
     idle_cv_.wait(lock, [&] { return r->inflight == 0; });  // a worker may be inside cuFileRead on it
-    if (r->registered) (void)api_.buf_deregister(reinterpret_cast<void *>(r->addr));
+    if (r->state == Region::State::Registered) (void)api_.buf_deregister(reinterpret_cast<void *>(r->addr));
     regions_.erase(it);
     return 0;
 }
@@ -247,10 +237,26 @@ void Transport::worker() {
             cudaSetDevice(r.region->device);
             device = r.region->device;
         }
+        register_once(*r.region);
         std::string message;
         int status = run(r, message);
         finish(r, status, message);
     }
+}
+
+void Transport::register_once(Region &region) {
+    {
+        std::lock_guard lock(mu_);
+        if (!cfg_.register_buffers || region.state != Region::State::NotYet) return;
+        region.state = Region::State::Registering;  // others go unregistered meanwhile
+    }
+    CUfileError e = api_.buf_register(reinterpret_cast<void *>(region.addr), region.length, 0);
+    if (e.err != kCuFileSuccess)  // cuFile then bounces through its own buffers: slower, correct
+        log_.log(FERRY_LOG_INFO, "cuFileBufRegister(0x%llx, %llu): %s; requests on it use bounce buffers",
+                 static_cast<unsigned long long>(region.addr), static_cast<unsigned long long>(region.length),
+                 cufile_error_text(e.err).c_str());
+    std::lock_guard lock(mu_);
+    region.state = e.err == kCuFileSuccess ? Region::State::Registered : Region::State::Refused;
 }
 
 int Transport::run(const Request &r, std::string &message) {
@@ -264,8 +270,13 @@ int Transport::run(const Request &r, std::string &message) {
         return -EBADF;
     }
     // With a registered region cuFile takes its base and an offset into it; else the address.
-    void *base = reinterpret_cast<void *>(r.region->registered ? r.region->addr : r.addr);
-    uint64_t base_off = r.region->registered ? r.addr - r.region->addr : 0;
+    bool registered;
+    {
+        std::lock_guard lock(mu_);
+        registered = r.region->state == Region::State::Registered;
+    }
+    void *base = reinterpret_cast<void *>(registered ? r.region->addr : r.addr);
+    uint64_t base_off = registered ? r.addr - r.region->addr : 0;
     for (uint64_t done = 0; done < r.length;) {
         ssize_t n = r.write ? api_.write(r.file->handle, base, r.length - done, static_cast<off_t>(r.offset + done),
                                          static_cast<off_t>(base_off + done))

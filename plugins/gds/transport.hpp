@@ -1,8 +1,8 @@
 // gds.so's transport: CUDA memory to and from the file of a storage segment through cuFile. A
 // few worker threads run cuFileRead/cuFileWrite (synchronous calls; in GDS mode the NVMe DMAs
 // straight into GPU memory), each op cut into requests of max_io_bytes spread over them, short
-// transfers completed. Registered CUDA regions are registered with cuFile (cuFileBufRegister),
-// so requests skip cuFile's internal bounce buffers where the driver allows.
+// transfers completed. CUDA regions are registered with cuFile (cuFileBufRegister) when first
+// used, so requests skip cuFile's internal bounce buffers where the driver allows.
 #pragma once
 
 #include <condition_variable>
@@ -33,7 +33,7 @@ extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 struct Region {
     uint64_t addr = 0, length = 0;
     int device = 0;
-    bool registered = false;  // with cuFile
+    enum class State { NotYet, Registering, Registered, Refused } state = State::NotYet;  // with cuFile
     unsigned inflight = 0;
 };
 
@@ -90,6 +90,7 @@ public:
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host) : cfg_(cfg), log_(host, kName) {}
     void worker();
+    void register_once(Region &region);  // cuFileBufRegister on first use, in the worker's context
     int run(const Request &r, std::string &message);
     void finish(const Request &r, int status, const std::string &message);
 
