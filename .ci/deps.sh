@@ -15,6 +15,7 @@ packages=(
   libfabric-dev libfabric-bin ucx-utils
   clang libclang-rt-dev clang-format
   libibverbs-dev ibverbs-providers
+  liburing-dev fio
   debootstrap
 )
 missing=()

@@ -171,12 +171,13 @@ Parser::Parser(Options &o) : o_(o) {
     add("local_server_name", false, "127.0.0.1, any port; a target's with a metadata server: the hostname",
         "this engine's name: with P2PHANDSHAKE the ip[:port] it listens on, with etcd, Redis or HTTP its segment name",
         string(o.local_server_name), true);
-    add("segment_id", false, "", "initiator: the target's segment (ip:port with P2PHANDSHAKE, its name with etcd)",
+    add("segment_id", false, "",
+        "initiator: the target's segment (ip:port with P2PHANDSHAKE, its name with etcd), or file:/path (file.so, gds.so)",
         string(o.segment_id), true);
     add("operation", false, o.operation, "read | write", string(o.operation), true);
     add("protocol", false, o.protocol,
-        "transport every request names: Ferry's tcp, shm, efa, rdma, cuda_ipc, hip_ipc, or Mooncake's names for "
-        "them (nvlink_intra and nvlink: cuda_ipc, hip: hip_ipc)",
+        "transport every request names: Ferry's tcp, shm, efa, rdma, cuda_ipc, hip_ipc, file, gds, or Mooncake's "
+        "names for them (nvlink_intra and nvlink: cuda_ipc, hip: hip_ipc, io_uring: file)",
         string(o.protocol), true);
     add("device_name", false, "",
         "RDMA NICs, comma-separated (rdma.devices); alone it selects --protocol=rdma, "
@@ -242,6 +243,10 @@ Parser::Parser(Options &o) : o_(o) {
         false);
     add("wait_for_target", false, "10", "initiator: seconds to wait for a target that is not up yet (0: fail at once)",
         real(o.wait_for_target), false);
+    add("pattern", false, o.pattern, "sequential | random (blocks drawn uniformly, as fio's randread)",
+        string(o.pattern), false);
+    add("inflight_batches", false, "1", "batches each thread keeps in flight (depth = this x --batch_size)",
+        integer(o.inflight_batches, 1, 4096), false);
     add("sweep", true, "false", "measure every block size x batch size x threads below, --duration each",
         boolean(o.sweep), false);
     add("sweep_block_sizes", false, o.sweep_block_sizes, "bytes, comma list", string(o.sweep_block_sizes), false);
@@ -398,6 +403,8 @@ const ProtocolMap kProtocols[] = {
      "Mooncake's nvlink (multi-node NVLink fabric memory) is cuda_ipc in Ferry: GPUs of one host "
      "only, Ferry has no MNNVL transport"},
     {"hip", "hip_ipc", "Mooncake's hip is hip_ipc in Ferry (HIP IPC between processes of one host)"},
+    {"io_uring", "file", "Mooncake's io_uring file transport is file.so in Ferry (--segment_id=file:/path)"},
+    {"gds", "gds", "gds is gds.so in Ferry: GPU memory to and from files (--segment_id=file:/path --use_vram)"},
     {"barex", nullptr, "Ferry has no barex transport; --protocol=rdma drives the same NICs through rdma.so"},
     {"musa", nullptr, "Ferry has no Moore Threads MUSA transport"},
     {"sunrise_link", nullptr, "Ferry has no Sunrise Link transport"},
@@ -442,7 +449,7 @@ void resolve_protocol(Options &o, const Parser &p) {
             if (!m.ferry)
                 usage_error(
                     "--protocol=" + o.protocol + ": " + m.note +
-                    ". Ferry's transports: tcp, shm, efa, rdma, cuda_ipc, hip_ipc (ferry-info lists what loads here)");
+                    ". Ferry's transports: tcp, shm, efa, rdma, cuda_ipc, hip_ipc, file, gds (ferry-info lists what loads here)");
             o.transport = m.ferry;
             o.notes.push_back(std::string("--protocol=") + m.mooncake + ": " + m.note);
         }
@@ -542,6 +549,7 @@ Options parse_options(int argc, char **argv) {
     resolve_metadata(o);
     resolve_protocol(o, p);
     resolve_gpu(o, p);
+    if (o.pattern != "sequential" && o.pattern != "random") usage_error("--pattern must be sequential or random");
     if (o.mode == "initiator" && o.segment_id.empty())
         usage_error("--mode=initiator needs --segment_id=<the target's segment: ip:port with P2PHANDSHAKE>");
     return o;

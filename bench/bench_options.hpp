@@ -46,6 +46,8 @@ struct Options {
     std::string config;
     std::vector<std::string> options;
     double wait_for_target = 10;
+    std::string pattern = "sequential";  // or random: each block's offset drawn uniformly from the thread's span
+    size_t inflight_batches = 1;         // batches each thread keeps in flight
     bool sweep = false;
     std::string sweep_block_sizes = "4096,16384,65536,262144,1048576";
     std::string sweep_batch_sizes = "1,16,128";

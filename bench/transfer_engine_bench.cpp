@@ -5,6 +5,8 @@
 //   one command: transfer_engine_bench --loopback
 //   curves:      transfer_engine_bench --loopback --sweep --duration=1 (then bench/plot_sweep.py)
 //   GPU memory:  add --use_vram [--gpu_id=N] on either side (bench_memory.hpp)
+//   a file:      transfer_engine_bench --protocol=file --segment_id=file:/path [--pattern=random]
+//                (the remote address is the file offset; --inflight_batches keeps the queue full)
 //
 // Throughput = batches x batch_size x block_size / duration, as Mooncake defines it. The flags
 // are bench_options.cpp's; this file runs the target and the initiator.
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -191,37 +194,60 @@ std::string verify_block(ferry::Engine &engine, const Options &o, const Point &p
 }
 
 void run_initiator_thread(ferry::Engine &engine, const Options &o, const Point &pt, ferry::SegmentId seg, Lane lane,
-                          Clock::time_point end, ThreadResult &out) {
+                          Clock::time_point end, ThreadResult &out, unsigned index) {
     const ferry::Opcode op = o.operation == "read" ? ferry::Opcode::Read : ferry::Opcode::Write;
     const uint64_t blocks_in_span = lane.span_len / pt.block_size;
-    std::vector<ferry::Request> reqs(pt.batch_size);
+    // --inflight_batches: a new batch is submitted as soon as the oldest one ended, so the queue
+    // below (a file's io_uring, a NIC's) never drains between batches, as fio's iodepth keeps it.
+    struct Slot {
+        std::vector<ferry::Request> reqs;
+        ferry::BatchId id = 0;
+        Clock::time_point t0;
+    };
+    std::vector<Slot> slots(o.inflight_batches);
+    for (auto &s : slots) s.reqs.resize(pt.batch_size);
+    std::mt19937_64 rng(0x9e3779b97f4a7c15ull * (index + 1));
     uint64_t next_block = 0;
-    // At least one batch, so a thread started late on a loaded machine still measures something.
-    for (bool first = true; !g_stop && (first || Clock::now() < end); first = false) {
+    auto post = [&](Slot &s) {
         for (size_t i = 0; i < pt.batch_size; ++i) {
-            uint64_t off = lane.span_off + (next_block++ % blocks_in_span) * pt.block_size;
-            reqs[i] = {op, lane.local->data() + off, seg, lane.remote_base + off, pt.block_size, o.transport};
+            uint64_t block = o.pattern == "random" ? rng() % blocks_in_span : next_block++ % blocks_in_span;
+            uint64_t off = lane.span_off + block * pt.block_size;
+            s.reqs[i] = {op, lane.local->data() + off, seg, lane.remote_base + off, pt.block_size, o.transport};
         }
-        auto t0 = Clock::now();
-        auto b = engine.submit(reqs);
+        s.t0 = Clock::now();
+        auto b = engine.submit(s.reqs);
         if (!b) {
             out.error = b.error().message;
-            return;
+            return false;
         }
-        auto w = engine.wait(*b, std::chrono::seconds(60));
+        s.id = *b;
+        return true;
+    };
+    size_t head = 0, posted = 0;
+    // At least one batch, so a thread started late on a loaded machine still measures something;
+    // then batches while time is left, and the ones in flight drained at the end.
+    for (bool first = true;;) {
+        while (posted < slots.size() && !g_stop && (first || Clock::now() < end)) {
+            if (!post(slots[(head + posted) % slots.size()])) return;
+            ++posted, first = false;
+        }
+        if (!posted) break;
+        Slot &s = slots[head];
+        head = (head + 1) % slots.size(), --posted;
+        auto w = engine.wait(s.id, std::chrono::seconds(60));
         auto t1 = Clock::now();
         if (w && out.transport.empty())
-            if (auto st = engine.status(*b, 0)) out.transport = st->transport;
-        (void)engine.free_batch(*b);
+            if (auto st = engine.status(s.id, 0)) out.transport = st->transport;
+        (void)engine.free_batch(s.id);
         if (!w) {
             out.error = w.error().message;
             return;
         }
-        out.latencies_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        out.latencies_ms.push_back(std::chrono::duration<double, std::milli>(t1 - s.t0).count());
         out.batches.fetch_add(1, std::memory_order_relaxed);  // read live by the progress line
         if (!o.verify) continue;
         for (size_t i = 0; i < pt.batch_size; ++i)
-            if (auto e = verify_block(engine, o, pt, seg, lane, reqs[i].remote - lane.remote_base); !e.empty()) {
+            if (auto e = verify_block(engine, o, pt, seg, lane, s.reqs[i].remote - lane.remote_base); !e.empty()) {
                 out.error = e;
                 return;
             }
@@ -293,7 +319,7 @@ Outcome measure(const Options &o, const Point &pt, ferry::Engine &engine, Setup 
                   s.readback.empty() ? nullptr : s.readback[t].get(),
                   &s.scratch[t]};
         workers.emplace_back(run_initiator_thread, std::ref(engine), std::cref(o), std::cref(pt), s.seg, lane, end,
-                             std::ref(results[t]));
+                             std::ref(results[t]), t);
     }
     const bool live = isatty(STDOUT_FILENO) && !o.json;
     const double div = bench::unit_divisor(o.report_unit);

@@ -97,8 +97,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Config &config) {
         if (!s.auth.secret.empty()) {
             // Transports that authenticate their connections get a key derived from the secret;
             // the others serve whoever holds their descriptors (docs/DESIGN.md says which).
+            // Storage plugins serve no peer: nothing to authenticate.
             if (rec.caps & FERRY_CAP_AUTH_KEY) opts.emplace_back("auth_key", transport_auth_key(s.auth.secret));
-            else
+            else if (!(rec.caps & FERRY_CAP_STORAGE))
                 FERRY_WARN("transport ", rec.name,
                            " does not authenticate its peers with the cluster secret; "
                            "remove it (plugins=^",
@@ -215,6 +216,8 @@ Result<SegmentId> Engine::open_segment(std::string_view name) {
         std::lock_guard lock(im.segments_mutex);
         if (auto it = im.segment_ids.find(key); it != im.segment_ids.end()) return it->second;
     }
+    // A storage segment is made here, never fetched: no peer can name one (storage.cpp).
+    if (is_storage_segment(key)) return im.open_storage_segment(key);
     auto descriptor = im.metadata->fetch(key);
     if (!descriptor) return std::unexpected(descriptor.error());
     auto seg = std::make_shared<RemoteSegment>();
@@ -287,6 +290,7 @@ std::shared_ptr<RemoteSegment> Engine::Impl::segment(SegmentId id) {
 // drops imports of regions that changed. The fetch runs without seg.mutex, so submits to the
 // segment never wait for it.
 Result<void> Engine::Impl::refresh_segment(RemoteSegment &seg) {
+    if (seg.storage) return {};  // made by open_storage_segment; there is nothing to re-read
     auto fresh = metadata->fetch(seg.name);
     if (!fresh) return std::unexpected(fresh.error());
     std::lock_guard lock(seg.mutex);

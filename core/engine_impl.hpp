@@ -81,6 +81,9 @@ struct RemoteSegment {
     std::deque<DeferredOp> deferred;  // ops waiting for the connector
     bool scheduled = false;           // queued for, or held by, a connector thread
     bool closed = false;              // close_segment ran: its ops fail, nothing new connects
+    // A storage segment ("file:<path>", storage.cpp): routed only to storage transports, which
+    // memory segments never are; its descriptor is made locally and never re-read.
+    bool storage = false;
 
     // Control connection for notifications; its own lock, so a slow peer never holds up
     // submits to this segment.
@@ -359,6 +362,9 @@ struct Engine::Impl {
     // or refuses the batch at its first op that is refused; takes nothing.
     Result<void> plan(Batch &batch, std::span<const Request> requests, Posting &ready, Deferrals &deferred);
 
+    // storage.cpp
+    Result<SegmentId> open_storage_segment(const std::string &name);
+
     // route.cpp
     // The op's local region, after the checks that need nothing remote (regions_mutex held).
     // `found`: what regions.find answered for it already (find_many), else it looks.
@@ -413,6 +419,9 @@ struct Engine::Impl {
     void stop_stream_calls();
     void release_stream_calls();
 };
+
+// "file:<path>": a storage segment (storage.cpp).
+inline bool is_storage_segment(std::string_view name) { return name.starts_with("file:"); }
 
 // wait()'s error for a finished batch: how many ops failed and the first few; ok when none did.
 Result<void> batch_failures(const Batch &batch);

@@ -18,6 +18,9 @@ Result<void> check_size(const char *what, size_t size) {
 
 Result<std::string> control_address(RemoteSegment &seg, const char *what) {
     std::lock_guard lock(seg.mutex);
+    if (seg.storage)
+        return fail(-EOPNOTSUPP, cat(what, ": segment ", seg.name,
+                                     " is a file (a storage segment): there is no engine to notify; use submit"));
     if (!seg.descriptor.control.empty()) return seg.descriptor.control;
     return fail(-EPROTONOSUPPORT, cat(what, ": segment ", seg.name,
                                       " publishes no control address (its engine runs an older Ferry); upgrade it"));

@@ -365,6 +365,8 @@ std::string PluginReport::to_text() const {
     for (const auto &p : plugins) {
         out << "  " << p.name << "  [" << to_string(p.state) << "]  " << p.path << "\n";
         if (p.abi_version) out << "      abi " << abi_text(p.abi_version) << ", version " << p.version << "\n";
+        if (p.caps & FERRY_CAP_STORAGE)
+            out << "      storage: file:<path> segments of this engine (no peer reaches it)\n";
         if (p.load_ms > 0) out << "      load " << ms_text(p.load_ms) << ", probe " << ms_text(p.probe_ms) << "\n";
         if (!p.reason.empty()) out << "      " << p.reason << "\n";
         if (!p.trust_note.empty()) out << "      " << p.trust_note << "\n";

@@ -26,7 +26,7 @@ const char *kind_name(uint32_t kind) {
 RegionDescriptor Engine::Impl::region_descriptor(const LocalRegion &r) const {
     RegionDescriptor rd{r.addr, r.length, r.kind, r.device, r.access, {}};
     for (size_t i = 0; i < transports.size(); ++i)
-        if (r.handles[i]) rd.keys.push_back({transports[i]->name(), r.keys[i]});
+        if (r.handles[i] && !transports[i]->storage()) rd.keys.push_back({transports[i]->name(), r.keys[i]});
     return rd;
 }
 
@@ -36,7 +36,9 @@ SegmentDescriptor Engine::Impl::descriptor_locked() const {
     d.host_id = host_id;
     d.generation = generation;
     d.control = control->address();
-    for (size_t i = 0; i < transports.size(); ++i) d.transports.push_back({transports[i]->name(), endpoints[i]});
+    // Storage transports serve no peer: publishing them would only invite peers to name one.
+    for (size_t i = 0; i < transports.size(); ++i)
+        if (!transports[i]->storage()) d.transports.push_back({transports[i]->name(), endpoints[i]});
     d.regions.reserve(regions.size());
     for (const auto &[addr, r] : regions.map()) d.regions.push_back(region_descriptor(r));
     return d;

@@ -37,8 +37,11 @@ void RemoteSegment::reindex(std::span<const std::string_view> names, std::span<c
     const uint64_t kind_cap[3] = {FERRY_CAP_MEM_HOST, FERRY_CAP_MEM_CUDA, FERRY_CAP_MEM_ROCM};
     for (size_t t = 0; t < names.size() && t < kRowMaskBits; ++t) {
         uint32_t bit = uint32_t{1} << t;
-        if (descriptor.endpoint_for(names[t]) && caps[t] & (same_host ? FERRY_CAP_INTRA_NODE : FERRY_CAP_INTER_NODE))
-            reach_mask |= bit;
+        // Storage transports carry storage segments only, and only they do.
+        bool reaches = storage ? (caps[t] & FERRY_CAP_STORAGE) != 0
+                               : !(caps[t] & FERRY_CAP_STORAGE) &&
+                                     caps[t] & (same_host ? FERRY_CAP_INTRA_NODE : FERRY_CAP_INTER_NODE);
+        if (descriptor.endpoint_for(names[t]) && reaches) reach_mask |= bit;
         for (size_t k = 0; k < 3; ++k)
             if (caps[t] & kind_cap[k]) moves_mask[k] |= bit;
     }
@@ -73,6 +76,9 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         rr = seg.descriptor.find_region(rq.remote, rq.length);
     }
     if (!rr) {
+        if (seg.storage)
+            return bad(-EINVAL, cat("file offset range [", rq.remote, ", ", rq.remote + rq.length, ") of ", seg.name,
+                                    " wraps around or passes the largest file offset ", FERRY_STORAGE_MAX_OFFSET));
         // The peer may have registered this memory after we fetched its descriptor.
         if (attempts.may_refresh) {
             out.need = Route::Need::Refresh;
@@ -95,8 +101,11 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         auto broken = seg.unusable.find(t);
         if (broken != seg.unusable.end() && std::chrono::steady_clock::now() < broken->second.first)
             why = "connecting failed moments ago: " + broken->second.second;
+        else if (seg.storage != tr->storage())
+            why = seg.storage ? "not a storage transport (file segments need file.so or gds.so)"
+                              : "a storage transport carries only file:<path> segments of this engine";
         else if (!seg.descriptor.endpoint_for(tr->name())) why = "the peer has no such transport";
-        else if (!tr->reaches(seg.same_host))
+        else if (!seg.storage && !tr->reaches(seg.same_host))
             why = seg.same_host ? "cannot reach the same host" : "reaches only the same host";
         else if (!rr->key_for(tr->name()))
             why = rr->kind == FERRY_MEM_HOST
@@ -124,18 +133,7 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         forced = transport_index(rq.transport);
         if (!forced) return bad(-ENOENT, cat("transport '", rq.transport, "' is not loaded in this engine"));
     }
-    // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
-    // unreachable) is skipped for the next one, unless the request forced it.
-    for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
-        auto failed =
-            std::find_if(attempts.failed.begin(), attempts.failed.end(), [&](const auto &f) { return f.first == t; });
-        if (failed != attempts.failed.end()) {
-            tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
-            continue;
-        }
-        if (forced) seg.unusable.erase(t);  // forced: always try it again
-        bool staged = false;
-        if (!consider(t, staged)) continue;
+    auto choose = [&](size_t t, bool staged) -> Result<Route> {
         out.transport = t;
         out.staged = staged;
         if (!seg.peers[t]) {
@@ -150,7 +148,29 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         }
         out.remote_mem = imported->second;
         return out;
+    };
+    std::optional<size_t> staged_choice;
+    // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
+    // unreachable) is skipped for the next one, unless the request forced it.
+    for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
+        auto failed =
+            std::find_if(attempts.failed.begin(), attempts.failed.end(), [&](const auto &f) { return f.first == t; });
+        if (failed != attempts.failed.end()) {
+            tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
+            continue;
+        }
+        if (forced) seg.unusable.erase(t);  // forced: always try it again
+        bool staged = false;
+        if (!consider(t, staged)) continue;
+        // A file: GPU memory goes to a storage transport that moves it directly (gds.so) before
+        // one it would be staged through (file.so), whatever their order of priority.
+        if (staged && seg.storage && !forced) {
+            if (!staged_choice) staged_choice = t;
+            continue;
+        }
+        return choose(t, staged);
     }
+    if (staged_choice) return choose(*staged_choice, true);
     return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg.name, " (", tried, ")"));
 }
 

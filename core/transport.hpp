@@ -36,6 +36,8 @@ public:
     // Serves device memory through the host's staging calls (it was offered them).
     bool serves_staged() const { return staged_; }
     bool reaches(bool same_host) const;
+    // ABI 1.4: moves bytes between local memory and files (storage segments only).
+    bool storage() const { return caps() & FERRY_CAP_STORAGE; }
 
     Result<std::vector<uint8_t>> endpoint();
     Result<uint64_t> register_mem(const ferry_mem_region_t &region);

@@ -398,6 +398,36 @@ class UseVramOnAFakeDriver(unittest.TestCase):
         self.assertEqual(rc, 0, "target exited %d after SIGTERM" % rc)
         self.assertLess(time.monotonic() - start, 30, "the target took this long to exit after SIGTERM")
 
+class FileSegments(unittest.TestCase):
+    """--segment_id=file:PATH with --protocol=file (and Mooncake's io_uring): WRITE lays the file
+    out, then READ sequential and random, with one batch in flight and with several; each run
+    keeps going for its --duration (batches after the first), every byte of the WRITE verified."""
+
+    def test_write_then_read_at_depths_and_patterns(self):
+        if "file" not in os.environ.get("FERRY_TEST_BUILT_PLUGINS", "file").split(","):
+            print("SKIPPED: file.so is not built here (no liburing)")
+            self.skipTest("SKIPPED: file.so is not built here")
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(BENCH))) as d:
+            seg = "--segment_id=file:" + os.path.join(d, "kv.bin")
+            rc, out, err = run("--protocol=file", seg, "--option", "file.create=true", "--operation=write",
+                               "--block_size=1048576", "--batch_size=4", BUF, SHORT, "--verify")
+            m = completed(self, rc, out, err)
+            self.assertIn("write over file", out)
+            self.assertIn("every byte verified", out)
+            for extra in (["--inflight_batches=1"], ["--inflight_batches=4", "--pattern=random", "--block_size=4096"],
+                          ["--protocol=io_uring"]):
+                rc, out, err = run("--protocol=file", seg, "--operation=read", "--batch_size=4", BUF, SHORT,
+                                   "--json", *extra)
+                self.assertEqual(rc, 0, err)
+                r = json.loads(out.strip().splitlines()[-1])
+                self.assertEqual(r["transport"], "file", out)
+                self.assertGreater(r["batches"], 1, "%s: one batch, then it stopped: %s" % (extra, out))
+                self.assertGreaterEqual(r["duration_s"], 0.5, out)
+            rc, out, err = run("--protocol=file", seg, "--pattern=zigzag", BUF)
+            self.assertNotEqual(rc, 0)
+            self.assertIn("--pattern must be sequential or random", err)
+
+
 if __name__ == "__main__":
     BENCH = sys.argv.pop(1)
     unittest.main(verbosity=2)

@@ -45,6 +45,9 @@ def plans():
         "build/bench/transfer_engine_bench --mode=target --protocol=tcp --metadata_server": ("run", bench),
         "build/bench/transfer_engine_bench --mode=target --local_server_name": ("run", bench),  # managed buffers
         "build/bench/registration_bench --regions 100000 --batch": ("run", []),
+        "build/bench/transfer_engine_bench --protocol=file": ("run", [
+            (r"^(build/bench/transfer_engine_bench --protocol=file[^#]*?)(\s*(#.*)?)$", r"\1" + SHORT + r"\2"),
+            (r"^bench/file_vs_fio\.sh build", "DURATION=1 REPEAT=1 SIZE=67108864 bench/file_vs_fio.sh build")]),
         "bench/tcp_vs_iperf3.sh build": ("run", [(r"^bench/tcp_vs_iperf3\.sh build",
                                                    "DURATION=1 REPEAT=1 IPERF_PORT=%d bench/tcp_vs_iperf3.sh build" % free_port()),
                                                   (r"^(build/bench/submit_poll_bench)", r"\1 --benchmark_min_time=0.01")]),

@@ -39,6 +39,26 @@
  * - The serving side must refuse any access outside memory registered with the matching
  *   FERRY_ACCESS_REMOTE_* right, without touching other memory.
  *
+ * Storage plugins (ABI 1.4, FERRY_CAP_STORAGE)
+ * - A storage plugin moves bytes between registered local memory and files instead of a peer's
+ *   memory. The host opens a storage segment for `open_segment("file:<path>")`, never for a
+ *   name a peer published: storage segments are local to the engine that opens them.
+ * - `export_endpoint` returns no bytes (*len = 0); the host never publishes a storage plugin's
+ *   endpoint or keys, and never routes a peer's memory segment to it.
+ * - `connect(endpoint, len)`: `endpoint` is the segment's path spec (the text after "file:",
+ *   not NUL-terminated). The plugin opens the file(s) with the caller's permissions, once per
+ *   segment; the returned peer handle names the open file(s). A path that cannot be opened
+ *   fails connect with the open's code and a message naming the path.
+ * - `import_mem`: the host imports one region per segment, [0, FERRY_STORAGE_MAX_OFFSET), with
+ *   read and write access; the handle it returns is passed back as remote_mem.
+ * - `submit`: an op's remote_addr is the file offset. READ moves file -> local memory, WRITE
+ *   local memory -> file; a WRITE completes once its bytes are in the file (the page cache, or
+ *   the device for direct I/O), a READ once they are in local memory. A READ past the end of the
+ *   file fails with -ENODATA; a failed op's message names the file and the offset.
+ * - `disconnect` closes the segment's files once no op on them is in flight.
+ * - The conformance suite's two-peer cases do not apply; a storage plugin is tested through the
+ *   engine, as tests/file_segment_test.cpp and tests/file_failure_test.cpp test file.so.
+ *
  * Writing a plugin
  * - Start from plugins/example/example.c (plain C, builds out of tree with one compiler line:
  *   plugins/example/README.md). In C++, use the kit in plugins/common/ instead: plugin_entry.hpp
@@ -58,7 +78,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 3u
+#define FERRY_PLUGIN_ABI_MINOR 4u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -93,6 +113,13 @@ typedef enum ferry_mem_kind {
  * offers those calls, and the plugin moves each slice between the region and a pinned host
  * buffer the host lends. Such a plugin must never dereference a device region's address. */
 #define FERRY_CAP_STAGED_DEVICE (1ull << 17)
+/* ABI 1.4: a storage plugin (see "Storage plugins" above): serves no peer; the host uses it only
+ * for storage segments ("file:<path>") it opened itself. A storage plugin sets neither
+ * FERRY_CAP_INTRA_NODE nor FERRY_CAP_INTER_NODE, so a host older than 1.4 (which ignores the
+ * bit) finds it reaches no peer and never routes an op to it. */
+#define FERRY_CAP_STORAGE (1ull << 18)
+/* The end of a storage segment's one region: the largest file offset + 1 an op may reach. */
+#define FERRY_STORAGE_MAX_OFFSET (1ull << 62)
 
 /* Access rights of a registered region, for remote peers. */
 #define FERRY_ACCESS_REMOTE_READ 0x1u

@@ -100,6 +100,20 @@ def test_selection_with_hardware_and_forcing():
     assert got == ("tcp",) and "efa.so is not on the plugin path" in note
 
 
+def test_storage_protocols_load_file_and_gds_beside_the_network():
+    with_storage = dict(EVERYTHING, file=(True, ""), gds=(True, ""))
+    got, note = _setup.select_plugins("io_uring", with_storage, {})
+    assert got == ("rdma", "cuda_ipc", "hip_ipc", "shm", "gds", "file") and note is None
+    # Every selection loads the storage plugins that load, so file:<path> segments open.
+    assert _setup.select_plugins("tcp", with_storage, {})[0][-2:] == ("gds", "file")
+    bare = dict(BARE, file=(True, ""), gds=(False, "gds.so unavailable: no libcufile.so.0"))
+    got, note = _setup.select_plugins("gds", bare, {})
+    assert got == ("tcp", "shm", "file")
+    assert "no libcufile.so.0" in note and "file.so (GPU memory staged" in note
+    assert _setup.transport_for_hint("io_uring") == "file"
+    assert _setup.transport_for_hint("gds") == "gds"
+
+
 def test_plugin_states_read_the_report():
     report = {"plugins": [
         {"name": "rdma", "state": "variant-skipped", "reason": "cuda13/: no driver"},

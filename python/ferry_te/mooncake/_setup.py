@@ -21,9 +21,12 @@ PROTOCOLS = {
     "hip": ("hip_ipc",),           # Mooncake's HipTransport: intra-node AMD GPU IPC
     "nvlink_intra": ("cuda_ipc",),  # Mooncake's IntraNodeNvlinkTransport: CUDA IPC in one node
     "shm": ("shm",),               # Mooncake TENT's shared-memory transport
+    "io_uring": ("file",),         # Mooncake's file segments over io_uring: file.so
+    "gds": ("gds",),               # GPUDirect Storage (cuFile): gds.so
     # Ferry's own names, so a Ferry user can pick any plugin through the same argument.
     "cuda_ipc": ("cuda_ipc",),
     "hip_ipc": ("hip_ipc",),
+    "file": ("file",),
     "ferry": (),                    # every plugin that loads, by Ferry's priority
     "auto": (),
 }
@@ -33,6 +36,10 @@ PROTOCOLS = {
 # same-host GPU pair over IPC and a same-host host pair over shm).
 INTER_NODE = ("rdma", "efa", "tcp")
 INTRA_NODE = ("cuda_ipc", "hip_ipc", "shm")
+# Storage plugins, loaded beside them wherever they load: they carry only "file:<path>"
+# segments this engine opens (gds.so GPU memory, file.so host memory and, staged, GPU memory
+# where gds.so does not load), never a peer's.
+STORAGE = ("gds", "file")
 
 # Mooncake names Ferry has no transport for, and what to use instead.
 MISSING = {
@@ -45,8 +52,6 @@ MISSING = {
     "ascend": "Ferry has no Ascend (HCCL) transport",
     "musa": "Ferry has no Moore Threads MUSA transport",
     "mnnvl": "multi-node NVLink has no Ferry transport; use 'nvlink_intra' or 'rdma'",
-    "gds": "Ferry has no GPUDirect Storage transport",
-    "io_uring": "Ferry has no io_uring file transport",
     "sunrise_link": "Ferry has no Sunrise Link transport",
 }
 
@@ -101,8 +106,10 @@ def select_plugins(protocol, states, environ=None):
     load it, else TCP, whatever an intra-node protocol name asked; 'tcp', 'rdma' and 'efa' ask
     for that one and fall back to TCP when it cannot load here. MC_FORCE_TCP (any value) means
     TCP alone; MC_FORCE_HCA means RDMA, failing when it cannot load. The intra-node plugins
-    (cuda_ipc, hip_ipc, shm) that load are always added, so a same-host GPU pair goes over
-    IPC and a same-host host pair over shm. A comma list or 'ferry'/'auto' is Ferry's own
+    (cuda_ipc, hip_ipc, shm) and the storage plugins (gds, file) that load are always added,
+    so a same-host GPU pair goes over IPC, a same-host host pair over shm, and "file:<path>"
+    segments open. 'io_uring' and 'gds' ask for file.so and gds.so beside the default
+    inter-node transport. A comma list or 'ferry'/'auto' is Ferry's own
     form: exactly those plugins / every plugin, no fallback."""
     env = os.environ if environ is None else environ
     wanted = plugins_for(protocol)  # refuses unknown names and Mooncake's missing transports
@@ -139,9 +146,13 @@ def select_plugins(protocol, states, environ=None):
         if not loaded(inter):
             raise SetupError(-errno.ENOENT, "protocol '%s': %s" % (name, _why_not(states, inter)))
         if not loaded(wanted[0]):
+            carrier = inter
+            if wanted[0] in STORAGE:
+                carrier = ("file.so (GPU memory staged through pinned host memory)" if loaded("file")
+                           else "nothing: file segments will not open")
             note = "protocol '%s' asked, but %s; %s carries what it would have" % (
-                name, _why_not(states, wanted[0]), inter)
-    return (inter,) + tuple(p for p in INTRA_NODE if loaded(p)), note
+                name, _why_not(states, wanted[0]), carrier)
+    return (inter,) + tuple(p for p in INTRA_NODE + STORAGE if loaded(p)), note
 
 
 def transport_for_hint(hint):
