@@ -19,6 +19,7 @@
 #include "files.hpp"
 #include "options.hpp"
 #include "plugin_util.hpp"
+#include "storage_plugin.hpp"
 
 namespace ferry_file {
 
@@ -58,7 +59,7 @@ struct Piece {
     bool direct = false;
 };
 
-class Transport {
+class Transport : public StoragePeerless {
 public:
     static constexpr const char *kName = "file";
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
@@ -66,21 +67,12 @@ public:
                       ferry_error_t *err);
     ~Transport();
 
-    int export_endpoint(void *, size_t *len, ferry_error_t *) {
-        *len = 0;  // a storage plugin serves no peer
-        return 0;
-    }
     int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
     int deregister_mem(uint64_t handle, ferry_error_t *err);
-    int export_mem(uint64_t, void *, size_t *len, ferry_error_t *) {
-        *len = 0;
-        return 0;
-    }
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
     int import_mem(uint64_t peer, const ferry_mem_region_t *region, const void *desc, size_t len, uint64_t *remote_mem,
                    ferry_error_t *err);
-    int release_mem(uint64_t, uint64_t, ferry_error_t *) { return 0; }
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
     int completion_fd() const { return efd_; }

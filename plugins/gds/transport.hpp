@@ -18,6 +18,7 @@
 #include "cufile_api.hpp"
 #include "option_table.hpp"
 #include "plugin_util.hpp"
+#include "storage_plugin.hpp"
 
 namespace ferry_gds {
 
@@ -60,7 +61,7 @@ struct Request {
     uint64_t offset = 0, addr = 0, length = 0;
 };
 
-class Transport {
+class Transport : public StoragePeerless {
 public:
     static constexpr const char *kName = "gds";
     static int probe(const ferry_kv_t *options, size_t n, ferry_probe_result_t *result);
@@ -68,21 +69,12 @@ public:
                       ferry_error_t *err);
     ~Transport();
 
-    int export_endpoint(void *, size_t *len, ferry_error_t *) {
-        *len = 0;
-        return 0;
-    }
     int register_mem(const ferry_mem_region_t *region, uint64_t *handle, ferry_error_t *err);
     int deregister_mem(uint64_t handle, ferry_error_t *err);
-    int export_mem(uint64_t, void *, size_t *len, ferry_error_t *) {
-        *len = 0;
-        return 0;
-    }
     int connect(const void *endpoint, size_t len, uint64_t *peer, ferry_error_t *err);
     int disconnect(uint64_t peer, ferry_error_t *err);
     int import_mem(uint64_t peer, const ferry_mem_region_t *, const void *, size_t, uint64_t *remote_mem,
                    ferry_error_t *err);
-    int release_mem(uint64_t, uint64_t, ferry_error_t *) { return 0; }
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(done_.poll(out, max)); }
     int completion_fd() const { return done_.fd(); }
