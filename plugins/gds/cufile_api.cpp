@@ -73,10 +73,30 @@ std::string cufile_error_text(int code) {
         "CU_FILE_INVALID_FILE_OPEN_FLAG",
         "CU_FILE_DIO_NOT_SET",
     };
+    static const char *const kMoreNames[] = {
+        // 5022..5030
+        "CU_FILE_INVALID_VALUE",
+        "CU_FILE_MEMORY_ALREADY_REGISTERED",
+        "CU_FILE_MEMORY_NOT_REGISTERED",
+        "CU_FILE_PERMISSION_DENIED",
+        "CU_FILE_DRIVER_ALREADY_OPEN",
+        "CU_FILE_HANDLE_NOT_REGISTERED",
+        "CU_FILE_HANDLE_ALREADY_REGISTERED",
+        "CU_FILE_DEVICE_NOT_FOUND",
+        "CU_FILE_INTERNAL_ERROR",
+    };
     int index = code == 0 ? 0 : code - 5000;
-    std::string name =
-        index >= 0 && index < static_cast<int>(sizeof kNames / sizeof *kNames) ? kNames[index] : "cuFile error";
-    return name + " (" + std::to_string(code) + ")";
+    std::string name = index >= 0 && index < static_cast<int>(sizeof kNames / sizeof *kNames) ? kNames[index]
+                       : index >= 22 && index <= 30                                           ? kMoreNames[index - 22]
+                                                                                              : "cuFile error";
+    std::string out = name + " (" + std::to_string(code) + ")";
+    // What the lent H200's sandbox gave for every file: cuFile finds no udev data for the block
+    // device (or none at all, tmpfs) and registers no file, even in compatibility mode.
+    if (code == 5027)
+        out +=
+            ": cuFile could not register the file (its log, cufile.log, names why: e.g. no udev data for the "
+            "block device in a container); file.so carries such files instead";
+    return out;
 }
 
 std::string cufile_mode() {
