@@ -100,7 +100,9 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         std::string why;
         auto broken = seg.unusable.find(t);
         if (broken != seg.unusable.end() && std::chrono::steady_clock::now() < broken->second.first)
-            why = "connecting failed moments ago: " + broken->second.second;
+            why =
+                (seg.storage ? "did not take the file when the segment opened: " : "connecting failed moments ago: ") +
+                broken->second.second;
         else if (seg.storage != tr->storage())
             why = seg.storage ? "not a storage transport (file segments need file.so or gds.so)"
                               : "a storage transport carries only file:<path> segments of this engine";
@@ -159,7 +161,9 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
             tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": ", failed->second);
             continue;
         }
-        if (forced) seg.unusable.erase(t);  // forced: always try it again
+        // Forced: always try it again; but a storage transport that refused the file at
+        // open_segment keeps refusing it (nothing reopens it), and says why.
+        if (forced && !seg.storage) seg.unusable.erase(t);
         bool staged = false;
         if (!consider(t, staged)) continue;
         // A file: GPU memory goes to a storage transport that moves it directly (gds.so) before
