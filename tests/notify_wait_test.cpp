@@ -308,10 +308,12 @@ TEST(NotifyWait, StrangersCannotWakeAServerThatHasASecret) {
 // Several ops fail: wait() names how many, the first three (index, op, length, why), and
 // stays short; the C API gives the same message.
 TEST(NotifyWait, WaitNamesHowManyOpsFailedAndTheFirstFew) {
+    // Declared before the engines, so freed after them: the target's tcp.so may still be sending
+    // a reply from `kept` (registered until its engine goes) when wait() has returned.
+    std::vector<uint8_t> kept(64 << 10, 1), dropped(64 << 10, 2), local(64 << 10);
     auto target = make_engine();
     auto engine = make_engine();
     ASSERT_TRUE(target && engine);
-    std::vector<uint8_t> kept(64 << 10, 1), dropped(64 << 10, 2), local(64 << 10);
     ASSERT_TRUE(target->register_memory(kept.data(), kept.size()));
     ASSERT_TRUE(target->register_memory(dropped.data(), dropped.size()));
     ASSERT_TRUE(engine->register_memory(local.data(), local.size()));
