@@ -129,6 +129,7 @@ size_t Engine::Impl::drain(size_t t) {
             FERRY_ERROR(n.error().message);
             return total;
         }
+        if (*n == 0) return total;  // the common case of a progress loop: no clock read
         // The ops of one batch that finished in a row release their shares at once, and are
         // counted at once (transfer_stats.hpp): a few atomic updates per run instead of per op.
         Batch *run_batch = nullptr;
