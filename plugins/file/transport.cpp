@@ -309,7 +309,7 @@ void Transport::plan_locked(const ferry_xfer_op_t &x, Segment &seg, Region &regi
         }
     }
     if (--op->left == 0) {
-        finished_.push_back(make_completion(op->user_data, op->status, op->message));
+        finished_.push_back({op->user_data, op->status, op->status ? std::move(op->message) : std::string()});
         delete op;
     }
 }
@@ -402,7 +402,7 @@ void Transport::finish_locked(Piece *p, int status, const std::string &message) 
     --p->seg->inflight;
     delete p;
     if (--op->left == 0) {
-        finished_.push_back(make_completion(op->user_data, op->status, op->message));
+        finished_.push_back({op->user_data, op->status, op->status ? std::move(op->message) : std::string()});
         delete op;
     }
 }
@@ -427,8 +427,15 @@ int Transport::poll(ferry_completion_t *out, size_t max) {
     flush_locked();
     close_idle_locked();
     size_t n = std::min(max, finished_.size());
-    std::copy_n(finished_.begin(), n, out);
-    finished_.erase(finished_.begin(), finished_.begin() + static_cast<std::ptrdiff_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+        const Finished &f = finished_.front();
+        out[i].user_data = f.user_data;
+        out[i].status = f.status;
+        out[i].reserved = 0;
+        if (f.status) copy_message(out[i].message, f.message.c_str());
+        else out[i].message[0] = '\0';
+        finished_.pop_front();
+    }
     if (!finished_.empty() || io_uring_cq_ready(&ring_)) signal();
     return static_cast<int>(n);
 }

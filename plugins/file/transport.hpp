@@ -99,7 +99,14 @@ private:
     int efd_ = -1;
     unsigned inflight_ = 0;  // requests the kernel holds
     std::deque<Piece *> pending_;
-    std::vector<ferry_completion_t> finished_;
+    // Ended ops until poll() hands them over: compact (a 272-byte completion is built only in
+    // the caller's array), oldest first; a message only where the op failed.
+    struct Finished {
+        uint64_t user_data;
+        int32_t status;
+        std::string message;
+    };
+    std::deque<Finished> finished_;
     std::unordered_map<uint64_t, std::unique_ptr<Region>> regions_;
     std::unordered_map<uint64_t, std::unique_ptr<Segment>> segments_;
     uint64_t next_id_ = 1;
