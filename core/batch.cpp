@@ -94,6 +94,8 @@ bool Engine::Impl::finish(OpRecord &op, int code, std::string_view message) {
         // kWaitPending means "the wait timed out" to wait()'s callers; an op never reports it.
         if (op.code == kWaitPending) op.code = -EIO;
         op.message = message.empty() ? std::string(strerror(-op.code)) : std::string(message);
+        // Failed over before: the error names every attempt (failover.cpp).
+        if (!op.history.empty()) op.message = cat(op.history, "; last attempt: ", op.message);
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
     return true;
@@ -154,6 +156,9 @@ size_t Engine::Impl::drain(size_t t) {
             }
             auto &op = *reinterpret_cast<OpRecord *>(out[i].user_data);
             if (op.batch != run_batch) release_run(), run_batch = op.batch;
+            // A broken path: the op may be posted again on another one (failover.cpp).
+            if (out[i].status != 0 && fail_over(op, t, out[i].status, cat(transports[t]->name(), ": ", out[i].message)))
+                continue;
             bool finished = out[i].status == 0
                                 ? finish(op, 0, {})
                                 : finish(op, out[i].status, cat(transports[t]->name(), ": ", out[i].message));

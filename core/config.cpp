@@ -55,6 +55,10 @@ constexpr EngineKey kEngineKeys[] = {
     {"gpu_staging_slice_bytes", "4194304", "a power of two, 4096..gpu_staging_max_bytes", "bytes one staging copy moves"},
     {"metrics_port", "off", "off, or a port 0..65535 (0: any free one)", "serve Prometheus metrics (ops, failures, bytes, latency by transport and operation; staging) at http://<metrics_bind_ip>:<port>/metrics (docs/METRICS.md)"},
     {"metrics_bind_ip", "local_ip", "an address of this host", "address the metrics endpoint binds"},
+    {"max_failover_attempts", "2", "0..16", "an op that fails on a broken path (connection reset or refused, a stall, a device down; never a bounds, access or authentication refusal) is posted again on another path to the same peer this many times; 0 fails it at once (docs/FAILOVER.md)"},
+    {"failover_deadline_ms", "60000", "1..86400000", "an op is posted again only within this long of its submit; after that its failure is final"},
+    {"path_cooldown_ms", "1000", "1..3600000", "a path (transport to one segment) that failed is paused this long before new ops try it again; doubled on each failure in a row"},
+    {"path_cooldown_max_ms", "30000", "1..86400000", "the longest pause of a path that keeps failing"},
     {"huge_pages", "off", "off, advise or collapse", "registered host memory: advise asks the kernel for transparent huge pages (MADV_HUGEPAGE) for pages faulted in later, collapse also merges the pages already there (MADV_COLLAPSE, Linux 6.1+); changes the caller's memory, so off by default"},
 };
 // clang-format on
@@ -278,6 +282,21 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
             }
         } else if (key == "metrics_bind_ip") {
             s.metrics_bind_ip = value;
+        } else if (key == "max_failover_attempts") {
+            auto v = parse_unsigned(key, value, 16);
+            if (!v)
+                return fail(-EINVAL, cat("config key 'max_failover_attempts' = '", value,
+                                         "'; use 0 (no failover) to 16, e.g. 2 (the default)"));
+            s.max_failover_attempts = static_cast<unsigned>(*v);
+        } else if (key == "failover_deadline_ms" || key == "path_cooldown_ms" || key == "path_cooldown_max_ms") {
+            uint64_t max = key == "path_cooldown_ms" ? 3600000 : 86400000;
+            auto v = parse_unsigned(key, value, max);
+            if (!v || *v == 0)
+                return fail(-EINVAL, cat("config key '", key, "' = '", value, "'; use milliseconds 1..", max));
+            std::chrono::milliseconds ms(*v);
+            (key == "failover_deadline_ms" ? s.failover_deadline
+             : key == "path_cooldown_ms"   ? s.path_cooldown
+                                           : s.path_cooldown_max) = ms;
         } else if (key == "huge_pages") {
             if (value == "off") s.huge_pages = EngineSettings::HugePages::Off;
             else if (value == "advise") s.huge_pages = EngineSettings::HugePages::Advise;
@@ -294,6 +313,10 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
         return fail(-EINVAL, cat("gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes,
                                  ") is larger than gpu_staging_max_bytes (", s.gpu_staging_max_bytes,
                                  "): no slice could ever be lent; raise the bound or shrink the slice"));
+    if (s.path_cooldown > s.path_cooldown_max)
+        return fail(-EINVAL,
+                    cat("path_cooldown_ms (", s.path_cooldown.count(), ") is longer than path_cooldown_max_ms (",
+                        s.path_cooldown_max.count(), "); raise the maximum or shorten the first pause"));
     if (auto etcd = resolve_etcd_security(s.metadata); !etcd) return std::unexpected(etcd.error());
     if (auto redis = resolve_redis_settings(s.metadata); !redis) return std::unexpected(redis.error());
     auto auth = resolve_auth_secret(auth_secret, auth_secret_file);

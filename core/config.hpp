@@ -49,6 +49,13 @@ struct EngineSettings {
     // metrics_bind_ip, else local_ip (a wildcard local_ip too: set metrics_bind_ip to narrow it).
     std::optional<uint16_t> metrics_port;
     std::string metrics_bind_ip;
+    // Failover (failover.cpp): how often an op that failed on a broken path is posted again on
+    // another, and until when after its submit; how long a failed path is paused (doubled on
+    // each failure in a row, up to the maximum).
+    unsigned max_failover_attempts = 2;
+    std::chrono::milliseconds failover_deadline{60000};
+    std::chrono::milliseconds path_cooldown{1000};
+    std::chrono::milliseconds path_cooldown_max{30000};
 };
 
 // One engine key as `ferry-info --options engine` documents it.

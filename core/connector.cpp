@@ -122,6 +122,7 @@ void Engine::Impl::serve_segment(RemoteSegment &seg) {
         for (auto &d : ops) {
             RouteAttempts attempts;
             attempts.failed = round.connect_failed;
+            attempts.failover = d.failover;
             for (int step = 0;; ++step) {
                 if (connector_stopping.load()) {
                     complete(*d.op, -ECANCELED, prefix(d) + "the engine was destroyed before the op could be posted");

@@ -48,6 +48,20 @@ struct DeferredOp {
     OpRecord *op = nullptr;
     size_t index = 0;  // in its batch, for messages
     Request request;
+    bool failover = false;  // posted before, failed on a broken path: paused paths are not tried
+};
+
+// A path (one transport to one segment) that failed: no new op is routed to it until `until`,
+// unless no other path can carry the op (then it is tried: the probe that brings it back).
+struct PathPause {
+    std::chrono::steady_clock::time_point until;
+    std::string why;
+};
+// Failures of a path in a row, for the pause's exponential growth: a failure more than
+// path_cooldown_max after the previous one starts again from path_cooldown.
+struct PathStrikes {
+    unsigned count = 0;
+    std::chrono::steady_clock::time_point last;
 };
 
 struct RemoteSegment {
@@ -61,6 +75,9 @@ struct RemoteSegment {
     // Transports whose connect to this segment failed: skipped (falling back to the next one)
     // until the retry time passes.
     std::map<size_t, std::pair<std::chrono::steady_clock::time_point, std::string>> unusable;
+    // Paths whose posted ops failed (failover.cpp), by transport index.
+    std::map<size_t, PathPause> paused;
+    std::map<size_t, PathStrikes> strikes;
     // (transport, region addr) -> handle: every import, released from here. Transports below
     // kRowHandles have theirs in `rows` too, which is what an op reads.
     struct ImportKeyHash {
@@ -138,6 +155,14 @@ struct OpRecord {
     std::shared_ptr<StagedOp> staged;  // set for GPU ops staged through pinned slices
     Opcode opcode = Opcode::Read;      // what the op was, for wait()'s message
     uint64_t length = 0;
+    // What failover (failover.cpp) needs to post the op again: the rest of its request, and
+    // its earlier attempts ("tcp: <why>; shm: <why>"), which its final error names.
+    bool forced = false;   // the request named a transport: it never moves to another
+    uint8_t attempts = 0;  // failovers so far
+    void *local = nullptr;
+    uint64_t remote = 0;
+    SegmentId segment = 0;
+    std::string history;
 };
 
 // submit_with_notification: sent to `segment` once every op of its batch succeeded. It holds
@@ -179,7 +204,7 @@ struct Route {
 inline bool route_fast(const RemoteSegment &seg, std::span<const size_t> priority, const LocalRow &lr,
                        const RemoteRow &rr, Opcode op, Route &out) {
     uint32_t need = op == Opcode::Read ? kRemoteRead : kRemoteWrite;
-    if (!(rr.access & need) || !seg.unusable.empty() || lr.kind > 2) return false;
+    if (!(rr.access & need) || !seg.unusable.empty() || !seg.paused.empty() || lr.kind > 2) return false;
     uint32_t usable = seg.reach_mask & rr.key_mask;
     uint32_t local = lr.handle_mask & seg.moves_mask[lr.kind];
     for (size_t t : priority) {
@@ -211,6 +236,7 @@ inline bool route_fast(const RemoteSegment &seg, std::span<const size_t> priorit
 // for by re-reading the descriptor.
 struct RouteAttempts {
     bool may_refresh = true;
+    bool failover = false;  // the op failed on a path: paused paths are skipped, never probed
     std::vector<std::pair<size_t, std::string>> failed;
 };
 
@@ -400,6 +426,14 @@ struct Engine::Impl {
     // Releases `n` shares of batch.remaining (ops' or the notification's); wakes waiters on the
     // last one.
     void release_share(Batch &batch, size_t n = 1);
+
+    // failover.cpp
+    // An op of `transport` failed with `code`: when that is a broken path and the op may move,
+    // pauses the path, notes the attempt and hands the op to the connector to be posted on
+    // another path; true when it took the op (the caller neither finishes nor counts it).
+    bool fail_over(OpRecord &op, size_t transport, int code, std::string_view message);
+    // Pauses the path (seg.mutex held), with the pause doubled on each failure in a row.
+    void pause_path(RemoteSegment &seg, size_t transport, std::string why);
 
     // notify.cpp
     Result<void> send_notification(RemoteSegment &seg, std::span<const uint8_t> message);

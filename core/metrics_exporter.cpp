@@ -60,6 +60,14 @@ public:
                    MetricType::Histogram);
         MetricFamily peers =
             family("ferry_peers", "Segments this engine is connected to, by transport", MetricType::Gauge);
+        MetricFamily failovers = family("ferry_failovers_total",
+                                        "Ops that failed on a broken path of this transport and were posted again on "
+                                        "another path (not counted as failures)",
+                                        MetricType::Counter);
+        MetricFamily pauses =
+            family("ferry_path_pauses_total",
+                   "Times a path of this transport (to one segment) was paused after a failure", MetricType::Counter);
+        MetricFamily paused = family("ferry_paused_paths", "Paths of this transport paused now", MetricType::Gauge);
         const double *bounds = source_.latency_bounds;
         for (const auto &t : transports) {
             const std::string name(t.transport, strnlen(t.transport, sizeof t.transport));
@@ -92,7 +100,14 @@ public:
                 ClientMetric m;
                 m.label = {{"transport", name}};
                 m.gauge.value = static_cast<double>(t.peers);
-                peers.metric.push_back(std::move(m));
+                peers.metric.push_back(m);
+                m.gauge.value = static_cast<double>(t.paused_paths);
+                paused.metric.push_back(m);
+                m.gauge = {};
+                m.counter.value = static_cast<double>(t.failovers);
+                failovers.metric.push_back(m);
+                m.counter.value = static_cast<double>(t.pauses);
+                pauses.metric.push_back(std::move(m));
             }
         }
         auto single = [&](const char *name, const char *help, MetricType type, double v) {
@@ -110,6 +125,9 @@ public:
             std::move(bytes),
             std::move(latency),
             std::move(peers),
+            std::move(failovers),
+            std::move(pauses),
+            std::move(paused),
             single("ferry_batches_total", "Batches submitted", MetricType::Counter,
                    static_cast<double>(engine.batches)),
             single("ferry_segments_open", "Segments open now", MetricType::Gauge,

@@ -152,6 +152,8 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         return out;
     };
     std::optional<size_t> staged_choice;
+    std::optional<std::pair<size_t, bool>> paused_choice;  // (transport, staged)
+    const auto now = std::chrono::steady_clock::now();
     // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
     // unreachable) is skipped for the next one, unless the request forced it.
     for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
@@ -166,6 +168,22 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         if (forced && !seg.storage) seg.unusable.erase(t);
         bool staged = false;
         if (!consider(t, staged)) continue;
+        // A paused path (failover.cpp) is left for the others until its pause ends; where it is
+        // the only one, a new op probes it, an op being failed over does not.
+        if (auto p = seg.paused.find(t); p != seg.paused.end() && !forced) {
+            if (now >= p->second.until) {
+                seg.paused.erase(p);
+            } else {
+                if (attempts.failover) {
+                    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p->second.until - now).count();
+                    tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": paused for ", left,
+                                 " more ms after it failed (", p->second.why, ")");
+                } else if (!paused_choice) {
+                    paused_choice = {t, staged};
+                }
+                continue;
+            }
+        }
         // A file: GPU memory goes to a storage transport that moves it directly (gds.so) before
         // one it would be staged through (file.so), whatever their order of priority.
         if (staged && seg.storage && !forced) {
@@ -175,6 +193,7 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         return choose(t, staged);
     }
     if (staged_choice) return choose(*staged_choice, true);
+    if (paused_choice) return choose(paused_choice->first, paused_choice->second);
     return bad(-EHOSTUNREACH, cat("no transport can carry it to ", seg.name, " (", tried, ")"));
 }
 
@@ -226,11 +245,15 @@ void Engine::Impl::add_ready(Posting &posting, OpRecord &op, const Request &rq, 
 void Engine::Impl::post(Posting &posting) {
     for (auto &g : posting.groups) {
         if (auto r = transports[g.transport]->submit(g.peer, g.ops); !r) {
-            // Other groups may already be moving, so these ops fail one by one instead.
+            // Other groups may already be moving, so these ops fail (or fail over, where the
+            // path broke) one by one instead.
             auto &first = *reinterpret_cast<OpRecord *>(g.ops.front().user_data);
             FERRY_ERROR("batch ", first.batch->id, ": ", r.error().message);
-            for (auto &x : g.ops)
-                complete(*reinterpret_cast<OpRecord *>(x.user_data), r.error().code, r.error().message);
+            std::string why = cat(transports[g.transport]->name(), ": ", r.error().message);
+            for (auto &x : g.ops) {
+                auto &op = *reinterpret_cast<OpRecord *>(x.user_data);
+                if (!fail_over(op, g.transport, r.error().code, why)) complete(op, r.error().code, r.error().message);
+            }
         }
     }
     for (auto &st : posting.staged) stage_start(st);  // GPU copies are started here, never waited for

@@ -50,6 +50,10 @@ std::shared_ptr<Batch> make_batch(BatchId id, std::span<const Request> requests,
         batch->ops[i].batch = batch.get();
         batch->ops[i].opcode = requests[i].opcode;
         batch->ops[i].length = requests[i].length;
+        batch->ops[i].forced = !requests[i].transport.empty();
+        batch->ops[i].local = requests[i].local;
+        batch->ops[i].remote = requests[i].remote;
+        batch->ops[i].segment = requests[i].segment;
     }
     return batch;
 }

@@ -33,7 +33,8 @@ EngineStats Engine::Impl::stats() {
     EngineStats out;
     out.batches = next_batch.load(std::memory_order_relaxed) - 1;
     out.staging = staging->stats();
-    std::vector<uint64_t> peers(transports.size(), 0);
+    std::vector<uint64_t> peers(transports.size(), 0), paused(transports.size(), 0);
+    const auto now = std::chrono::steady_clock::now();
     {
         std::vector<std::shared_ptr<RemoteSegment>> open;
         {
@@ -45,6 +46,8 @@ EngineStats Engine::Impl::stats() {
             std::lock_guard lock(seg->mutex);
             for (size_t t = 0; t < seg->peers.size() && t < peers.size(); ++t)
                 if (seg->peers[t]) ++peers[t];
+            for (const auto &[t, pause] : seg->paused)
+                if (t < paused.size() && pause.until > now) ++paused[t];
         }
     }
     auto add = [&](std::string name, size_t index) {
@@ -53,6 +56,9 @@ EngineStats Engine::Impl::stats() {
         t.read = counters[index]->by_op[0].snapshot();
         t.write = counters[index]->by_op[1].snapshot();
         t.peers = index < peers.size() ? peers[index] : 0;
+        t.failovers = counters[index]->failovers.load(std::memory_order_relaxed);
+        t.pauses = counters[index]->pauses.load(std::memory_order_relaxed);
+        t.paused_paths = index < paused.size() ? paused[index] : 0;
         out.transports.push_back(std::move(t));
     };
     for (auto i : priority) add(transports[i]->name(), i);
@@ -90,6 +96,9 @@ int stats_to_c(const EngineStats &s, ferry_engine_stats_t *engine, ferry_transpo
         to_c(s.transports[i].read, c.read);
         to_c(s.transports[i].write, c.write);
         c.peers = s.transports[i].peers;
+        c.failovers = s.transports[i].failovers;
+        c.pauses = s.transports[i].pauses;
+        c.paused_paths = s.transports[i].paused_paths;
     }
     return 0;
 }

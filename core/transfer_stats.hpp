@@ -39,6 +39,9 @@ struct OpCounters {
 // Per transport index, READ and WRITE.
 struct TransportCounters {
     OpCounters by_op[2];  // Opcode::Read, Opcode::Write
+    // Ops that failed on it and were posted again elsewhere (not counted as failed), and the
+    // times one of its paths was paused (failover.cpp).
+    std::atomic<uint64_t> failovers{0}, pauses{0};
     OpCounters &of(Opcode op) { return by_op[op == Opcode::Read ? 0 : 1]; }
 };
 

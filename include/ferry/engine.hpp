@@ -124,6 +124,12 @@ struct TransportStats {
     std::string transport;  // "tcp", ...; "none": ops that failed before a transport took them
     OpStats read, write;
     uint64_t peers = 0;  // segments this engine has a connection to over it
+    // Failover (docs/FAILOVER.md): ops that failed on it and were posted again on another path
+    // (not counted in `failed`), times one of its paths (to one segment) was paused, and its
+    // paths paused now.
+    uint64_t failovers = 0;
+    uint64_t pauses = 0;
+    uint64_t paused_paths = 0;
 };
 
 // Engine::stats(): counts only grow while the engine lives (Prometheus counters).

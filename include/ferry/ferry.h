@@ -152,6 +152,11 @@ typedef struct ferry_transport_stats {
     ferry_op_stats_t read;
     ferry_op_stats_t write;
     uint64_t peers; /* segments this engine has a connection to over it */
+    /* Failover (docs/FAILOVER.md): ops that failed on it and were posted again on another path
+     * (not counted as failed), times one of its paths was paused, and its paths paused now. */
+    uint64_t failovers;
+    uint64_t pauses;
+    uint64_t paused_paths;
 } ferry_transport_stats_t;
 typedef struct ferry_engine_stats {
     uint64_t batches;       /* submitted */

@@ -54,6 +54,9 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
         "address written into the endpoint peers connect to", store_ip<&Config::advertise_ip>),
     ferry_plugin::uint_option<Config>("port", "0", 0, 65535, "listening port (0: ephemeral)", store<&Config::port>,
         "a TCP port 0..65535 (0 = ephemeral)"),
+    ferry_plugin::uint_option<Config>("advertise_port", "0", 0, 65535,
+        "port written into the endpoint, where a NAT, container or relay forwards another one to the listener "
+        "(0: the listening port)", store<&Config::advertise_port>, "a TCP port 0..65535 (0 = the listening port)"),
     ferry_plugin::uint_option<Config>("lanes", "2", 1, 64, "connections per peer; ops are sliced over them",
         store<&Config::lanes>),
     ferry_plugin::size_option<Config>("slice_size", "1m", 4096, 64ull << 20,

@@ -15,6 +15,7 @@ struct Config {
     std::string bind_ip = "127.0.0.1";  // never the wildcard by default
     std::string advertise_ip;           // address put in the endpoint; empty = bind_ip
     uint16_t port = 0;                  // 0 = ephemeral
+    uint16_t advertise_port = 0;        // port put in the endpoint (a forwarded one); 0 = the bound port
     unsigned lanes = 2;                 // connections per peer
     // Ops are cut into slices of this size, spread over the least-loaded lanes. 1 MiB: large
     // enough that per-slice costs (a 40-byte header, a response, a wake-up) vanish next to the
@@ -57,7 +58,7 @@ struct Config {
 };
 
 // Every option: parser, messages and what `ferry-info --options tcp` prints (options.cpp).
-inline constexpr size_t kOptionCount = 17;
+inline constexpr size_t kOptionCount = 18;
 extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with

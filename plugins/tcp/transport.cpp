@@ -84,6 +84,11 @@ int Transport::start(ferry_error_t *err) {
             a6->sin6_port = port;
         }
     }
+    if (cfg_.advertise_port != 0) {
+        uint16_t port = htons(cfg_.advertise_port);
+        if (adv.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6 *>(&adv)->sin6_port = port;
+        else reinterpret_cast<sockaddr_in *>(&adv)->sin_port = port;
+    }
     encode_endpoint(adv, endpoint_);
     endpoint_name_ = sockaddr_name(adv);
     log_.log(FERRY_LOG_INFO,

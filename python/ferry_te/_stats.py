@@ -26,7 +26,10 @@ class EngineStats:
         """What the data path did since the engine started (counts only grow):
         {"batches", "segments_open", "staging": {...}, "latency_bounds_seconds": [...],
         "transports": {"tcp": {"read": {"done", "failed", "bytes", "latency_sum_seconds",
-        "latency_buckets"}, "write": {...}, "peers"}, ..., "none": ops no transport took}}."""
+        "latency_buckets"}, "write": {...}, "peers", "failovers", "pauses", "paused_paths"}, ...,
+        "none": ops no transport took}}. failovers: ops that failed on the transport and were
+        posted again on another path; pauses: times one of its paths was paused; paused_paths:
+        paused now."""
         ffi, lib = _capi.load()
         _need(lib, "ferry_stats")
         out = ffi.new("ferry_engine_stats_t *")
@@ -50,7 +53,8 @@ class EngineStats:
             "latency_bounds_seconds": bounds,
             "transports": {
                 ffi.string(t.transport).decode(): {
-                    "read": _op(t.read, bounds), "write": _op(t.write, bounds), "peers": int(t.peers)}
+                    "read": _op(t.read, bounds), "write": _op(t.write, bounds), "peers": int(t.peers),
+                    "failovers": int(t.failovers), "pauses": int(t.pauses), "paused_paths": int(t.paused_paths)}
                 for t in transports[0:n[0]]},
         }
 
