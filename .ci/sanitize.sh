@@ -28,7 +28,7 @@ case "$kind" in
   thread)
     build=build-tsan
     sanitize=thread
-    tests=(engine region_index tcp_engine shm_engine efa_engine transport_conformance transport_shm_efa fault_engine fault_transport submit_async stream_submit gpu_ipc_batch)
+    tests=(engine region_index tcp_engine shm_engine efa_engine transport_conformance transport_shm_efa fault_engine fault_transport submit_async stream_submit gpu_ipc_batch failover)
     # Build only what those tests load (CI has 2 cores).
     extra=(-Dbenchmarks=disabled -Dplugin_rdma=disabled -Dplugin_cuda_ipc=disabled -Dplugin_hip_ipc=disabled -Dnixl=disabled)
     # Exit (66) rather than abort on a report: libfabric's psm provider (libinfinipath) installs

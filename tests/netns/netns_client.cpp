@@ -4,7 +4,10 @@
 // requirement it checked, or a FAIL line and exits 1; it waits for the script's cues on stdin.
 //
 //   ferry_netns_client <metadata url> <own ip> <transports> <scenario> <name=ip>...
-//   scenarios: transfer A=ip C=ip | kill A=ip C=ip | link A=ip | etcd A=ip D=ip
+//   scenarios: transfer A=ip C=ip | kill A=ip C=ip | link A=ip | etcd A=ip D=ip |
+//              failover-tcp F=ip | failover-efa F=ip (transports tcp,efa: the named one first)
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -316,6 +319,135 @@ void scenario_etcd(const Host &survivor, const Host &late) {
 
 }  // namespace
 
+// Failover across hosts: 256 WRITEs of 1 MiB, no transport forced, to a target behind a link
+// shaped by the script; mid-batch the script drops the first transport's packets (tc), its ops
+// stall until their timeout and move to the second transport. tcp.so's op_timeout_ms counts
+// from the last progress of a busy connection (kTcpStallMs); efa.so's from the op's post, so
+// it must exceed the whole batch's time on the shaped link (kEfaOpTimeoutMs). Every op must
+// succeed and every byte is read back over the second transport. Prints when each op ended, as
+// throughput per 100 ms against time, and how long the move took. Then, once the dropped
+// transport is restored and its pause over, new ops go over it again (tcp first only: libfabric's
+// tcp provider reconnects on TCP's SYN backoff schedule, seconds).
+constexpr int kTcpStallMs = 500;
+constexpr int kEfaOpTimeoutMs = 5000;
+constexpr int kFailoverCooldownMs = 1500;
+
+void scenario_failover(const Host &host, const std::string &first, const std::string &second) {
+    Target t = open_target(host);
+    constexpr uint64_t kOps = 256;
+    if (t.size < kOps * kMiB) fail_test(host.name + "'s buffer is smaller than " + std::to_string(kOps) + " MiB");
+    std::vector<uint8_t> src(kOps * kMiB), back(kOps * kMiB);
+    for (uint64_t i = 0; i < src.size(); ++i) src[i] = written_pattern(i, 7);
+    if (auto r = g_engine->register_memory(src.data(), src.size()); !r) fail_test(r.error().message);
+    if (auto r = g_engine->register_memory(back.data(), back.size()); !r) fail_test(r.error().message);
+    std::vector<Request> writes;
+    for (uint64_t i = 0; i < kOps; ++i)
+        writes.push_back({Opcode::Write, src.data() + i * kMiB, t.seg, t.base + i * kMiB, kMiB, ""});
+    // Connect both transports first (forced ops), so the batch measures moving, not connecting.
+    for (const auto &tr : {first, second})
+        if (auto r = run({{Opcode::Read, back.data(), t.seg, t.base, 4096, tr}}); !r)
+            fail_test("warm-up read over " + tr + ": " + r.error().message);
+    auto start = Clock::now();
+    auto b = g_engine->submit(writes);
+    if (!b) fail_test("submit: " + b.error().message);
+    // A thread notes when each op ended (every 2 ms) while this one cues the script.
+    std::vector<double> ended(kOps, -1);
+    std::vector<std::string> carrier(kOps);
+    std::atomic<size_t> left{kOps};
+    std::thread poller([&] {
+        const auto limit = std::chrono::seconds(60);
+        while (left.load() > 0) {
+            if (Clock::now() - start > limit)
+                fail_test(std::to_string(left.load()) + " ops still in flight 60 s after submit");
+            for (uint64_t i = 0; i < kOps; ++i) {
+                if (ended[i] >= 0) continue;
+                auto st = g_engine->status(*b, i);
+                if (!st) fail_test(st.error().message);
+                if (st->state == OpState::Pending) continue;
+                if (st->state == OpState::Failed) fail_test("op " + std::to_string(i) + " failed: " + st->message);
+                ended[i] = seconds_since(start);
+                carrier[i] = st->transport;
+                left.fetch_sub(1);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    });
+    // A quarter of the way through, the script drops the first transport's packets: between the
+    // cue and its answer.
+    while (left.load() > kOps * 3 / 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    double cued_at = seconds_since(start);
+    cue("drop-" + first);
+    double dropped_at = seconds_since(start);
+    poller.join();
+    if (auto w = g_engine->wait(*b, std::chrono::seconds(1)); !w) fail_test("wait: " + w.error().message);
+    (void)g_engine->free_batch(*b);
+    size_t moved = 0;
+    double first_after = 1e9;
+    for (uint64_t i = 0; i < kOps; ++i)
+        if (carrier[i] == second) {
+            ++moved;
+            first_after = std::min(first_after, ended[i]);
+        }
+    if (moved == 0) fail_test("no op moved to " + second + " after " + first + " was dropped");
+    // Throughput per 100 ms, and over the second transport once it carried the moved ops.
+    double end = *std::max_element(ended.begin(), ended.end());
+    say("  throughput per 100 ms (MB/s), " + first + " dropped between " + fmt_s(cued_at) + " and " +
+        fmt_s(dropped_at) + ":");
+    std::string line;
+    for (double w0 = 0; w0 < end; w0 += 0.1) {
+        uint64_t bytes = 0;
+        for (uint64_t i = 0; i < kOps; ++i)
+            if (ended[i] >= w0 && ended[i] < w0 + 0.1) bytes += kMiB;
+        char cell[48];
+        std::snprintf(cell, sizeof cell, "%s%.1f:%.0f", line.empty() ? "" : " ", w0, bytes / 0.1 / 1e6);
+        line += cell;
+    }
+    say("  " + line);
+    size_t before = kOps - moved;
+    double rate_first = 0, rate_second = 0;
+    {
+        double last_first = 0;
+        for (uint64_t i = 0; i < kOps; ++i)
+            if (carrier[i] == first) last_first = std::max(last_first, ended[i]);
+        if (before > 0 && last_first > 0) rate_first = before * kMiB / last_first / 1e6;
+        if (end > first_after) rate_second = (moved - 1) * kMiB / (end - first_after) / 1e6;
+    }
+    char summary[400];
+    std::snprintf(summary, sizeof summary,
+                  "%zu ops moved from %s to %s; first moved op done %.0f-%.0f ms after the drop (op_timeout_ms %d); "
+                  "%s carried %.0f MB/s before, %s %.0f MB/s after",
+                  moved, first.c_str(), second.c_str(), (first_after - dropped_at) * 1e3, (first_after - cued_at) * 1e3,
+                  first == "tcp" ? kTcpStallMs : kEfaOpTimeoutMs, first.c_str(), rate_first, second.c_str(),
+                  rate_second);
+    say(std::string("  ") + summary);
+    if (auto r = run({{Opcode::Read, back.data(), t.seg, t.base, kOps * kMiB, second}}); !r)
+        fail_test("read back over " + second + ": " + r.error().message);
+    if (std::memcmp(src.data(), back.data(), src.size()) != 0) fail_test("bytes written did not read back equal");
+    pass("failover across hosts: " + std::to_string(kOps) + " x 1 MiB WRITEs with " + first +
+         "'s packets dropped mid-batch all succeeded, every byte read back over " + second + "; " + summary);
+    auto stats = g_engine->stats();
+    for (const auto &s : stats.transports)
+        if (s.transport == first && (s.failovers == 0 || s.pauses == 0))
+            fail_test(first + "'s stats do not show the failover (failovers " + std::to_string(s.failovers) +
+                      ", pauses " + std::to_string(s.pauses) + ")");
+    cue("restore-" + first);
+    if (first != "tcp") return;
+    // The pause ends kFailoverCooldownMs after the failure: new ops probe tcp and stay on it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFailoverCooldownMs + 200));
+    uint64_t done_before = 0, done_after = 0;
+    for (const auto &s : g_engine->stats().transports)
+        if (s.transport == first) done_before = s.write.done;
+    std::vector<Request> again(writes.begin(), writes.begin() + 16);
+    if (auto r = run(again); !r) fail_test("WRITEs after " + first + " was restored: " + r.error().message);
+    for (const auto &s : g_engine->stats().transports)
+        if (s.transport == first) done_after = s.write.done;
+    if (done_after <= done_before) fail_test("after its pause no op went over " + first + " again");
+    pass("after " + first + " was restored and its pause (" + std::to_string(kFailoverCooldownMs) + " ms) ended, " +
+         std::to_string(done_after - done_before) + " of 16 new WRITEs went over it again");
+    (void)g_engine->unregister_memory(src.data());
+    (void)g_engine->unregister_memory(back.data());
+}
+
 int main(int argc, char **argv) {
     if (argc < 6) {
         std::fprintf(stderr, "usage: ferry_netns_client <metadata> <own ip> <transports> <scenario> <name=ip>...\n");
@@ -347,6 +479,15 @@ int main(int argc, char **argv) {
             cfg["efa.op_timeout_ms"] = std::to_string(kOpTimeoutMs);
             cfg["efa.connect_timeout_ms"] = std::to_string(kConnectTimeoutMs);
         }
+    std::string first, second;
+    if (scenario.starts_with("failover-")) {
+        first = scenario.substr(9);
+        second = first == "tcp" ? "efa" : "tcp";
+        cfg["protocols"] = first + "," + second;
+        cfg["tcp.op_timeout_ms"] = std::to_string(kTcpStallMs);
+        cfg["efa.op_timeout_ms"] = std::to_string(kEfaOpTimeoutMs);
+        cfg["path_cooldown_ms"] = std::to_string(kFailoverCooldownMs);
+    }
     auto e = Engine::create(cfg);
     if (!e) fail_test("engine: " + e.error().message);
     g_engine = std::move(*e);
@@ -356,6 +497,8 @@ int main(int argc, char **argv) {
     else if (scenario == "kill" && hosts.size() == 2) scenario_kill(hosts[0], hosts[1]);
     else if (scenario == "link" && hosts.size() == 1) scenario_link(hosts[0]);
     else if (scenario == "etcd" && hosts.size() == 2) scenario_etcd(hosts[0], hosts[1]);
+    else if (!first.empty() && hosts.size() == 1 && g_transports.size() == 2)
+        scenario_failover(hosts[0], first, second);
     else fail_test("unknown scenario or wrong number of hosts: " + scenario);
     g_engine.reset();  // before static destruction: its threads still log while stopping
     say("DONE " + scenario);

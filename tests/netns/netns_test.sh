@@ -371,6 +371,49 @@ on_wait=restart_etcd
 run_client etcd "A=$net.1" "D=$net.3"
 check_alive A D
 
+# 5. Failover across hosts (tcp and efa both loaded): the link to host a shaped to 1 Gbit/s each
+# way (tc htb; this kernel has no netem), then one transport's packets from a target in host a
+# dropped mid-batch (a tc u32 filter sending them to an 8 bit/s class): its ops stall for
+# op_timeout_ms and move to the other transport, every op succeeds, every byte is checked.
+if [[ ",$transports," == *,efa,* ]]; then
+  f_tcp_port=7471 # F's tcp.so listens here; anything else F sends is efa's (or etcd's, allowed)
+  launch_target a F --size 268435456 --option tcp.port=$f_tcp_port
+  wait_ready F
+  shape() { # ns dev: 1 Gbit/s by default (class 1:10), 8 bit/s for what the filters send to 1:20
+    in_ns "$1" tc qdisc add dev "$2" root handle 1: htb default 10
+    in_ns "$1" tc class add dev "$2" parent 1: classid 1:10 htb rate 1gbit ceil 1gbit
+    in_ns "$1" tc class add dev "$2" parent 1: classid 1:20 htb rate 8bit ceil 8bit
+  }
+  shape a "${p}a"
+  shape br "${p}a-br"
+  pass "link to host a shaped: 1 Gbit/s each way ($(in_ns a tc -s class show dev "${p}a" | grep -c 'class htb') htb classes on ${p}a)"
+  drop_transport() {
+    local dev="${p}a" f=(tc filter add dev "${p}a" parent 1: protocol ip)
+    case "$1" in
+      drop-tcp)
+        in_ns a "${f[@]}" prio 1 u32 match ip sport $f_tcp_port 0xffff flowid 1:20
+        log "tcp.so's packets from F dropped (sport $f_tcp_port)"
+        ;;
+      drop-efa)
+        in_ns a "${f[@]}" prio 1 u32 match ip sport $f_tcp_port 0xffff flowid 1:10
+        in_ns a "${f[@]}" prio 2 u32 match ip sport 2379 0xffff flowid 1:10
+        in_ns a "${f[@]}" prio 3 u32 match u32 0 0 flowid 1:20
+        log "efa.so's packets from F dropped (all but tcp.so's and etcd's)"
+        ;;
+      restore-*)
+        for prio in 1 2 3; do in_ns a tc filter del dev "$dev" parent 1: prio $prio 2>/dev/null || true; done
+        log "F's packets pass again"
+        ;;
+    esac
+  }
+  on_wait=drop_transport
+  run_client failover-tcp "F=$net.1"
+  run_client failover-efa "F=$net.1"
+  check_alive F
+else
+  echo "NOTE: failover across hosts needs two transports (tcp,efa): not run"
+fi
+
 check_routes
 status=0
 echo "$passed passed, 0 failed"
