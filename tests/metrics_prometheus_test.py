@@ -109,7 +109,7 @@ def main():
         # The dashboard's queries, with Grafana's variables as Grafana would fill them.
         with open(DASHBOARD) as f:
             dash = json.load(f)
-        must_have_data = ("Throughput", "Ops per second", "Op latency", "Connected segments")
+        must_have_data = ("Throughput", "Ops per second", "Op latency", "Connected segments", "Failovers")
         for panel in dash["panels"]:
             for target in panel["targets"]:
                 expr = target["expr"].replace("$__rate_interval", "5s").replace('"$instance"', '".*"')
