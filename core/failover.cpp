@@ -39,10 +39,8 @@ bool is_path_error(int code) {
         case ENOTCONN:
         case ESHUTDOWN:
         case ENOLINK:
-        case ENODEV:
-            return true;
-        default:
-            return false;
+        case ENODEV: return true;
+        default: return false;
     }
 }
 

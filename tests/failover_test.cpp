@@ -192,8 +192,8 @@ TEST_F(FailoverTest, ADeadPeersOpsFailOnceWithEveryAttemptNamed) {
     ASSERT_TRUE(b) << b.error().message;
     auto w = engine->wait(*b, std::chrono::seconds(30));
     ASSERT_FALSE(w);
-    ASSERT_NE(w.error().code, kWaitPending) << "a dead peer's ops end, failover does not hang them: "
-                                            << w.error().message;
+    ASSERT_NE(w.error().code, kWaitPending)
+        << "a dead peer's ops end, failover does not hang them: " << w.error().message;
     std::cout << "dead peer: " << w.error().message.substr(0, 600) << "\n";
     size_t failed = 0, named = 0;
     for (size_t i = 0; i < kOps; ++i) {
