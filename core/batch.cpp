@@ -94,8 +94,12 @@ bool Engine::Impl::finish(OpRecord &op, int code, std::string_view message) {
         // kWaitPending means "the wait timed out" to wait()'s callers; an op never reports it.
         if (op.code == kWaitPending) op.code = -EIO;
         op.message = message.empty() ? std::string(strerror(-op.code)) : std::string(message);
-        // Failed over before: the error names every attempt (failover.cpp).
-        if (!op.history.empty()) op.message = cat(op.history, "; last attempt: ", op.message);
+        // Failed over before: the error names every attempt (failover.cpp); when no other path
+        // took the op (it failed before being posted again) its code is the path's failure.
+        if (!op.history.empty()) {
+            op.message = cat(op.history, "; last attempt: ", op.message);
+            if (op.transport.load(std::memory_order_relaxed) == kNoTransport) op.code = op.path_code;
+        }
     }
     op.state.store(static_cast<uint32_t>(code == 0 ? OpState::Done : OpState::Failed), std::memory_order_release);
     return true;

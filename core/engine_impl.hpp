@@ -159,6 +159,7 @@ struct OpRecord {
     // its earlier attempts ("tcp: <why>; shm: <why>"), which its final error names.
     bool forced = false;   // the request named a transport: it never moves to another
     uint8_t attempts = 0;  // failovers so far
+    int path_code = 0;     // the first attempt's error: the op's, when no other path took it
     void *local = nullptr;
     uint64_t remote = 0;
     SegmentId segment = 0;

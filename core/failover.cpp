@@ -57,9 +57,12 @@ bool Engine::Impl::fail_over(OpRecord &op, size_t transport, int code, std::stri
                                       : std::string(message);
     {
         std::lock_guard lock(seg->mutex);
-        if (seg->closed) return false;
+        // No other transport reaches the peer: nothing to route around, the op ends here with
+        // its own error (and the path is not paused: it is the only one).
+        if (seg->closed || (seg->reach_mask & ~(uint32_t{1} << transport)) == 0) return false;
         pause_path(*seg, transport, why);
     }
+    if (op.attempts == 0) op.path_code = code < 0 ? code : -code;
     counters[transport]->failovers.fetch_add(1, std::memory_order_relaxed);
     ++op.attempts;
     op.history += cat(op.history.empty() ? "" : "; ", "attempt ", unsigned{op.attempts}, ": ", why);
