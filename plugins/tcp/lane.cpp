@@ -18,6 +18,25 @@
 namespace ferry_tcp {
 
 namespace {
+
+// A failure of the connection or the network under it (another rail may carry the slices), not
+// a refusal, a protocol error or a cancellation.
+bool is_path_failure(int status) {
+    switch (-status) {
+        case ECONNRESET:
+        case ECONNREFUSED:
+        case ECONNABORTED:
+        case EPIPE:
+        case ETIMEDOUT:
+        case ENETDOWN:
+        case ENETUNREACH:
+        case EHOSTUNREACH:
+        case EHOSTDOWN:
+        case ENOTCONN:
+        case EADDRNOTAVAIL: return true;
+        default: return false;
+    }
+}
 constexpr uint64_t kBudget = 16ull << 20;  // bytes moved per wake-up before yielding
 constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 // Waiter mode: the reactor still sees hang-ups (they wake every waiter, whatever its mask) and
@@ -26,8 +45,10 @@ constexpr uint32_t kWaiterEvents = EPOLLOUT | EPOLLRDHUP | EPOLLET;
 constexpr unsigned kWaiterIdleMs = 1000;  // back to the reactor after this long without work
 }  // namespace
 
-Lane::Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index)
-    : peer_(peer), reactor_(reactor), waiters_(waiters), index_(index), rxbuf_(kRxBuf) {}
+Lane::Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index, unsigned rail)
+    : peer_(peer), reactor_(reactor), waiters_(waiters), index_(index), rail_(rail), rxbuf_(kRxBuf) {}
+
+const Endpoint &Lane::remote() const { return peer_.rail(rail_).remote; }
 
 Lane::~Lane() {
     if (fd_ >= 0) {
@@ -50,7 +71,7 @@ void Lane::start() {
 }
 
 void Lane::connect_now() {
-    const Endpoint &ep = peer_.endpoint();
+    const Endpoint &ep = remote();
     connect_start_ = Clock::now();
     int fd = socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -63,6 +84,14 @@ void Lane::connect_now() {
     int rc = tune_socket(fd_, peer_.config(), &why);
     if (rc != 0) {
         fail(rc, strprintf("connect to peer %s failed: %s", ep.name.c_str(), why.c_str()));
+        return;
+    }
+    // A rail's lanes leave through its interface: its address is their source.
+    const Rail &rail = peer_.rail(rail_);
+    if (rail.source_len != 0 && ::bind(fd_, reinterpret_cast<const sockaddr *>(&rail.source), rail.source_len) != 0) {
+        int e = errno;
+        fail(-e, strprintf("connect to peer %s over rail %s failed: bind: %s", ep.name.c_str(), rail.name.c_str(),
+                           errno_string(e).c_str()));
         return;
     }
     if (::connect(fd_, reinterpret_cast<const sockaddr *>(&ep.addr), ep.addr_len) != 0 && errno != EINPROGRESS) {
@@ -99,10 +128,9 @@ void Lane::fail(int status, const std::string &why, State next) {
         int level = FERRY_LOG_WARN;
         if (status == -ECANCELED) level = q_.empty() ? FERRY_LOG_DEBUG : FERRY_LOG_INFO;
         else if (q_.empty()) level = handshaking ? FERRY_LOG_DEBUG : FERRY_LOG_INFO;
-        if (q_.empty())
-            peer_.log().log(level, "lane %u to peer %s: %s", index_, peer_.endpoint().name.c_str(), why.c_str());
+        if (q_.empty()) peer_.log().log(level, "lane %u to peer %s: %s", index_, remote().name.c_str(), why.c_str());
         else
-            peer_.log().log(level, "lane %u to peer %s: %s (%zu slices failed)", index_, peer_.endpoint().name.c_str(),
+            peer_.log().log(level, "lane %u to peer %s: %s (%zu slices failed)", index_, remote().name.c_str(),
                             why.c_str(), q_.size());
     }
     if (pipe_.pending() > 0 || next == State::Closed)
@@ -120,9 +148,33 @@ void Lane::fail(int status, const std::string &why, State next) {
     auth_problem_.clear();
     std::deque<Slice> failed;
     failed.swap(q_);
-    for (Slice &s : failed) {
-        load_.fetch_sub(s.len, std::memory_order_relaxed);
-        finish_slice(*sink_, s.op, status, why.c_str());
+    // With several rails, the slices of a broken path move to the other rails (Peer::reroute)
+    // instead of failing, with those still waiting in incoming_ (which would reconnect this
+    // rail): no byte of theirs can land through this lane any more (its socket is closed, and
+    // this thread was the one receiving).
+    const size_t own = failed.size();
+    bool moved = false;
+    if (next != State::Closed && is_path_failure(status) && peer_.rail_count() > 1) {
+        Batch waiting;
+        {
+            std::lock_guard lk(in_mu_);
+            waiting.swap(incoming_);
+        }
+        try {
+            for (auto &vec : waiting) failed.insert(failed.end(), vec.begin(), vec.end());
+            moved = peer_.reroute(rail_, why, failed);
+        } catch (...) {
+            moved = false;
+        }
+        if (!moved) {
+            failed.resize(own);
+            std::lock_guard lk(in_mu_);
+            incoming_.splice(incoming_.begin(), waiting);
+        }
+    }
+    for (size_t i = 0; i < failed.size(); ++i) {
+        load_.fetch_sub(failed[i].len, std::memory_order_relaxed);
+        if (!moved) finish_slice(*sink_, failed[i].op, status, why.c_str());
     }
     // Off the loop thread (send_now, receive_now) a stale timer or ready entry stays: on a Down
     // lane it does nothing and drops itself.
@@ -131,7 +183,7 @@ void Lane::fail(int status, const std::string &why, State next) {
 }
 
 void Lane::protocol_error(const std::string &what) {
-    fail(-EPROTO, strprintf("protocol error from peer %s: %s", peer_.endpoint().name.c_str(), what.c_str()));
+    fail(-EPROTO, strprintf("protocol error from peer %s: %s", remote().name.c_str(), what.c_str()));
 }
 
 void Lane::shutdown(int status, const std::string &why) {
@@ -166,11 +218,11 @@ void Lane::take_incoming() {
             if (s.opcode == FERRY_OP_WRITE && s.len >= kZeroCopyMin && peer_.config().zerocopy && !pipe_.is_open() &&
                 !pipe_.open())
                 peer_.log().log(FERRY_LOG_DEBUG, "lane %u to peer %s: no pipe (%s), copying", index_,
-                                peer_.endpoint().name.c_str(), errno_string(errno).c_str());
+                                remote().name.c_str(), errno_string(errno).c_str());
         }
     }
     if (state_ == State::Closed)  // cannot happen: submit checks the peer first; be safe
-        fail(-ECANCELED, "peer " + peer_.endpoint().name + " is disconnected", State::Closed);
+        fail(-ECANCELED, "peer " + remote().name + " is disconnected", State::Closed);
     if (state_ == State::Ready && waiter_ && !all_small) leave_waiter();
     else if (state_ == State::Ready && !waiter_ && all_small) enter_waiter();
 }
@@ -266,14 +318,13 @@ void Lane::on_events(uint32_t events) {
     if (state_ == State::Connecting) {
         int err = socket_error(fd_);
         if (err != 0) {
-            fail(-err,
-                 strprintf("connect to peer %s failed: %s", peer_.endpoint().name.c_str(), errno_string(err).c_str()));
+            fail(-err, strprintf("connect to peer %s failed: %s", remote().name.c_str(), errno_string(err).c_str()));
             return;
         }
         if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) return;
         state_ = State::Hello;
         if (!ferry_auth::fill_random(client_nonce_)) {
-            fail(-EIO, strprintf("connect to peer %s failed: getrandom: %s", peer_.endpoint().name.c_str(),
+            fail(-EIO, strprintf("connect to peer %s failed: getrandom: %s", remote().name.c_str(),
                                  errno_string(errno).c_str()));
             return;
         }
@@ -341,7 +392,7 @@ bool Lane::on_timer(Clock::time_point now) {
             leave_waiter();
         }
     }
-    const std::string &name = peer_.endpoint().name;
+    const std::string &name = remote().name;
     if (state_ == State::Connecting || state_ == State::Hello) {
         if (ms_between(connect_start_, now) >= cfg.connect_timeout_ms) {
             fail(-ETIMEDOUT, strprintf("connect to peer %s timed out after %u ms%s", name.c_str(),

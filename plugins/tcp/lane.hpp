@@ -51,10 +51,14 @@ class Lane final : public Handler, private TxSource {
 public:
     using Batch = std::list<std::vector<Slice>>;
 
-    Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index);
+    Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index, unsigned rail);
     ~Lane() override;
 
     Reactor &reactor() { return reactor_; }
+    unsigned rail() const { return rail_; }
+    const Endpoint &remote() const;  // the address this lane connects to (its rail's)
+    // Bytes of slices that completed successfully (Peer::sample_rates measures rails with it).
+    uint64_t done_bytes() const { return done_bytes_.load(std::memory_order_relaxed); }
 
     // ---- any thread (submit, under the peer's submit mutex) ----
     // Splices a prepared one-element batch in and kicks the reactor. Never throws.
@@ -128,7 +132,9 @@ private:
     Reactor &reactor_;
     WaitSet &waiters_;
     const unsigned index_;
+    const unsigned rail_;
     std::atomic<uint64_t> load_{0};
+    std::atomic<uint64_t> done_bytes_{0};
 
     std::mutex in_mu_;
     Batch incoming_;  // guarded by in_mu_

@@ -84,7 +84,7 @@ ssize_t Lane::do_recv() {
         n = recv(fd_, rxbuf_.data(), requested, MSG_DONTWAIT);
     }
     if (n == 0) {
-        fail(-ECONNRESET, strprintf("peer %s closed the connection", peer_.endpoint().name.c_str()));
+        fail(-ECONNRESET, strprintf("peer %s closed the connection", remote().name.c_str()));
         return -1;
     }
     if (n < 0) {
@@ -98,7 +98,7 @@ ssize_t Lane::do_recv() {
             return 0;
         }
         if (e == EINTR) return 0;
-        fail(-e, strprintf("connection to peer %s failed: %s", peer_.endpoint().name.c_str(), errno_string(e).c_str()));
+        fail(-e, strprintf("connection to peer %s failed: %s", remote().name.c_str(), errno_string(e).c_str()));
         return -1;
     }
     last_progress_ = Clock::now();
@@ -179,7 +179,7 @@ void Lane::payload_done() {
 bool Lane::on_header() {
     cur_ = decode_header(hdr_);
     const Header &h = cur_;
-    const std::string &name = peer_.endpoint().name;
+    const std::string &name = remote().name;
     if (h.magic != kWireMagic) {
         protocol_error(strprintf("bad magic 0x%08x: %s is not a Ferry tcp server", h.magic, name.c_str()));
         return false;
@@ -253,7 +253,7 @@ bool Lane::on_hello_ack() {
     const uint8_t *server_nonce = reinterpret_cast<const uint8_t *>(msg_);
     const uint8_t *server_proof = server_nonce + kNonceSize;
     const std::string &key = peer_.config().auth_key;
-    const std::string &name = peer_.endpoint().name;
+    const std::string &name = remote().name;
     // The server refuses a mismatch of "has a key" itself; a wrong proof is ours to find. AUTH
     // is sent either way, so the server logs the failed attempt too.
     if (!key.empty() && !(cur_.flags & kFlagAuth))
@@ -287,7 +287,7 @@ bool Lane::on_message_done() {
     msg_[msg_got_] = '\0';
     sanitize(msg_);
     rx_ = Rx::Header;
-    const std::string &name = peer_.endpoint().name;
+    const std::string &name = remote().name;
     if (state_ == State::Hello) {
         if (!auth_problem_.empty()) fail(-EACCES, std::string(auth_problem_));  // a copy: fail() clears auth_problem_
         else fail(cur_.status, strprintf("peer %s refused the connection: %s", name.c_str(), msg_));
@@ -302,6 +302,7 @@ void Lane::complete_front(int status, const char *message) {
     q_.pop_front();
     --send_idx_;
     load_.fetch_sub(s.len, std::memory_order_relaxed);
+    if (status == 0) done_bytes_.fetch_add(s.len, std::memory_order_relaxed);
     finish_slice(*sink_, s.op, status, message);
 }
 

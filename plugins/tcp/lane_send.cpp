@@ -26,8 +26,8 @@ TxItem Lane::tx_item(size_t i) const {
 }
 
 ssize_t Lane::send_failed(int e) {
-    fail(-e, strprintf("connection to peer %s failed while sending: %s", peer_.endpoint().name.c_str(),
-                       errno_string(e).c_str()));
+    fail(-e,
+         strprintf("connection to peer %s failed while sending: %s", remote().name.c_str(), errno_string(e).c_str()));
     return -1;
 }
 

@@ -58,10 +58,10 @@ Listener::~Listener() {
     if (spare_fd_ >= 0) close(spare_fd_);
 }
 
-int Listener::open(sockaddr_storage *bound, std::string *why) {
+int Listener::open(const std::string &ip_text, sockaddr_storage *bound, std::string *why) {
     sockaddr_storage addr{};
     socklen_t len;
-    const char *ip = ctx_.cfg.bind_ip.c_str();
+    const char *ip = ip_text.c_str();
     auto *a4 = reinterpret_cast<sockaddr_in *>(&addr);
     auto *a6 = reinterpret_cast<sockaddr_in6 *>(&addr);
     if (inet_pton(AF_INET, ip, &a4->sin_addr) == 1) {

@@ -13,8 +13,8 @@ public:
     Listener(ServerContext &ctx, std::vector<Reactor *> reactors);
     ~Listener() override;
 
-    // Binds cfg.bind_ip:cfg.port and listens. On success *bound is the address bound.
-    int open(sockaddr_storage *bound, std::string *why);
+    // Binds ip:cfg.port and listens. On success *bound is the address bound.
+    int open(const std::string &ip_text, sockaddr_storage *bound, std::string *why);
     int start();  // on reactors[0]'s loop thread
     void stop();  // on reactors[0]'s loop thread
 

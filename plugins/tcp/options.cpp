@@ -39,6 +39,21 @@ bool store_sockbuf(Config &c, const OptionValue &v) {
     return true;
 }
 
+bool store_rails(Config &c, const OptionValue &v) {
+    // Checked against the host's addresses when the instance starts (rails.cpp): a value the
+    // host cannot serve is refused there with its addresses listed.
+    const std::string text = v.text;
+    if (!text.empty() && text != "auto")
+        for (size_t start = 0; start <= text.size();) {
+            size_t end = text.find(',', start);
+            if (end == std::string::npos) end = text.size();
+            if (!is_ip_literal(text.substr(start, end - start).c_str())) return false;
+            start = end + 1;
+        }
+    c.rails = text;
+    return true;
+}
+
 bool store_auth_key(Config &c, const OptionValue &v) { return ferry_auth::transport_key_from_hex(v.text, c.auth_key); }
 
 constexpr const char *kIpAccepted = "a numeric IPv4 or IPv6 address such as 127.0.0.1";
@@ -57,6 +72,9 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
     ferry_plugin::uint_option<Config>("advertise_port", "0", 0, 65535,
         "port written into the endpoint, where a NAT, container or relay forwards another one to the listener "
         "(0: the listening port)", store<&Config::advertise_port>, "a TCP port 0..65535 (0 = the listening port)"),
+    ferry_plugin::string_option<Config>("rails", "", "a comma list of this host's addresses, or auto",
+        "use several interfaces at once: a listener and lanes per address, slices spread by each rail's measured "
+        "speed, a failed rail's slices moved to the others (empty: bind_ip alone)", store_rails),
     ferry_plugin::uint_option<Config>("lanes", "2", 1, 64, "connections per peer; ops are sliced over them",
         store<&Config::lanes>),
     ferry_plugin::size_option<Config>("slice_size", "1m", 4096, 64ull << 20,

@@ -16,6 +16,7 @@ struct Config {
     std::string advertise_ip;           // address put in the endpoint; empty = bind_ip
     uint16_t port = 0;                  // 0 = ephemeral
     uint16_t advertise_port = 0;        // port put in the endpoint (a forwarded one); 0 = the bound port
+    std::string rails;                  // several local addresses at once (rails.hpp): a list, "auto"; empty = bind_ip
     unsigned lanes = 2;                 // connections per peer
     // Ops are cut into slices of this size, spread over the least-loaded lanes. 1 MiB: large
     // enough that per-slice costs (a 40-byte header, a response, a wake-up) vanish next to the
@@ -58,7 +59,7 @@ struct Config {
 };
 
 // Every option: parser, messages and what `ferry-info --options tcp` prints (options.cpp).
-inline constexpr size_t kOptionCount = 18;
+inline constexpr size_t kOptionCount = 19;
 extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with

@@ -1,55 +1,96 @@
 #include "peer.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 
 namespace ferry_tcp {
+namespace {
 
-Peer::Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions, WaitSet &waiters,
-           CompletionQueue &cq)
-    : id_(id), ep_(std::move(ep)), cfg_(cfg), log_(log), regions_(regions), waiters_(waiters), cq_(cq) {}
+// A rail that failed is paused this long, doubled on each failure in a row up to the maximum;
+// a failure more than the maximum after the previous one starts again from the first pause.
+constexpr auto kRailPause = std::chrono::milliseconds(1000);
+constexpr auto kRailPauseMax = std::chrono::milliseconds(30000);
+// Throughput samples are at least this far apart; each weighs this much in the average.
+constexpr auto kRateInterval = std::chrono::milliseconds(2);
+constexpr double kRateWeight = 0.3;
+
+}  // namespace
+
+Peer::Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger &log, RegionTable &regions,
+           WaitSet &waiters, CompletionQueue &cq)
+    : id_(id), rails_(std::move(rails)), cfg_(cfg), log_(log), regions_(regions), waiters_(waiters), cq_(cq) {}
 
 Peer::~Peer() = default;
 
-void Peer::add_lane(Reactor &reactor) {
-    lanes_.push_back(std::make_unique<Lane>(*this, reactor, waiters_, static_cast<unsigned>(lanes_.size())));
+void Peer::add_lane(Reactor &reactor, unsigned rail) {
+    lanes_.push_back(std::make_unique<Lane>(*this, reactor, waiters_, static_cast<unsigned>(lanes_.size()), rail));
 }
 
 int Peer::connect_lanes(std::string *why) {
+    {
+        std::lock_guard lk(hs_mu_);
+        hs_rail_failed_.assign(rails_.size(), 0);
+    }
     for (auto &lane : lanes_) {
         Lane *l = lane.get();
         l->reactor().post([l] { l->start(); });
     }
     // The lanes enforce connect_timeout_ms themselves; the extra second only guards against
-    // a reactor that cannot run.
+    // a reactor that cannot run. With several rails every lane answers (one rail that connects
+    // is enough); with one, the first failure decides.
+    const bool railed = rails_.size() > 1;
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.connect_timeout_ms + 1000);
     std::unique_lock lk(hs_mu_);
-    bool done = hs_cv_.wait_until(lk, deadline, [&] { return hs_status_ != 0 || hs_ok_ >= lanes_.size(); });
+    bool done = hs_cv_.wait_until(lk, deadline, [&] {
+        return railed ? hs_answered_ >= lanes_.size() : hs_status_ != 0 || hs_ok_ >= lanes_.size();
+    });
+    if (railed && done) {
+        std::string failed;
+        for (size_t r = 0; r < rails_.size(); ++r)
+            if (hs_rail_failed_[r]) failed += (failed.empty() ? "" : ", ") + rails_[r].name;
+        if (failed.size() && std::count(hs_rail_failed_.begin(), hs_rail_failed_.end(), 1) < ptrdiff_t(rails_.size())) {
+            log_.log(FERRY_LOG_WARN, "peer %s: rails %s could not connect (%s); paused, the others carry its ops",
+                     endpoint().name.c_str(), failed.c_str(), hs_why_.c_str());
+            std::lock_guard rl(rails_mu_);
+            for (size_t r = 0; r < rails_.size(); ++r)
+                if (hs_rail_failed_[r]) rails_[r].down_until = Clock::now() + kRailPause;
+            return 0;
+        }
+    }
     if (hs_status_ != 0) {
         *why = hs_why_;
         return hs_status_;
     }
     if (!done) {
-        *why = strprintf("connect to peer %s timed out after %u ms", ep_.name.c_str(), cfg_.connect_timeout_ms);
+        *why = strprintf("connect to peer %s timed out after %u ms", endpoint().name.c_str(), cfg_.connect_timeout_ms);
         return -ETIMEDOUT;
     }
     return 0;
 }
 
 void Peer::on_handshake(unsigned lane, int status, const std::string &why) {
-    (void)lane;
     std::lock_guard lk(hs_mu_);
+    ++hs_answered_;
     if (status == 0) {
         ++hs_ok_;
-    } else if (hs_status_ == 0) {
-        hs_status_ = status;
-        hs_why_ = why;
+    } else {
+        if (hs_status_ == 0) {
+            hs_status_ = status;
+            hs_why_ = why;
+        }
+        unsigned r = lane < lanes_.size() ? lanes_[lane]->rail() : 0;
+        if (r < hs_rail_failed_.size()) hs_rail_failed_[r] = 1;
     }
     hs_cv_.notify_all();
 }
 
 void Peer::close(int status, const std::string &why) {
+    {
+        std::lock_guard lk(rails_mu_);
+        closing_ = true;
+    }
     {
         std::lock_guard lk(submit_mu_);
         closed_ = true;
@@ -79,7 +120,7 @@ int Peer::check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err) 
     auto it = imported_.find(op.remote_mem);
     if (it == imported_.end())
         return set_error(err, -EINVAL, "tcp: op %zu: remote_mem %llu is not a region imported from peer %s", i,
-                         static_cast<unsigned long long>(op.remote_mem), ep_.name.c_str());
+                         static_cast<unsigned long long>(op.remote_mem), endpoint().name.c_str());
     const RemoteRegion &r = it->second;
     if (op.remote_addr < r.addr || op.remote_addr + op.length < op.remote_addr ||
         op.remote_addr + op.length > r.addr + r.len)
@@ -88,14 +129,14 @@ int Peer::check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err) 
                          "[0x%llx, 0x%llx) of peer %s",
                          i, static_cast<unsigned long long>(op.remote_addr), static_cast<unsigned long long>(op.length),
                          static_cast<unsigned long long>(r.addr), static_cast<unsigned long long>(r.addr + r.len),
-                         ep_.name.c_str());
+                         endpoint().name.c_str());
     uint32_t need = op.opcode == FERRY_OP_WRITE ? FERRY_ACCESS_REMOTE_WRITE : FERRY_ACCESS_REMOTE_READ;
     if ((r.access & need) == 0)
         return set_error(err, -EACCES,
                          "tcp: op %zu: imported region [0x%llx, 0x%llx) of peer %s "
                          "does not grant remote %s",
                          i, static_cast<unsigned long long>(r.addr), static_cast<unsigned long long>(r.addr + r.len),
-                         ep_.name.c_str(), op.opcode == FERRY_OP_WRITE ? "write" : "read");
+                         endpoint().name.c_str(), op.opcode == FERRY_OP_WRITE ? "write" : "read");
     return 0;
 }
 
@@ -142,7 +183,7 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     std::lock_guard lk(submit_mu_);
     if (closed_) {
         release_all();
-        return set_error(err, -ENOTCONN, "tcp: peer %s is disconnected", ep_.name.c_str());
+        return set_error(err, -ENOTCONN, "tcp: peer %s is disconnected", endpoint().name.c_str());
     }
     // Phase 2: build the ops and per-lane batches (may throw std::bad_alloc: then nothing
     // was handed to a lane and everything built is freed).
@@ -153,6 +194,24 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
         batches[l].emplace_back();
         load[l] = lanes_[l]->load();
     }
+    // Several rails: a slice goes to the lane that will have finished it first, by its queue
+    // and measured throughput, among the rails not paused.
+    const bool railed = rails_.size() > 1;
+    std::vector<char> usable;
+    double unknown_rate = 1;
+    if (railed) {
+        auto now = Clock::now();
+        usable_lanes(now, usable);
+        sample_rates(now);
+        double sum = 0;
+        size_t known = 0;
+        for (double r : rate_)
+            if (r > 0) sum += r, ++known;
+        if (known) unknown_rate = sum / static_cast<double>(known);
+    }
+    auto finish_time = [&](size_t l) {
+        return static_cast<double>(load[l] + cfg_.slice_size) / (rate_[l] > 0 ? rate_[l] : unknown_rate);
+    };
     std::unique_ptr<OpBlock> block;
     size_t best = 0;                   // lane taking the next slice
     uint64_t given = cfg_.slice_size;  // bytes it took from this batch so far (full: pick again)
@@ -171,9 +230,15 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
                 // to one lane (one wake-up and one send on each side instead of one per lane),
                 // large ops still spread over all of them.
                 if (given >= cfg_.slice_size) {
-                    best = 0;
-                    for (size_t l = 1; l < nl; ++l)
-                        if (load[l] < load[best]) best = l;
+                    if (!railed) {
+                        best = 0;
+                        for (size_t l = 1; l < nl; ++l)
+                            if (load[l] < load[best]) best = l;
+                    } else {
+                        best = nl;
+                        for (size_t l = 0; l < nl; ++l)
+                            if (usable[l] && (best == nl || finish_time(l) < finish_time(best))) best = l;
+                    }
                     given = 0;
                 }
                 Slice s;
@@ -209,6 +274,88 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     }
     if (!failed.empty()) cq_.push(failed);
     return 0;
+}
+
+void Peer::usable_lanes(Clock::time_point now, std::vector<char> &usable) {
+    usable.assign(lanes_.size(), 0);
+    bool any = false;
+    std::lock_guard lk(rails_mu_);
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+        usable[l] = rails_[lanes_[l]->rail()].down_until <= now;
+        any = any || usable[l];
+    }
+    // Every rail paused: they are all tried (the probe that brings one back).
+    if (!any) std::fill(usable.begin(), usable.end(), 1);
+}
+
+void Peer::sample_rates(Clock::time_point now) {
+    const size_t nl = lanes_.size();
+    if (rate_.size() != nl) {
+        rate_.assign(nl, 0);
+        sampled_done_.assign(nl, 0);
+        sampled_busy_.assign(nl, 0);
+    }
+    const bool first = sampled_at_ == Clock::time_point{};
+    if (!first && now - sampled_at_ < kRateInterval) return;
+    const double dt = std::chrono::duration<double>(now - sampled_at_).count();
+    for (size_t l = 0; l < nl; ++l) {
+        uint64_t done = lanes_[l]->done_bytes();
+        uint64_t moved = done - sampled_done_[l];
+        // Only intervals the lane started busy count: an idle lane's rate is not its speed.
+        if (!first && sampled_busy_[l] && moved > 0) {
+            double now_rate = static_cast<double>(moved) / dt;
+            rate_[l] = rate_[l] > 0 ? (1 - kRateWeight) * rate_[l] + kRateWeight * now_rate : now_rate;
+        }
+        sampled_done_[l] = done;
+        sampled_busy_[l] = lanes_[l]->load() > 0;
+    }
+    sampled_at_ = now;
+}
+
+bool Peer::reroute(unsigned rail, const std::string &why, std::deque<Slice> &slices) {
+    std::lock_guard lk(rails_mu_);
+    if (closing_ || rails_.size() < 2) return false;
+    const auto now = Clock::now();
+    Rail &failed = rails_[rail];
+    if (failed.down_until <= now) {
+        if (now - failed.last_failure > kRailPauseMax) failed.strikes = 0;
+        failed.last_failure = now;
+        ++failed.strikes;
+        auto pause = kRailPause;
+        for (unsigned k = 1; k < failed.strikes && pause < kRailPauseMax; ++k) pause *= 2;
+        pause = std::min(pause, kRailPauseMax);
+        failed.down_until = now + pause;
+        log_.log(FERRY_LOG_WARN, "peer %s: rail %s failed (%s); paused %lld ms, %zu slices move to the other rails",
+                 endpoint().name.c_str(), failed.name.c_str(), why.c_str(), static_cast<long long>(pause.count()),
+                 slices.size());
+    }
+    if (slices.empty()) return true;
+    std::vector<size_t> targets;
+    for (size_t l = 0; l < lanes_.size(); ++l)
+        if (lanes_[l]->rail() != rail && rails_[lanes_[l]->rail()].down_until <= now) targets.push_back(l);
+    if (targets.empty()) return false;
+    try {
+        std::vector<Lane::Batch> batches(targets.size());
+        std::vector<uint64_t> load(targets.size()), bytes(targets.size(), 0);
+        for (size_t k = 0; k < targets.size(); ++k) {
+            batches[k].emplace_back();
+            load[k] = lanes_[targets[k]]->load();
+        }
+        for (const Slice &s : slices) {
+            size_t k = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            batches[k].front().push_back(s);
+            load[k] += s.len;
+            bytes[k] += s.len;
+        }
+        for (size_t k = 0; k < targets.size(); ++k) {
+            if (batches[k].front().empty()) continue;
+            lanes_[targets[k]]->add_load(bytes[k]);
+            lanes_[targets[k]]->push(batches[k]);
+        }
+    } catch (...) {
+        return false;  // nothing was pushed before the allocations: the lane fails them
+    }
+    return true;
 }
 
 }  // namespace ferry_tcp

@@ -1,5 +1,6 @@
-// A connected peer: its lanes, the regions imported from it, and submit (slicing ops over
-// the least-loaded lanes).
+// A connected peer: its lanes (grouped by rail, rails.hpp), the regions imported from it, and
+// submit (slicing ops over the least-loaded lanes; with several rails, over the lanes that
+// will finish them first by their measured throughput).
 #pragma once
 
 #include "lane.hpp"
@@ -10,8 +11,10 @@
 
 #include <ferry/plugin.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -27,20 +30,36 @@ struct RemoteRegion {
     uint32_t access = 0;
 };
 
+// One rail to the peer: a local address (or none: the kernel's choice) and the peer's address
+// its lanes connect to.
+struct Rail {
+    Endpoint remote;
+    sockaddr_storage source{};  // bound before connecting when source_len != 0
+    socklen_t source_len = 0;
+    std::string name;  // "10.0.1.2 -> 10.0.1.1:7471"
+    // Health, guarded by Peer::rails_mu_: a rail whose lane failed on its path is paused (no
+    // new slices) until `down_until`, doubled on each failure in a row (rails_failed).
+    Clock::time_point down_until{};
+    Clock::time_point last_failure{};
+    unsigned strikes = 0;
+};
+
 class Peer {
 public:
-    Peer(uint64_t id, Endpoint ep, const Config &cfg, const Logger &log, RegionTable &regions, WaitSet &waiters,
-         CompletionQueue &cq);
+    Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger &log, RegionTable &regions,
+         WaitSet &waiters, CompletionQueue &cq);
     ~Peer();
     Peer(const Peer &) = delete;
     Peer &operator=(const Peer &) = delete;
 
     uint64_t id() const { return id_; }
-    const Endpoint &endpoint() const { return ep_; }
+    const Endpoint &endpoint() const { return rails_[0].remote; }  // the first rail's, for messages
+    const Rail &rail(unsigned r) const { return rails_[r]; }
+    unsigned rail_count() const { return static_cast<unsigned>(rails_.size()); }
     const Config &config() const { return cfg_; }
     const Logger &log() const { return log_; }
 
-    void add_lane(Reactor &reactor);  // before connect_lanes()
+    void add_lane(Reactor &reactor, unsigned rail);  // before connect_lanes()
 
     // Starts every lane's connection and waits (bounded by connect_timeout_ms) until all
     // answered HELLO or one failed. On failure returns the first error with *why.
@@ -57,17 +76,34 @@ public:
 
     int submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err);
 
+    // A lane of `rail` failed with a path error (its loop thread, lane lock held): pauses the
+    // rail and hands `slices` to the lanes of rails that are not paused. False (nothing taken)
+    // when there is no such rail or the peer is closing: the lane fails them.
+    bool reroute(unsigned rail, const std::string &why, std::deque<Slice> &slices);
+
 private:
+    // With several rails: which lanes may take new slices now (not paused; all, when every rail
+    // is), and each lane's throughput, re-measured from the bytes its slices completed.
+    void usable_lanes(Clock::time_point now, std::vector<char> &usable);
+    void sample_rates(Clock::time_point now);
     int check_remote(size_t i, const ferry_xfer_op_t &op, ferry_error_t *err);
 
     const uint64_t id_;
-    const Endpoint ep_;
+    std::vector<Rail> rails_;
     const Config &cfg_;
     const Logger &log_;
     RegionTable &regions_;
     WaitSet &waiters_;
     CompletionQueue &cq_;  // failures of batches a submitting thread sent itself
     std::vector<std::unique_ptr<Lane>> lanes_;
+    std::mutex rails_mu_;               // rails' health; taken by lanes' loop threads in reroute
+    std::atomic<bool> closing_{false};  // set under rails_mu_: no slice is rerouted after it
+    // Per lane, under submit_mu_: bytes/s (EWMA of the intervals it was busy), the bytes done at
+    // the last sample, and whether it had work then.
+    std::vector<double> rate_;
+    std::vector<uint64_t> sampled_done_;
+    std::vector<char> sampled_busy_;
+    Clock::time_point sampled_at_{};
 
     std::mutex submit_mu_;  // serialises submits, and submit against close
     bool closed_ = false;
@@ -78,6 +114,8 @@ private:
     std::mutex hs_mu_;
     std::condition_variable hs_cv_;
     unsigned hs_ok_ = 0;
+    unsigned hs_answered_ = 0;
+    std::vector<char> hs_rail_failed_;
     int hs_status_ = 0;
     std::string hs_why_;
 };

@@ -1,5 +1,7 @@
 #include "transport.hpp"
 
+#include "rails.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -55,24 +57,44 @@ int Transport::start(ferry_error_t *err) {
         reactors_.push_back(std::make_unique<Reactor>(log_, cq_, tick_for(cfg_), i));
         rs.push_back(reactors_.back().get());
     }
-    listener_ = std::make_unique<Listener>(server_ctx_, rs);
-    // Lines held back are counted and reported by the listener's timer once their window is
-    // over. The listener outlives the reactors, so the task may run until they stop.
-    Reactor *r0 = rs[0];
-    Listener *l = listener_.get();
-    peer_log_.set_on_hold([r0, l] { r0->post([r0, l] { r0->want_timer(l); }); });
-    sockaddr_storage bound{};
     std::string why;
-    int rc = listener_->open(&bound, &why);
+    int rc = resolve_rails(cfg_, &rails_, &why);
     if (rc != 0) return set_error(err, rc, "tcp: %s", why.c_str());
+    if (rails_.size() > 1 && (!cfg_.advertise_ip.empty() || cfg_.advertise_port != 0))
+        return set_error(err, -EINVAL,
+                         "tcp: advertise_ip and advertise_port name one address, and rails lists %zu: the endpoint "
+                         "lists each rail's own address; unset them, or list one rail",
+                         rails_.size());
+    std::vector<sockaddr_storage> bound;
+    for (const std::string &ip : rails_.empty() ? std::vector<std::string>{cfg_.bind_ip} : rails_) {
+        listeners_.push_back(std::make_unique<Listener>(server_ctx_, rs));
+        rc = listeners_.back()->open(ip, &bound.emplace_back(), &why);
+        if (rc != 0) return set_error(err, rc, "tcp: %s", why.c_str());
+    }
+    // Lines held back are counted and reported by the first listener's timer once their window
+    // is over. The listeners outlive the reactors, so the task may run until they stop.
+    Reactor *r0 = rs[0];
+    Listener *l = listeners_[0].get();
+    peer_log_.set_on_hold([r0, l] { r0->post([r0, l] { r0->want_timer(l); }); });
     for (auto &r : reactors_) r->start();
-    reactors_[0]->run_sync([&] { rc = listener_->start(); });
+    reactors_[0]->run_sync([&] {
+        for (auto &lis : listeners_)
+            if (rc == 0) rc = lis->start();
+    });
     if (rc != 0) return set_error(err, rc, "tcp: cannot watch the listening socket: %s", errno_string(-rc).c_str());
-    sockaddr_storage adv = bound;
+    if (bound.size() > 1) {
+        endpoint_ = encode_rails_endpoint(bound);
+        endpoint_name_.clear();
+        for (const auto &b : bound) endpoint_name_ += (endpoint_name_.empty() ? "" : ", ") + sockaddr_name(b);
+        log_.log(FERRY_LOG_INFO, "listening on %zu rails (%s), %u lanes per peer and rail, %u I/O thread(s)",
+                 bound.size(), endpoint_name_.c_str(), cfg_.lanes, cfg_.io_threads);
+        return 0;
+    }
+    sockaddr_storage adv = bound[0];
     if (!cfg_.advertise_ip.empty()) {
         adv = {};
-        uint16_t port = bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
-                                                    : reinterpret_cast<sockaddr_in *>(&bound)->sin_port;
+        uint16_t port = bound[0].ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&bound[0])->sin6_port
+                                                       : reinterpret_cast<sockaddr_in *>(&bound[0])->sin_port;
         auto *a4 = reinterpret_cast<sockaddr_in *>(&adv);
         auto *a6 = reinterpret_cast<sockaddr_in6 *>(&adv);
         if (inet_pton(AF_INET, cfg_.advertise_ip.c_str(), &a4->sin_addr) == 1) {
@@ -89,12 +111,12 @@ int Transport::start(ferry_error_t *err) {
         if (adv.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6 *>(&adv)->sin6_port = port;
         else reinterpret_cast<sockaddr_in *>(&adv)->sin_port = port;
     }
-    encode_endpoint(adv, endpoint_);
+    endpoint_ = encode_rails_endpoint({adv});
     endpoint_name_ = sockaddr_name(adv);
     log_.log(FERRY_LOG_INFO,
              "listening on %s (advertised as %s), %u lanes per peer, "
              "%u I/O thread(s), slices of %llu bytes",
-             sockaddr_name(bound).c_str(), endpoint_name_.c_str(), cfg_.lanes, cfg_.io_threads,
+             sockaddr_name(bound[0]).c_str(), endpoint_name_.c_str(), cfg_.lanes, cfg_.io_threads,
              static_cast<unsigned long long>(cfg_.slice_size));
     return 0;
 }
@@ -110,24 +132,27 @@ Transport::~Transport() {
     peers.clear();
     // 2. Serving: stop accepting, then close served connections (after any accepted
     //    connection still queued to a reactor has been adopted: tasks run in order).
-    if (listener_ && !reactors_.empty()) reactors_[0]->run_sync([&] { listener_->stop(); });
+    if (!reactors_.empty())
+        reactors_[0]->run_sync([&] {
+            for (auto &l : listeners_) l->stop();
+        });
     for (auto &r : reactors_) r->run_sync([&r] { r->dispose_all(); });
     // 3. Threads.
     for (auto &r : reactors_) r->stop();
     reactors_.clear();
-    listener_.reset();
+    listeners_.clear();
     // 4. Staging copies still running for closed connections: their buffers come back (and
     //    their region references drop) when they end.
     stager_.wait_idle();
 }
 
 int Transport::export_endpoint(void *buf, size_t *len, ferry_error_t *err) {
-    if (*len < kEndpointSize) {
-        *len = kEndpointSize;
-        return set_error(err, -ENOSPC, "tcp: endpoint needs %zu bytes", kEndpointSize);
+    if (*len < endpoint_.size()) {
+        *len = endpoint_.size();
+        return set_error(err, -ENOSPC, "tcp: endpoint needs %zu bytes", endpoint_.size());
     }
-    memcpy(buf, endpoint_, kEndpointSize);
-    *len = kEndpointSize;
+    memcpy(buf, endpoint_.data(), endpoint_.size());
+    *len = endpoint_.size();
     return 0;
 }
 
@@ -161,16 +186,26 @@ int Transport::export_mem(uint64_t handle, void *, size_t *len, ferry_error_t *e
 }
 
 int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_error_t *err) {
-    Endpoint ep;
+    std::vector<Endpoint> remote;
     std::string why;
-    if (!decode_endpoint(endpoint, len, &ep, &why)) return set_error(err, -EINVAL, "tcp: %s", why.c_str());
+    if (!decode_rails_endpoint(endpoint, len, &remote, &why)) return set_error(err, -EINVAL, "tcp: %s", why.c_str());
     uint64_t id;
     {
         std::unique_lock lk(peers_mu_);
         id = next_peer_++;
     }
-    auto peer = std::make_shared<Peer>(id, std::move(ep), cfg_, log_, regions_, waiters_, cq_);
-    for (unsigned i = 0; i < cfg_.lanes; ++i) peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()]);
+    std::vector<Rail> rails;
+    for (auto &plan : plan_rails(rails_, remote, cfg_.rails == "auto")) {
+        Rail &r = rails.emplace_back();
+        r.remote = remote[plan.remote];
+        r.source = plan.source;
+        r.source_len = plan.source_len;
+        r.name = std::move(plan.name);
+    }
+    auto peer = std::make_shared<Peer>(id, std::move(rails), cfg_, log_, regions_, waiters_, cq_);
+    for (unsigned r = 0; r < peer->rail_count(); ++r)
+        for (unsigned i = 0; i < cfg_.lanes; ++i)
+            peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()], r);
     int rc = peer->connect_lanes(&why);
     if (rc != 0) {
         peer->close(rc, why);

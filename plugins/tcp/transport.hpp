@@ -59,8 +59,9 @@ private:
     RateLimitedLog peer_log_;
     ServerContext server_ctx_;
     std::vector<std::unique_ptr<Reactor>> reactors_;
-    std::unique_ptr<Listener> listener_;
-    uint8_t endpoint_[kEndpointSize] = {};
+    std::vector<std::unique_ptr<Listener>> listeners_;  // one per rail
+    std::vector<std::string> rails_;                    // tcp.rails resolved (rails.hpp); empty: bind_ip alone
+    std::vector<uint8_t> endpoint_;
     std::string endpoint_name_;
 
     std::shared_mutex peers_mu_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fuzz_check.hpp"
+#include "rails.hpp"
 #include "wire.hpp"
 
 using namespace ferry_tcp;
@@ -45,6 +46,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(!ep.name.empty(), "endpoint name");
     } else {
         FUZZ_CHECK(!why.empty(), "endpoint refusal without a reason");
+    }
+    // The rails form (a list of addresses) or the single one: what decodes encodes back to
+    // bytes that decode to the same addresses.
+    std::vector<Endpoint> rails;
+    why.clear();
+    if (decode_rails_endpoint(data, size, &rails, &why)) {
+        FUZZ_CHECK(!rails.empty() && rails.size() <= kMaxRails, "rail count");
+        std::vector<sockaddr_storage> addrs;
+        for (const auto &r : rails) addrs.push_back(r.addr);
+        auto again = encode_rails_endpoint(addrs);
+        std::vector<Endpoint> back;
+        std::string why2;
+        FUZZ_CHECK(decode_rails_endpoint(again.data(), again.size(), &back, &why2), "rails round trip decodes");
+        FUZZ_CHECK(back.size() == rails.size(), "rails round trip count");
+        for (size_t i = 0; i < back.size(); ++i) FUZZ_CHECK(back[i].name == rails[i].name, "rails round trip address");
+    } else {
+        FUZZ_CHECK(!why.empty(), "rails endpoint refusal without a reason");
     }
     return 0;
 }

@@ -5,7 +5,8 @@
 //
 //   ferry_netns_client <metadata url> <own ip> <transports> <scenario> <name=ip>...
 //   scenarios: transfer A=ip C=ip | kill A=ip C=ip | link A=ip | etcd A=ip D=ip |
-//              failover-tcp F=ip | failover-efa F=ip (transports tcp,efa: the named one first)
+//              failover-tcp F=ip | failover-efa F=ip (transports tcp,efa: the named one first) |
+//              rails <ip:port>=ip <own rail ip> <own rail ip> (metadata P2PHANDSHAKE)
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -105,6 +106,14 @@ Result<void> run(std::vector<Request> reqs, std::chrono::milliseconds limit) {
 }
 
 Result<void> run(std::vector<Request> reqs) { return run(std::move(reqs), std::chrono::seconds(30)); }
+
+Result<void> run_on(Engine &e, std::vector<Request> reqs) {
+    auto b = e.submit(reqs);
+    if (!b) return std::unexpected(b.error());
+    auto w = e.wait(*b, std::chrono::seconds(30));
+    (void)e.free_batch(*b);
+    return w;
+}
 
 uint8_t written_pattern(uint64_t i, size_t transport) {
     return static_cast<uint8_t>((i * 37 + 11 + transport * 101) ^ (i >> 13));
@@ -319,6 +328,72 @@ void scenario_etcd(const Host &survivor, const Host &late) {
 
 }  // namespace
 
+// When each op of a batch of 1 MiB ops ended (seconds after `start`) and which transport carried
+// it, noted every 2 ms by a thread of its own while the scenario cues the script; a failed op
+// or one still in flight after 60 s fails the test.
+struct EndTimes {
+    EndTimes(Engine &e, BatchId b, size_t n, Clock::time_point start)
+        : ended(n, -1), carrier(n), left(n), poller([this, &e, b, start] {
+              while (left.load() > 0) {
+                  if (Clock::now() - start > std::chrono::seconds(60))
+                      fail_test(std::to_string(left.load()) + " ops still in flight 60 s after submit");
+                  for (size_t i = 0; i < ended.size(); ++i) {
+                      if (ended[i] >= 0) continue;
+                      auto st = e.status(b, i);
+                      if (!st) fail_test(st.error().message);
+                      if (st->state == OpState::Pending) continue;
+                      if (st->state == OpState::Failed)
+                          fail_test("op " + std::to_string(i) + " failed: " + st->message);
+                      ended[i] = seconds_since(start);
+                      carrier[i] = st->transport;
+                      left.fetch_sub(1);
+                  }
+                  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              }
+          }) {}
+    ~EndTimes() { join(); }
+    void join() {
+        if (poller.joinable()) poller.join();
+    }
+    void wait_until_left(size_t n) {
+        while (left.load() > n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    // "0.0:94 0.1:115 ...": MB/s of the ops that ended in each 100 ms (after join()).
+    std::string per_100ms() const {
+        double end = *std::max_element(ended.begin(), ended.end());
+        std::string line;
+        for (double w0 = 0; w0 < end; w0 += 0.1) {
+            uint64_t bytes = 0;
+            for (double t : ended)
+                if (t >= w0 && t < w0 + 0.1) bytes += kMiB;
+            char cell[48];
+            std::snprintf(cell, sizeof cell, "%s%.1f:%.0f", line.empty() ? "" : " ", w0, bytes / 0.1 / 1e6);
+            line += cell;
+        }
+        return line;
+    }
+    // The first time after `from` from which every 100 ms window up to the last full one moved at
+    // least `rate` MB/s; -1 when none.
+    double sustained_from(double from, double rate) const {
+        double end = *std::max_element(ended.begin(), ended.end());
+        for (double w0 = from; w0 + 0.1 <= end; w0 += 0.01) {
+            bool ok = true;
+            for (double w = w0; ok && w + 0.1 <= end; w += 0.1) {
+                uint64_t bytes = 0;
+                for (double t : ended)
+                    if (t >= w && t < w + 0.1) bytes += kMiB;
+                ok = bytes / 0.1 / 1e6 >= rate;
+            }
+            if (ok) return w0;
+        }
+        return -1;
+    }
+    std::vector<double> ended;
+    std::vector<std::string> carrier;
+    std::atomic<size_t> left;
+    std::thread poller;
+};
+
 // Failover across hosts: 256 WRITEs of 1 MiB, no transport forced, to a target behind a link
 // shaped by the script; mid-batch the script drops the first transport's packets (tc), its ops
 // stall until their timeout and move to the second transport. tcp.so's op_timeout_ms counts
@@ -350,35 +425,16 @@ void scenario_failover(const Host &host, const std::string &first, const std::st
     auto start = Clock::now();
     auto b = g_engine->submit(writes);
     if (!b) fail_test("submit: " + b.error().message);
-    // A thread notes when each op ended (every 2 ms) while this one cues the script.
-    std::vector<double> ended(kOps, -1);
-    std::vector<std::string> carrier(kOps);
-    std::atomic<size_t> left{kOps};
-    std::thread poller([&] {
-        const auto limit = std::chrono::seconds(60);
-        while (left.load() > 0) {
-            if (Clock::now() - start > limit)
-                fail_test(std::to_string(left.load()) + " ops still in flight 60 s after submit");
-            for (uint64_t i = 0; i < kOps; ++i) {
-                if (ended[i] >= 0) continue;
-                auto st = g_engine->status(*b, i);
-                if (!st) fail_test(st.error().message);
-                if (st->state == OpState::Pending) continue;
-                if (st->state == OpState::Failed) fail_test("op " + std::to_string(i) + " failed: " + st->message);
-                ended[i] = seconds_since(start);
-                carrier[i] = st->transport;
-                left.fetch_sub(1);
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-    });
+    EndTimes times(*g_engine, *b, kOps, start);
     // A quarter of the way through, the script drops the first transport's packets: between the
     // cue and its answer.
-    while (left.load() > kOps * 3 / 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    times.wait_until_left(kOps * 3 / 4);
     double cued_at = seconds_since(start);
     cue("drop-" + first);
     double dropped_at = seconds_since(start);
-    poller.join();
+    times.join();
+    const auto &ended = times.ended;
+    const auto &carrier = times.carrier;
     if (auto w = g_engine->wait(*b, std::chrono::seconds(1)); !w) fail_test("wait: " + w.error().message);
     (void)g_engine->free_batch(*b);
     size_t moved = 0;
@@ -393,16 +449,7 @@ void scenario_failover(const Host &host, const std::string &first, const std::st
     double end = *std::max_element(ended.begin(), ended.end());
     say("  throughput per 100 ms (MB/s), " + first + " dropped between " + fmt_s(cued_at) + " and " +
         fmt_s(dropped_at) + ":");
-    std::string line;
-    for (double w0 = 0; w0 < end; w0 += 0.1) {
-        uint64_t bytes = 0;
-        for (uint64_t i = 0; i < kOps; ++i)
-            if (ended[i] >= w0 && ended[i] < w0 + 0.1) bytes += kMiB;
-        char cell[48];
-        std::snprintf(cell, sizeof cell, "%s%.1f:%.0f", line.empty() ? "" : " ", w0, bytes / 0.1 / 1e6);
-        line += cell;
-    }
-    say("  " + line);
+    say("  " + times.per_100ms());
     size_t before = kOps - moved;
     double rate_first = 0, rate_second = 0;
     {
@@ -448,6 +495,121 @@ void scenario_failover(const Host &host, const std::string &first, const std::st
     (void)g_engine->unregister_memory(back.data());
 }
 
+// Rails (tcp.rails) between two hosts joined by two links the script shaped to different rates:
+// WRITE throughput over each rail alone and over both (printed, with the ratio to the sum),
+// then, over both, one link taken down mid-batch: its slices move to the other rail, every op
+// succeeds and every byte is read back; after the link is back and its pause over, it carries
+// traffic again (the script checks its byte counters).
+double write_rate(Engine &e, const Target &t, uint8_t *src, std::chrono::milliseconds span) {
+    constexpr uint64_t kBatch = 32, kInFlight = 4;
+    std::vector<Request> reqs;
+    for (uint64_t i = 0; i < kBatch; ++i)
+        reqs.push_back({Opcode::Write, src + i * kMiB, t.seg, t.base + i * kMiB, kMiB, ""});
+    std::vector<BatchId> flying;
+    uint64_t bytes = 0;
+    auto start = Clock::now();
+    while (Clock::now() - start < span || !flying.empty()) {
+        while (flying.size() < kInFlight && Clock::now() - start < span) {
+            auto b = e.submit(reqs);
+            if (!b) fail_test("submit: " + b.error().message);
+            flying.push_back(*b);
+        }
+        if (auto w = e.wait(flying.front(), std::chrono::seconds(30)); !w) fail_test("wait: " + w.error().message);
+        (void)e.free_batch(flying.front());
+        flying.erase(flying.begin());
+        bytes += kBatch * kMiB;
+    }
+    return static_cast<double>(bytes) / seconds_since(start) / 1e6;
+}
+
+void scenario_rails(const Host &host, const Config &base, const std::string &rail1, const std::string &rail2) {
+    constexpr uint64_t kOps = 256;
+    std::vector<uint8_t> src(kOps * kMiB), back(kOps * kMiB);
+    for (uint64_t i = 0; i < src.size(); ++i) src[i] = written_pattern(i, 5);
+    auto engine_with = [&](const std::string &rails) {
+        Config cfg = base;
+        cfg["tcp.rails"] = rails;
+        auto e = Engine::create(cfg);
+        if (!e) fail_test("engine with tcp.rails=" + rails + ": " + e.error().message);
+        if (auto r = (*e)->register_memory(src.data(), src.size()); !r) fail_test(r.error().message);
+        if (auto r = (*e)->register_memory(back.data(), back.size()); !r) fail_test(r.error().message);
+        return std::move(*e);
+    };
+    auto open = [&](Engine &e) {
+        auto seg = e.open_segment(host.name);
+        if (!seg) fail_test("open " + host.name + ": " + seg.error().message);
+        auto regions = e.segment_regions(*seg);
+        if (!regions || regions->empty() || regions->front().length < kOps * kMiB)
+            fail_test(host.name + " has no region of " + std::to_string(kOps) + " MiB");
+        return Target{host, *seg, regions->front().addr, regions->front().length};
+    };
+    const auto span = std::chrono::milliseconds(1500);
+    double rate[3];
+    const std::string names[3] = {rail1, rail2, rail1 + "," + rail2};
+    for (int k = 0; k < 3; ++k) {
+        auto e = engine_with(names[k]);
+        Target t = open(*e);
+        (void)write_rate(*e, t, src.data(), std::chrono::milliseconds(300));  // connect, learn the rails
+        rate[k] = write_rate(*e, t, src.data(), span);
+        say("  WRITE 1 MiB, 4 x 32 in flight, tcp.rails=" + names[k] + ": " + std::to_string(int(rate[k])) + " MB/s");
+    }
+    char summary[200];
+    std::snprintf(summary, sizeof summary, "both rails %.0f MB/s = %.2fx the sum of each alone (%.0f + %.0f MB/s)",
+                  rate[2], rate[2] / (rate[0] + rate[1]), rate[0], rate[1]);
+    pass(std::string("rails of different rates measured: ") + summary);
+    // Equal rails: the script shapes rail 2 like rail 1.
+    cue("equal-rails");
+    for (int k = 1; k < 3; ++k) {
+        auto e = engine_with(names[k]);
+        Target t = open(*e);
+        (void)write_rate(*e, t, src.data(), std::chrono::milliseconds(300));
+        rate[k] = write_rate(*e, t, src.data(), span);
+        say("  equal rails, tcp.rails=" + names[k] + ": " + std::to_string(int(rate[k])) + " MB/s");
+    }
+    std::snprintf(summary, sizeof summary, "both equal rails %.0f MB/s = %.2fx one alone (%.0f MB/s)", rate[2],
+                  rate[2] / rate[1], rate[1]);
+    pass(std::string("equal rails measured: ") + summary);
+
+    auto e = engine_with(names[2]);
+    Target t = open(*e);
+    (void)write_rate(*e, t, src.data(), std::chrono::milliseconds(300));
+    std::vector<Request> writes;
+    for (uint64_t i = 0; i < kOps; ++i)
+        writes.push_back({Opcode::Write, src.data() + i * kMiB, t.seg, t.base + i * kMiB, kMiB, ""});
+    auto start = Clock::now();
+    auto b = e->submit(writes);
+    if (!b) fail_test("submit: " + b.error().message);
+    EndTimes times(*e, *b, kOps, start);
+    times.wait_until_left(kOps * 3 / 4);
+    double cued_at = seconds_since(start);
+    auto cut_at = Clock::now();
+    cue("rail-down");
+    double down_at = seconds_since(start);
+    times.join();
+    say("  throughput per 100 ms (MB/s), rail 2 down between " + fmt_s(cued_at) + " and " + fmt_s(down_at) + ":");
+    say("  " + times.per_100ms());
+    double held = times.sustained_from(down_at, 0.9 * rate[0]);
+    char recovered[160];
+    std::snprintf(
+        recovered, sizeof recovered,
+        "throughput held >= 0.9x rail 1 alone (%.0f MB/s) from %.0f-%.0f ms after the cut (op_timeout_ms 300)",
+        0.9 * rate[0], (held - down_at) * 1e3, (held - cued_at) * 1e3);
+    if (held >= 0) say(std::string("  ") + recovered);
+    auto w = e->wait(*b, std::chrono::seconds(60));
+    if (!w) fail_test(std::to_string(kOps) + " WRITEs with a rail taken down mid-batch: " + w.error().message);
+    double all_done = seconds_since(cut_at);
+    (void)e->free_batch(*b);
+    if (auto r = run_on(*e, {{Opcode::Read, back.data(), t.seg, t.base, kOps * kMiB, ""}}); !r)
+        fail_test("read back: " + r.error().message);
+    if (std::memcmp(src.data(), back.data(), src.size()) != 0) fail_test("bytes written did not read back equal");
+    pass("a rail taken down mid-batch (" + std::to_string(kOps) + " x 1 MiB WRITEs): every op succeeded, the last " +
+         fmt_s(all_done) + " after the cut; every byte read back");
+    cue("rail-up");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // past the rail's pause (1 s)
+    (void)write_rate(*e, t, src.data(), std::chrono::milliseconds(500));
+    cue("rail-used");
+}
+
 int main(int argc, char **argv) {
     if (argc < 6) {
         std::fprintf(stderr, "usage: ferry_netns_client <metadata> <own ip> <transports> <scenario> <name=ip>...\n");
@@ -456,8 +618,13 @@ int main(int argc, char **argv) {
     std::string metadata = argv[1], ip = argv[2], scenario = argv[4];
     g_transports = split(argv[3], ',');
     std::vector<Host> hosts;
+    std::vector<std::string> extra;  // rails: this host's rail addresses
     for (int i = 5; i < argc; ++i) {
         std::string a = argv[i];
+        if (scenario == "rails" && i > 5) {
+            extra.push_back(a);
+            continue;
+        }
         auto eq = a.find('=');
         if (eq == std::string::npos) fail_test("argument '" + a + "' is not name=ip");
         hosts.push_back({a.substr(0, eq), a.substr(eq + 1)});
@@ -487,6 +654,14 @@ int main(int argc, char **argv) {
         cfg["tcp.op_timeout_ms"] = std::to_string(kTcpStallMs);
         cfg["efa.op_timeout_ms"] = std::to_string(kEfaOpTimeoutMs);
         cfg["path_cooldown_ms"] = std::to_string(kFailoverCooldownMs);
+    }
+    if (scenario == "rails") {
+        cfg.erase("local_server_name");  // P2PHANDSHAKE: named by its control server's address
+        cfg["tcp.op_timeout_ms"] = "300";
+        if (hosts.size() != 1 || extra.size() != 2) fail_test("rails: <ip:port>=ip <rail ip> <rail ip>");
+        scenario_rails(hosts[0], cfg, extra[0], extra[1]);
+        say("DONE " + scenario);
+        return 0;
     }
     auto e = Engine::create(cfg);
     if (!e) fail_test("engine: " + e.error().message);

@@ -254,7 +254,7 @@ run_client() { # scenario hosts... ; cues are answered by the function in $on_wa
   shift
   mkfifo "$work/client-$scenario.in"
   : >"$work/client-$scenario.out" # before the loop below reads it
-  ip netns exec "$p-b" "$client_bin" "$metadata" "$net.2" "$transports" "$scenario" "$@" \
+  ip netns exec "$p-${client_ns:-b}" "$client_bin" "${client_metadata:-$metadata}" "${client_ip:-$net.2}" "$transports" "$scenario" "$@" \
     <"$work/client-$scenario.in" >"$work/client-$scenario.out" 2>"$work/client-$scenario.err" &
   local pid=$!
   pids+=("$pid")
@@ -375,7 +375,15 @@ check_alive A D
 # way (tc htb; this kernel has no netem), then one transport's packets from a target in host a
 # dropped mid-batch (a tc u32 filter sending them to an 8 bit/s class): its ops stall for
 # op_timeout_ms and move to the other transport, every op succeeds, every byte is checked.
-if [[ ",$transports," == *,efa,* ]]; then
+# tc's htb qdisc and u32 filter shape and drop below; a kernel without them skips those parts.
+have_htb() {
+  in_ns br tc qdisc add dev br0 root handle 1: htb default 10 2>/dev/null &&
+    in_ns br tc filter add dev br0 parent 1: protocol ip prio 1 u32 match ip sport 1 0xffff flowid 1:10 2>/dev/null &&
+    in_ns br tc qdisc del dev br0 root 2>/dev/null
+}
+if ! have_htb; then
+  echo "NOTE: this kernel has no tc htb qdisc or u32 filter: failover across hosts and rails (which shape links with them) not run"
+elif [[ ",$transports," == *,efa,* ]]; then
   f_tcp_port=7471 # F's tcp.so listens here; anything else F sends is efa's (or etcd's, allowed)
   launch_target a F --size 268435456 --option tcp.port=$f_tcp_port
   wait_ready F
@@ -413,6 +421,65 @@ if [[ ",$transports," == *,efa,* ]]; then
 else
   echo "NOTE: failover across hosts needs two transports (tcp,efa): not run"
 fi
+
+# 6. Rails: two more hosts, x and y, joined by two links of their own (no bridge), shaped to
+# 1 and 3 Gbit/s; tcp.rails names both addresses on each side. The client measures each rail
+# alone and both (printed), then takes rail 2 down mid-batch (its slices move to rail 1: no op
+# fails) and brings it back (it carries traffic again after its pause).
+have_htb && {
+ip netns add "$p-x"
+ip netns add "$p-y"
+declare -A rail_rate=([1]=1gbit [2]=3gbit)
+for r in 1 2; do
+  ip link add "${p}x$r" netns "$p-x" type veth peer name "${p}y$r" netns "$p-y"
+  in_ns x ip addr add "10.213.7$r.1/24" dev "${p}x$r"
+  in_ns y ip addr add "10.213.7$r.2/24" dev "${p}y$r"
+  for h in x y; do
+    in_ns $h ip link set "${p}$h$r" up
+    in_ns $h tc qdisc add dev "${p}$h$r" root handle 1: htb default 10
+    in_ns $h tc class add dev "${p}$h$r" parent 1: classid 1:10 htb rate "${rail_rate[$r]}" ceil "${rail_rate[$r]}"
+  done
+done
+in_ns x ip link set lo up
+in_ns y ip link set lo up
+mkfifo "$work/R.in"
+ip netns exec "$p-x" "$peer_bin" --size 268435456 --option metadata=P2PHANDSHAKE --option local_ip=10.213.71.1 \
+  --option rpc_port=7600 --option plugins=tcp --option tcp.rails=10.213.71.1,10.213.72.1 --option host_id=host-x \
+  <"$work/R.in" >"$work/R.out" 2>"$work/R.err" &
+R_pid=$!
+pids+=("$R_pid")
+exec {R_fd}>"$work/R.in"
+targets+=(R)
+wait_ready R
+pass "rails: hosts x and y joined by two links, 1 and 3 Gbit/s each way (tc htb); target R serves tcp.rails=10.213.71.1,10.213.72.1"
+rail2_tx=0
+rail_event() {
+  local dev="${p}y2" now
+  case "$1" in
+    equal-rails)
+      for h in x y; do in_ns $h tc class change dev "${p}${h}2" parent 1: classid 1:10 htb rate 1gbit ceil 1gbit; done
+      log "rail 2 shaped to 1 Gbit/s, as rail 1"
+      ;;
+    rail-down)
+      in_ns y ip link set "$dev" down
+      log "rail 2 ($dev) down"
+      ;;
+    rail-up)
+      in_ns y ip link set "$dev" up
+      rail2_tx=$(in_ns y cat "/sys/class/net/$dev/statistics/tx_bytes")
+      log "rail 2 ($dev) up"
+      ;;
+    rail-used)
+      now=$(in_ns y cat "/sys/class/net/$dev/statistics/tx_bytes")
+      [ $((now - rail2_tx)) -gt 20000000 ] || die "rail 2 sent $((now - rail2_tx)) bytes after it came back: not used again"
+      pass "after it came back and its pause ended, rail 2 carried $(((now - rail2_tx) / 1000000)) MB again"
+      ;;
+  esac
+}
+on_wait=rail_event client_ns=y client_metadata=P2PHANDSHAKE client_ip=10.213.71.2 transports=tcp \
+  run_client rails "10.213.71.1:7600=10.213.71.1" 10.213.71.2 10.213.72.2
+check_alive R
+}
 
 check_routes
 status=0

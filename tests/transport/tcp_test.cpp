@@ -200,7 +200,7 @@ TEST_F(TcpTest, OptionErrorsNameTheKeyAndTheAcceptedValues) {
     const Options bad[] = {
         {{"lanes", "0"}},       {{"lanes", "two"}},     {{"port", "70000"}},       {{"bind_ip", "localhost"}},
         {{"slice_size", "1"}},  {{"slice_size", "1x"}}, {{"op_timeout_ms", "-1"}}, {{"connect_timeout_ms", ""}},
-        {{"io_threads", "65"}}, {{"sndbuf", "12"}},     {{"advertise_ip", "a.b"}},
+        {{"io_threads", "65"}}, {{"sndbuf", "12"}},     {{"advertise_ip", "a.b"}}, {{"rails", "10.0.0.1,eth0"}},
     };
     for (const Options &o : bad) {
         Instance i(*plugin_, o);
@@ -217,6 +217,47 @@ TEST_F(TcpTest, OptionErrorsNameTheKeyAndTheAcceptedValues) {
     auto good = make(
         {{"lanes", "4"}, {"slice_size", "256k"}, {"sndbuf", "1m"}, {"op_timeout_ms", "0"}, {"bind_ip", "127.0.0.1"}});
     EXPECT_TRUE(good);
+}
+
+// tcp.rails is checked against the host's own addresses when the instance starts: an address
+// it does not have, one listed twice, or advertise_ip beside several rails stop it, saying why
+// and what to do. (Several rails at work: tests/netns, which makes hosts with two links.)
+TEST_F(TcpTest, RailsTheHostCannotServeAreRefusedWithTheFix) {
+    Instance absent(*plugin_, {{"rails", "127.0.0.1,192.0.2.77"}});
+    EXPECT_EQ(absent.create_rc(), -EINVAL);
+    EXPECT_NE(absent.last_error().find("'192.0.2.77' is not an address of this host"), std::string::npos)
+        << absent.last_error();
+    EXPECT_NE(absent.last_error().find("ip -brief address"), std::string::npos) << absent.last_error();
+    EXPECT_NE(absent.last_error().find("127.0.0.1"), std::string::npos) << "lists the host's addresses";
+    Instance twice(*plugin_, {{"rails", "127.0.0.1,127.0.0.1"}});
+    EXPECT_EQ(twice.create_rc(), -EINVAL);
+    EXPECT_NE(twice.last_error().find("listed twice"), std::string::npos) << twice.last_error();
+}
+
+// One rail named explicitly: lanes leave from its address (bound before connecting) and the
+// endpoint keeps the single-address form, which peers without rails read.
+TEST_F(TcpTest, OneRailKeepsTheSingleAddressEndpointAndMovesData) {
+    auto s = make({{"rails", "127.0.0.1"}});
+    auto c = make({{"rails", "127.0.0.1"}});
+    ASSERT_TRUE(s && c);
+    auto ep = s->endpoint();
+    ASSERT_EQ(ep.size(), 28u);
+    std::vector<uint8_t> remote(1 << 20), local(1 << 20);
+    fill_pattern(remote.data(), remote.size(), 3);
+    uint64_t rh, lh, peer, rmem;
+    ASSERT_EQ(s->register_mem(remote.data(), remote.size(), FERRY_ACCESS_REMOTE_READ, &rh), 0) << s->last_error();
+    ASSERT_EQ(c->register_mem(local.data(), local.size(), 0, &lh), 0);
+    ASSERT_EQ(c->connect(ep, &peer), 0) << c->last_error();
+    ASSERT_EQ(
+        c->import_mem(peer, reinterpret_cast<uint64_t>(remote.data()), remote.size(), FERRY_ACCESS_REMOTE_READ, &rmem),
+        0);
+    ASSERT_EQ(c->submit(peer, {make_op(FERRY_OP_READ, reinterpret_cast<uint64_t>(local.data()), lh,
+                                       reinterpret_cast<uint64_t>(remote.data()), rmem, remote.size(), 1)}),
+              0);
+    auto done = c->wait(1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, 0) << done[0].message;
+    EXPECT_EQ(find_mismatch(local.data(), local.size(), 3), SIZE_MAX);
 }
 
 // Without the host's staging calls (test_host offers none) device memory is refused; with them
