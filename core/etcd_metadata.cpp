@@ -9,6 +9,7 @@
 // restart loses leases), the keep-alive loop registers the segment again. TLS and etcd's
 // user/password authentication are EtcdClient's (etcd_client.hpp).
 #include <unistd.h>
+#include <atomic>
 
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
@@ -65,13 +66,18 @@ public:
             std::lock_guard lock(mutex_);
             stop_ = true;
         }
+        {
+            std::lock_guard lock(keepalive_mutex_);
+            keepalive_stop_ = true;
+        }
         watch_stop_ = true;
         stop_cv_.notify_all();
+        keepalive_cv_.notify_all();
         if (keepalive_.joinable()) keepalive_.join();
         if (watch_.joinable()) watch_.join();
         // Leave at once on a clean shutdown instead of waiting for the lease to run out.
         std::lock_guard lock(mutex_);
-        if (lease_ != 0) (void)call(client_, "/v3/lease/revoke", cat("{\"ID\":\"", lease_, "\"}"));
+        if (lease_ != 0) (void)call(client_, "/v3/lease/revoke", cat("{\"ID\":\"", lease_.load(), "\"}"));
     }
 
     // Registers with retries: an engine may start while etcd is briefly unreachable.
@@ -195,7 +201,7 @@ private:
         bool first = true;
         for (auto &[k, v] : w.puts) {
             body += cat(first ? "" : ",", "{\"request_put\":{\"key\":\"", base64_encode(k), "\",\"value\":\"",
-                        base64_encode(v), "\",\"lease\":\"", lease_, "\"}}");
+                        base64_encode(v), "\",\"lease\":\"", lease_.load(), "\"}}");
             first = false;
         }
         for (auto &[from, to] : w.deletes) {
@@ -218,15 +224,17 @@ private:
     void keepalive_loop() {
         HttpClient client(etcd_.tls());
         bool outage = false;
-        std::unique_lock lock(mutex_);
         auto period = std::chrono::milliseconds(std::max(200, settings_.lease_ttl_s * 1000 / 3));
-        while (!stop_cv_.wait_for(lock, period, [&] { return stop_; })) {
-            // Publishing and fetching go on while this request waits on a slow etcd.
-            std::string request = cat("{\"ID\":\"", lease_, "\"}");
-            lock.unlock();
-            auto alive = call(client, "/v3/lease/keepalive", request);
-            lock.lock();
-            if (stop_) break;
+        for (;;) {
+            {
+                std::unique_lock wake(keepalive_mutex_);
+                if (keepalive_cv_.wait_for(wake, period, [&] { return keepalive_stop_; })) return;
+            }
+            // Without mutex_: a publish holds it for as long as its transactions take (100,000
+            // regions are hundreds of them, seconds under a sanitizer), and the lease must not
+            // run out meanwhile (its keys, the segment, would vanish from etcd). Publishing and
+            // fetching go on while this request waits on a slow etcd, too.
+            auto alive = call(client, "/v3/lease/keepalive", cat("{\"ID\":\"", lease_.load(), "\"}"));
             bool expired = false;
             if (alive) {
                 auto tree = parse_json(*alive);
@@ -241,6 +249,13 @@ private:
                 outage = true;
                 continue;
             }
+            if (!expired && !dirty_) {
+                if (outage) FERRY_LOG(Info, "etcd", "etcd reachable again");
+                outage = false;
+                continue;
+            }
+            std::unique_lock lock(mutex_);
+            if (stop_) return;
             if (expired) {
                 // A fresh lease first; until it is granted the old one keeps reading as expired.
                 if (auto g = grant_locked(client); !g) {
@@ -366,13 +381,16 @@ private:
     static constexpr size_t kTxnBytes = 640u << 10;
     static constexpr size_t kFetchPage = 512;
 
-    std::mutex mutex_;  // client_, lease_, parts_, published_, dirty_, stop_
+    std::mutex mutex_;  // client_, parts_, published_, stop_; lease_ and dirty_ are written under it
     std::condition_variable stop_cv_;
+    std::mutex keepalive_mutex_;  // keepalive_stop_: the keep-alive loop sleeps on it, never on mutex_
+    std::condition_variable keepalive_cv_;
+    bool keepalive_stop_ = false;
     HttpClient client_;
-    int64_t lease_ = 0;
+    std::atomic<int64_t> lease_{0};
     DescriptorParts parts_;
     bool published_ = false;
-    bool dirty_ = false;  // etcd may hold a partial change: write everything again
+    std::atomic<bool> dirty_{false};  // etcd may hold a partial change: write everything again
     bool stop_ = false;
     std::atomic<bool> watch_stop_{false};
 

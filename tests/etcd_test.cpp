@@ -27,6 +27,17 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Joins a thread when the test returns, an assertion's early return included (a joinable
+// std::thread destroyed terminates the process), after setting `stop` where one is given.
+struct JoinOnExit {
+    std::thread &thread;
+    std::atomic<bool> *stop = nullptr;
+    ~JoinOnExit() {
+        if (stop) *stop = true;
+        if (thread.joinable()) thread.join();
+    }
+};
+
 uint16_t free_port() {
     static uint16_t next = static_cast<uint16_t>(23000 + (getpid() % 2000) * 4);
     next += 2;
@@ -300,6 +311,7 @@ TEST_F(EtcdTest, AReaderRacingRegistersAndUnregistersNeverSeesATornOrStaleDescri
         }
         done = true;
     });
+    JoinOnExit joiner{w};
     auto seg = (*reader)->open_segment("writer");
     ASSERT_TRUE(seg) << seg.error().message;
     size_t fetches = 0, nonempty = 0;
@@ -396,6 +408,7 @@ TEST_F(EtcdTest, AHundredThousandRegionsInOneBatchNeverShowAReaderATornDescripto
             partial += hi - lo < kRegions;
         }
     });
+    JoinOnExit joiner{watch, &stop};  // an assertion below returns early: the watcher stops first
     auto r = (*target)->register_memory_batch(ranges);
     EXPECT_TRUE(r) << r.error().message;
     auto regions = (*reader)->segment_regions(*seg);
