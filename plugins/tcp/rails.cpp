@@ -91,8 +91,9 @@ int resolve_rails(const Config &cfg, std::vector<std::string> *out, std::string 
                     out->push_back(h.ip);
                 }
         if (out->empty()) {
-            *why = "rails=auto: this host has no address on an interface that is up, besides loopback; set "
-                   "tcp.rails to a list of addresses or leave it unset (bind_ip alone)";
+            *why =
+                "rails=auto: this host has no address on an interface that is up, besides loopback; set "
+                "tcp.rails to a list of addresses or leave it unset (bind_ip alone)";
             return -EINVAL;
         }
         return 0;
@@ -102,9 +103,10 @@ int resolve_rails(const Config &cfg, std::vector<std::string> *out, std::string 
         bool known = false;
         for (const auto &h : host) known = known || h.ip == ip;
         if (!known) {
-            *why = strprintf("rails: '%s' is not an address of this host (its addresses: %s); list addresses that "
-                             "`ip -brief address` shows, or use rails=auto",
-                             ip.c_str(), listed(host).c_str());
+            *why = strprintf(
+                "rails: '%s' is not an address of this host (its addresses: %s); list addresses that "
+                "`ip -brief address` shows, or use rails=auto",
+                ip.c_str(), listed(host).c_str());
             return -EINVAL;
         }
         for (const auto &seen : *out)
@@ -138,7 +140,7 @@ std::vector<uint8_t> encode_rails_endpoint(const std::vector<sockaddr_storage> &
         const uint8_t *bytes = addr_bytes(addrs[i], &n);
         r[0] = addrs[i].ss_family == AF_INET6 ? 6 : 4;
         uint16_t port = addrs[i].ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6 *>(&addrs[i])->sin6_port
-                                                        : reinterpret_cast<const sockaddr_in *>(&addrs[i])->sin_port;
+                                                       : reinterpret_cast<const sockaddr_in *>(&addrs[i])->sin_port;
         put_le16(r + 2, ntohs(port));
         memcpy(r + 4, bytes, n);
     }
@@ -151,8 +153,8 @@ bool decode_rails_endpoint(const void *buf, size_t len, std::vector<Endpoint> *o
     if (buf != nullptr && len >= kRailsHeader && get_le32(p) == kRailsMagic && get_le16(p + 4) == kRailsVersion) {
         size_t n = p[6];
         if (n < 2 || n > kMaxRails || len != kRailsHeader + kRailRecord * n) {
-            *why = strprintf("tcp endpoint with %zu rails is %zu bytes; 2..%zu rails of %zu bytes each expected", n, len,
-                             kMaxRails, kRailRecord);
+            *why = strprintf("tcp endpoint with %zu rails is %zu bytes; 2..%zu rails of %zu bytes each expected", n,
+                             len, kMaxRails, kRailRecord);
             return false;
         }
         for (size_t i = 0; i < n; ++i) {
