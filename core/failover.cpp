@@ -18,36 +18,9 @@
 #include "log.hpp"
 
 namespace ferry {
-namespace {
-
-// A failure of the path rather than of the op: the same op may succeed on another path. A
-// bounds, access, authentication or protocol refusal (EFAULT, EACCES, EPERM, EPROTO, EINVAL),
-// a cancellation (ECANCELED: the engine or the segment went away) and a peer process that
-// exited (ESRCH) are the op's own outcome and are never retried.
-bool is_path_error(int code) {
-    switch (code < 0 ? -code : code) {
-        case ECONNRESET:
-        case ECONNREFUSED:
-        case ECONNABORTED:
-        case EPIPE:
-        case ETIMEDOUT:
-        case ENETDOWN:
-        case ENETUNREACH:
-        case ENETRESET:
-        case EHOSTUNREACH:
-        case EHOSTDOWN:
-        case ENOTCONN:
-        case ESHUTDOWN:
-        case ENOLINK:
-        case ENODEV: return true;
-        default: return false;
-    }
-}
-
-}  // namespace
 
 bool Engine::Impl::fail_over(OpRecord &op, size_t transport, int code, std::string_view message) {
-    if (op.forced || op.staged || op.attempts >= settings.max_failover_attempts || !is_path_error(code) ||
+    if (op.forced || op.staged || op.attempts >= settings.max_failover_attempts || !ferry_is_path_error(code) ||
         connector_stopping.load(std::memory_order_relaxed))
         return false;
     if (std::chrono::steady_clock::now() - op.batch->submitted >= settings.failover_deadline) return false;

@@ -70,6 +70,7 @@
 #ifndef FERRY_PLUGIN_H
 #define FERRY_PLUGIN_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -273,6 +274,33 @@ typedef struct ferry_completion {
     uint32_t reserved;
     char message[FERRY_MESSAGE_MAX]; /* set when status != 0 */
 } ferry_completion_t;
+
+/* Whether a failed status means the path broke (the connection or network under the op: reset,
+ * refused, a stall that timed out, a network, host or device gone) rather than the op itself
+ * (a bounds, access or authentication refusal, a protocol error, a cancellation, a peer process
+ * that exited). The host posts an op that failed this way again on another path to the same peer
+ * (docs/FAILOVER.md), and a plugin with several paths of its own (tcp.so's rails) may move it
+ * first; a plugin reports a path's failure with one of these codes and anything else otherwise. */
+static inline int ferry_is_path_error(int status) {
+    switch (status < 0 ? -status : status) {
+        case ECONNRESET:
+        case ECONNREFUSED:
+        case ECONNABORTED:
+        case EPIPE:
+        case ETIMEDOUT:
+        case ENETDOWN:
+        case ENETUNREACH:
+        case ENETRESET:
+        case EHOSTUNREACH:
+        case EHOSTDOWN:
+        case ENOTCONN:
+        case ESHUTDOWN:
+        case ENOLINK:
+        case ENODEV:
+        case EADDRNOTAVAIL: return 1;
+        default: return 0;
+    }
+}
 
 /* A transport instance; its layout is private to the plugin. */
 typedef struct ferry_transport ferry_transport_t;

@@ -19,24 +19,6 @@ namespace ferry_tcp {
 
 namespace {
 
-// A failure of the connection or the network under it (another rail may carry the slices), not
-// a refusal, a protocol error or a cancellation.
-bool is_path_failure(int status) {
-    switch (-status) {
-        case ECONNRESET:
-        case ECONNREFUSED:
-        case ECONNABORTED:
-        case EPIPE:
-        case ETIMEDOUT:
-        case ENETDOWN:
-        case ENETUNREACH:
-        case EHOSTUNREACH:
-        case EHOSTDOWN:
-        case ENOTCONN:
-        case EADDRNOTAVAIL: return true;
-        default: return false;
-    }
-}
 constexpr uint64_t kBudget = 16ull << 20;  // bytes moved per wake-up before yielding
 constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 // Waiter mode: the reactor still sees hang-ups (they wake every waiter, whatever its mask) and
@@ -154,7 +136,7 @@ void Lane::fail(int status, const std::string &why, State next) {
     // this thread was the one receiving).
     const size_t own = failed.size();
     bool moved = false;
-    if (next != State::Closed && is_path_failure(status) && peer_.rail_count() > 1) {
+    if (next != State::Closed && ferry_is_path_error(status) && peer_.rail_count() > 1) {
         Batch waiting;
         {
             std::lock_guard lk(in_mu_);

@@ -397,6 +397,30 @@ struct EndTimes {
     std::thread poller;
 };
 
+// Submits `writes` and, a quarter of the way through, cues the script to break a path (it does
+// so between the cue and its answer); returns once every op ended, with when each did.
+struct CutRun {
+    BatchId batch = 0;
+    std::unique_ptr<EndTimes> times;
+    double cued_at = 0, cut_at = 0;  // seconds after submit
+    Clock::time_point start;
+};
+
+CutRun run_and_cut(Engine &e, const std::vector<Request> &writes, const std::string &cue_name) {
+    CutRun run;
+    run.start = Clock::now();
+    auto b = e.submit(writes);
+    if (!b) fail_test("submit: " + b.error().message);
+    run.batch = *b;
+    run.times = std::make_unique<EndTimes>(e, *b, writes.size(), run.start);
+    run.times->wait_until_left(writes.size() * 3 / 4);
+    run.cued_at = seconds_since(run.start);
+    cue(cue_name);
+    run.cut_at = seconds_since(run.start);
+    run.times->join();
+    return run;
+}
+
 // Failover across hosts: 256 WRITEs of 1 MiB, no transport forced, to a target behind a link
 // shaped by the script; mid-batch the script drops the first transport's packets (tc), its ops
 // stall until their timeout and move to the second transport. tcp.so's op_timeout_ms counts
@@ -425,17 +449,10 @@ void scenario_failover(const Host &host, const std::string &first, const std::st
     for (const auto &tr : {first, second})
         if (auto r = run({{Opcode::Read, back.data(), t.seg, t.base, 4096, tr}}); !r)
             fail_test("warm-up read over " + tr + ": " + r.error().message);
-    auto start = Clock::now();
-    auto b = g_engine->submit(writes);
-    if (!b) fail_test("submit: " + b.error().message);
-    EndTimes times(*g_engine, *b, kOps, start);
-    // A quarter of the way through, the script drops the first transport's packets: between the
-    // cue and its answer.
-    times.wait_until_left(kOps * 3 / 4);
-    double cued_at = seconds_since(start);
-    cue("drop-" + first);
-    double dropped_at = seconds_since(start);
-    times.join();
+    CutRun cut = run_and_cut(*g_engine, writes, "drop-" + first);
+    auto b = &cut.batch;
+    const EndTimes &times = *cut.times;
+    const double cued_at = cut.cued_at, dropped_at = cut.cut_at;
     const auto &ended = times.ended;
     const auto &carrier = times.carrier;
     if (auto w = g_engine->wait(*b, std::chrono::seconds(1)); !w) fail_test("wait: " + w.error().message);
@@ -594,16 +611,12 @@ void scenario_rails(const Host &host, const Config &base, const std::string &rai
         writes.push_back({Opcode::Write, src.data() + (i % kOps) * kMiB, t.seg, t.base + (i % kOps) * kMiB, kMiB, ""});
     for (const std::string how : {"down", "blackhole"}) {
         std::memset(back.data(), 0, back.size());
-        auto start = Clock::now();
-        auto b = e->submit(writes);
-        if (!b) fail_test("submit: " + b.error().message);
-        EndTimes times(*e, *b, kFailOps, start);
-        times.wait_until_left(kFailOps * 3 / 4);
-        double cued_at = seconds_since(start);
-        auto cut_at = Clock::now();
-        cue("rail-" + how);
-        double down_at = seconds_since(start);
-        times.join();
+        CutRun run = run_and_cut(*e, writes, "rail-" + how);
+        auto b = &run.batch;
+        const EndTimes &times = *run.times;
+        const double cued_at = run.cued_at, down_at = run.cut_at;
+        const auto cut_at =
+            run.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(down_at));
         say("  throughput per 100 ms (MB/s), rail 2 " + how + " between " + fmt_s(cued_at) + " and " + fmt_s(down_at) +
             ":");
         say("  " + times.per_100ms());
