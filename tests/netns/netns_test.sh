@@ -444,14 +444,16 @@ in_ns x ip link set lo up
 in_ns y ip link set lo up
 mkfifo "$work/R.in"
 ip netns exec "$p-x" "$peer_bin" --size 268435456 --option metadata=P2PHANDSHAKE --option local_ip=10.213.71.1 \
-  --option rpc_port=7600 --option plugins=tcp --option tcp.rails=10.213.71.1,10.213.72.1 --option host_id=host-x \
+  --option rpc_port=7600 --option plugins=tcp --option tcp.rails=auto --option host_id=host-x \
   <"$work/R.in" >"$work/R.out" 2>"$work/R.err" &
 R_pid=$!
 pids+=("$R_pid")
 exec {R_fd}>"$work/R.in"
 targets+=(R)
 wait_ready R
-pass "rails: hosts x and y joined by two links, 1 and 3 Gbit/s each way (tc htb); target R serves tcp.rails=10.213.71.1,10.213.72.1"
+rails_line=$(grep -m1 "listening on 2 rails" "$work/R.err") || die "R (tcp.rails=auto) does not listen on both of host x's addresses: $(grep -m1 listening "$work/R.err")"
+grep -q "10.213.71.1:" <<<"$rails_line" && grep -q "10.213.72.1:" <<<"$rails_line" || die "R's rails are not host x's two addresses: $rails_line"
+pass "rails: hosts x and y joined by two links, 1 and 3 Gbit/s each way (tc htb); target R with tcp.rails=auto found both of host x's addresses (${rails_line#*tcp: })"
 rail_event() {
   local dev="${p}y2"
   case "$1" in
