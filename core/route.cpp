@@ -154,6 +154,9 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
     std::optional<size_t> staged_choice;
     std::optional<std::pair<size_t, bool>> paused_choice;  // (transport, staged)
     const auto now = std::chrono::steady_clock::now();
+    // Pauses that ended go, whichever transport this op takes: route_fast serves the segment
+    // again only once none is left.
+    std::erase_if(seg.paused, [&](const auto &p) { return now >= p.second.until; });
     // A transport that cannot connect (a kernel forbidding cross-process access, a peer port
     // unreachable) is skipped for the next one, unless the request forced it.
     for (size_t t : forced ? std::span<const size_t>(&*forced, 1) : std::span<const size_t>(priority)) {
@@ -171,18 +174,14 @@ Result<Route> Engine::Impl::route(RemoteSegment &seg, const Request &rq, size_t 
         // A paused path (failover.cpp) is left for the others until its pause ends; where it is
         // the only one, a new op probes it, an op being failed over does not.
         if (auto p = seg.paused.find(t); p != seg.paused.end() && !forced) {
-            if (now >= p->second.until) {
-                seg.paused.erase(p);
-            } else {
-                if (attempts.failover) {
-                    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p->second.until - now).count();
-                    tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": paused for ", left,
-                                 " more ms after it failed (", p->second.why, ")");
-                } else if (!paused_choice) {
-                    paused_choice = {t, staged};
-                }
-                continue;
+            if (attempts.failover) {
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p->second.until - now).count();
+                tried += cat(tried.empty() ? "" : "; ", transports[t]->name(), ": paused for ", left,
+                             " more ms after it failed (", p->second.why, ")");
+            } else if (!paused_choice) {
+                paused_choice = {t, staged};
             }
+            continue;
         }
         // A file: GPU memory goes to a storage transport that moves it directly (gds.so) before
         // one it would be staged through (file.so), whatever their order of priority.
