@@ -382,7 +382,7 @@ have_htb() {
     in_ns br tc qdisc del dev br0 root 2>/dev/null
 }
 if ! have_htb; then
-  echo "NOTE: this kernel has no tc htb qdisc or u32 filter: failover across hosts and rails (which shape links with them) not run"
+  echo "SKIPPED: failover across hosts and rails: this kernel has no tc htb qdisc or u32 filter, which they shape and drop packets with; the rest of this suite ran"
 elif [[ ",$transports," == *,efa,* ]]; then
   f_tcp_port=7471 # F's tcp.so listens here; anything else F sends is efa's (or etcd's, allowed)
   launch_target a F --size 268435456 --option tcp.port=$f_tcp_port
