@@ -302,7 +302,8 @@ void Lane::complete_front(int status, const char *message) {
     q_.pop_front();
     --send_idx_;
     load_.fetch_sub(s.len, std::memory_order_relaxed);
-    if (status == 0) done_bytes_.fetch_add(s.len, std::memory_order_relaxed);
+    // Only rails are measured (Peer::sample_rates): one rail skips the atomic per slice.
+    if (status == 0 && peer_.rail_count() > 1) done_bytes_.fetch_add(s.len, std::memory_order_relaxed);
     finish_slice(*sink_, s.op, status, message);
 }
 
