@@ -14,26 +14,7 @@ fi
 .ci/build.sh
 status=0
 meson test -C build --print-errorlogs --num-processes 1 || status=$?
-# Count GoogleTest cases, and the checks of script suites (netns) that end with "N passed, N
-# failed", across all suites for the closing line; say which suites skipped and why.
-/usr/bin/python3 - <<'PY'
-import json, re
-passed = failed = 0
-with open("build/meson-logs/testlog.json") as f:
-    for line in f:
-        t = json.loads(line)
-        out = t.get("stdout", "") or ""
-        m = re.findall(r"\[  PASSED  \] (\d+) test", out)
-        passed += sum(map(int, m))
-        if t.get("result") == "OK" and not m:
-            s = re.search(r"^(\d+) passed, 0 failed$", out, re.M)
-            passed += int(s.group(1)) if s else 0
-        if t.get("result") == "SKIP":
-            why = re.search(r"^SKIPPED: .*$", out, re.M)
-            print(f"{t['name']}: {why.group(0) if why else 'SKIPPED (no reason given)'}")
-        failed += sum(map(int, re.findall(r"\[  FAILED  \] (\d+) test", out)))
-        if t.get("result") not in ("OK", "EXPECTEDFAIL", "SKIP") and not re.search(r"\[  FAILED  \]", out):
-            failed += 1  # a suite that crashed or timed out before reporting
-print(f"{passed} passed, {failed} failed")
-PY
+# GoogleTest cases and script suites' checks over all suites, failed tests by name, and which
+# suites skipped and why (.ci/count_tests.py).
+/usr/bin/python3 .ci/count_tests.py build/meson-logs/testlog.json
 exit $status
