@@ -17,7 +17,7 @@ namespace {
 
 // clang-format off
 // The engine's keys, for the unknown-key check and `ferry-info --options engine`: key, default,
-// what is accepted, what it does. The README's configuration table is checked against it.
+// what is accepted, what it does. docs/OPTIONS.md's table of engine keys is checked against it.
 constexpr EngineKey kEngineKeys[] = {
     {"metadata", "P2PHANDSHAKE", "P2PHANDSHAKE, etcd://host:2379[,host:2379]/prefix, etcds://..., redis://host:6379[/db] or http://host:8080/metadata", "metadata server: each engine serves its own descriptor, or etcd, Redis or Mooncake's HTTP metadata server"},
     {"metadata_server", "", "as metadata", "alias of metadata"},

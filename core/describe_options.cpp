@@ -1,6 +1,6 @@
 // `ferry-info --options [plugin]`: every option of every plugin (the tables plugins publish,
 // ABI 1.2) and the engine's own keys, with default, what is accepted and help, as text, JSON or
-// the Markdown rows README.md carries (tests/readme_options_test.py checks them).
+// the Markdown rows docs/OPTIONS.md carries (tests/readme_options_test.py checks them).
 #include <sstream>
 
 #include "config.hpp"
@@ -126,7 +126,7 @@ OptionReportOutput describe_options(const Config &config, const std::string &onl
         j.end_object();
         out << j.str() << "\n";
     } else if (format == "markdown") {
-        // Generated rows for README.md: `ferry-info --options --markdown`.
+        // Generated rows for docs/OPTIONS.md: `ferry-info --options --markdown`.
         for (auto *p : plugins) {
             out << "\n" << p->name << ".so (`" << p->name << ".<option>`):\n\n";
             out << "| option | default | accepted | meaning |\n|---|---|---|---|\n";

@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
                 "missing or unavailable.\n"
                 "--options prints every option of every loaded plugin (or of PLUGIN, or the engine's own\n"
                 "keys) with its default, what it accepts and what it does, from the tables the plugins\n"
-                "publish; --markdown prints README.md's option rows. Exits 1 when PLUGIN is not loaded.\n"
+                "publish; --markdown prints the rows of docs/OPTIONS.md. Exits 1 when PLUGIN is not loaded.\n"
                 "A plugin file another user could have written (it, or a directory above it) is skipped\n"
                 "and says why and what fixes it, unless --plugin-trust any (docs/DESIGN.md, \"What the\n"
                 "loader trusts\").\n"

@@ -1,15 +1,15 @@
 #!/usr/bin/python3
-"""Checks README.md's option tables against what the built plugins and the engine say about
-themselves (`ferry-info --options`), so a missing, stale or wrong row fails CI.
+"""Checks the option tables of docs/OPTIONS.md against what the built plugins and the engine say
+about themselves (`ferry-info --options`), so a missing, stale or wrong row fails CI.
 
     tests/readme_options_test.py SOURCE_DIR FERRY_INFO [--write]
 
-- Transport options: README.md's rows `| \\`<plugin>.<option>\\` | ... |` must be exactly the rows
+- Transport options: docs/OPTIONS.md's rows `| \\`<plugin>.<option>\\` | ... |` must be exactly the rows
   `ferry-info --options --markdown` generates for every plugin this build loaded, and name no
-  option such a plugin does not publish. Plugins the README documents but this build did not
+  option such a plugin does not publish. Plugins the page documents but this build did not
   load (no CUDA toolkit, say) are reported as SKIPPED. --write rewrites the rows in place.
-- Engine keys: every key of the engine's table (core/config.cpp) has a row in README.md's
-  configuration table, and that table names no key the engine rejects.
+- Engine keys: every key of the engine's table (core/config.cpp) has a row in docs/OPTIONS.md's
+  table of engine keys, and that table names no key the engine rejects.
 FERRY_PLUGIN_PATH says where the plugins are (meson sets it to the build's plugin directories)."""
 
 import json
@@ -32,8 +32,9 @@ def ferry_info(binary, *args):
 def main():
     src, binary = sys.argv[1:3]
     write = "--write" in sys.argv[3:]
-    readme_path = src + "/README.md"
-    lines = open(readme_path).read().split("\n")
+    doc = "docs/OPTIONS.md"
+    path = src + "/" + doc
+    lines = open(path).read().split("\n")
     report = json.loads(ferry_info(binary, "--json"))
     loaded = {p["name"] for p in report["plugins"]} - NOT_DOCUMENTED
     generated = {}
@@ -53,27 +54,27 @@ def main():
         if plugin not in loaded:
             continue
         if key not in generated:
-            print("FAIL: README.md line %d documents %s.%s, which %s.so does not accept (ferry-info --options %s): "
-                  "remove the row" % (n + 1, plugin, option, plugin, plugin))
+            print("FAIL: %s line %d documents %s.%s, which %s.so does not accept (ferry-info --options %s): "
+                  "remove the row" % (doc, n + 1, plugin, option, plugin, plugin))
             failed += 1
         elif lines[n] != generated[key]:
             if write:
                 lines[n] = generated[key]
                 continue
-            print("FAIL: README.md line %d documents %s.%s wrongly:\n  README:     %s\n  ferry-info: %s\n"
+            print("FAIL: %s line %d documents %s.%s wrongly:\n  page:       %s\n  ferry-info: %s\n"
                   "  (tests/readme_options_test.py SOURCE_DIR FERRY_INFO --write fixes it)"
-                  % (n + 1, plugin, option, lines[n], generated[key]))
+                  % (doc, n + 1, plugin, option, lines[n], generated[key]))
             failed += 1
     for key, row in generated.items():
         if key not in documented:
-            print("FAIL: README.md has no row for %s.%s; add, to the %s.so table:\n  %s" % (key[0], key[1], key[0], row))
+            print("FAIL: %s has no row for %s.%s; add, to the %s.so table:\n  %s" % (doc, key[0], key[1], key[0], row))
             failed += 1
     for plugin in sorted({p for p, _ in documented} - loaded):
-        print("SKIPPED: %s.so is not loaded in this build, so README.md's %s.* rows are not checked" % (plugin, plugin))
+        print("SKIPPED: %s.so is not loaded in this build, so %s's %s.* rows are not checked" % (plugin, doc, plugin))
     for plugin in sorted(loaded):
         print("checked %s.so: %d options" % (plugin, sum(1 for p, _ in generated if p == plugin)))
 
-    # The engine's keys against README.md's configuration table (`| key | default | meaning |`).
+    # The engine's keys against the page's table of engine keys (`| key | default | meaning |`).
     engine = {k["name"] for k in report["engine"]}
     in_table, table_keys = False, set()
     for line in lines:
@@ -86,15 +87,15 @@ def main():
             if m:
                 table_keys.add(m.group(1))
     for k in sorted(engine - table_keys):
-        print("FAIL: README.md's configuration table has no row for the engine key %s (ferry-info --options engine)" % k)
+        print("FAIL: %s's table of engine keys has no row for the engine key %s (ferry-info --options engine)" % (doc, k))
         failed += 1
     for k in sorted(table_keys - engine):
-        print("FAIL: README.md's configuration table documents %s, which the engine does not accept" % k)
+        print("FAIL: %s's table of engine keys documents %s, which the engine does not accept" % (doc, k))
         failed += 1
     print("checked %d engine keys" % len(engine))
 
     if write:
-        open(readme_path, "w").write("\n".join(lines))
+        open(path, "w").write("\n".join(lines))
     print("%d problems" % failed)
     return 1 if failed else 0
 

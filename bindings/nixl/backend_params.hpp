@@ -16,7 +16,7 @@ namespace ferry_nixl {
 enum class VramKind { Auto, Cuda, Rocm };
 
 struct BackendParams {
-    // Ferry engine keys/values (README "Configuration"), empty values left out so Ferry's
+    // Ferry engine keys/values (docs/OPTIONS.md), empty values left out so Ferry's
     // defaults apply.
     std::vector<std::pair<std::string, std::string>> ferry_config;
     std::string config_file;              // Ferry YAML file; ferry_config overrides it

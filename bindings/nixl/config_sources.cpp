@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::string_view kPrefix = "FERRY_";
 
-// Engine keys a host may set through FERRY_<KEY> (README "Configuration"). Ferry's core has no
+// Engine keys a host may set through FERRY_<KEY> (docs/OPTIONS.md). Ferry's core has no
 // call that lists its keys, so they are named here; a key Ferry gains later is still reachable
 // through the config_file parameter or FERRY_CONFIG. Ferry reads plugin_path (FERRY_PLUGIN_PATH),
 // plugins (FERRY_PLUGINS), plugin_trust (FERRY_PLUGIN_TRUST), log_level (FERRY_LOG_LEVEL),

@@ -287,7 +287,7 @@ FERRY_API PluginReportOutput describe_plugins(const Config &config = {});
 // What `ferry-info --options [plugin]` prints: the options each loaded plugin publishes (plugin
 // ABI 1.2) with default, what is accepted and help, and the engine's own keys. `only`: one
 // plugin's name, "engine", or empty for all; `format`: "text", "json" or "markdown" (the rows of
-// README.md's option tables). `ok` is false when `only` names no loaded plugin (`text` says why).
+// docs/OPTIONS.md's option tables). `ok` is false when `only` names no loaded plugin (`text` says why).
 struct OptionReportOutput {
     std::string text;
     bool ok = true;

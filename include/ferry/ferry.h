@@ -75,7 +75,7 @@ typedef struct ferry_op_status {
     char message[256];  /* why it failed */
 } ferry_op_status_t;
 
-/* Create an engine from key/value pairs (see README "Configuration"). */
+/* Create an engine from key/value pairs (see docs/OPTIONS.md). */
 FERRY_C_API int ferry_engine_create(const char *const *keys, const char *const *values, size_t count,
                                     ferry_engine_t **engine);
 /* Create an engine from a YAML file; keys/values (may be empty) override it. */
@@ -104,7 +104,7 @@ typedef struct ferry_memory_range {
 
 /* Register `count` ranges as ferry_register does, all or none, and publish them together: with
  * etcd one transaction per ~100 chunks of 128 regions instead of one per region (KV caches of
- * many blocks; README "Registering many regions"). When one range is invalid or fails, none
+ * many blocks; docs/API.md, "Registering many regions"). When one range is invalid or fails, none
  * stays registered and ferry_last_error names it ("range 7 of 100 [0x..., +4096): ..."). A
  * count of 0 does nothing. (C API version 5.) */
 FERRY_C_API int ferry_register_batch(ferry_engine_t *engine, const ferry_memory_range_t *ranges, size_t count);
@@ -116,7 +116,7 @@ FERRY_C_API int ferry_unregister_batch(ferry_engine_t *engine, void *const *addr
 
 /* Allocate `length` bytes (rounded up to pages) of host memory to share and register it with
  * `access`: a sealed memfd mapped shared, which shm.so hands to authorised peers on this host
- * so their transfers are one memcpy (README "Managed buffers"). *addr (page-aligned) is set
+ * so their transfers are one memcpy (docs/API.md, "Managed buffers"). *addr (page-aligned) is set
  * only on success. Free it with ferry_free_shared, never with ferry_unregister or munmap; it is
  * unmapped when the engine is destroyed. */
 FERRY_C_API int ferry_alloc_shared(ferry_engine_t *engine, uint64_t length, uint32_t access, void **addr);

@@ -41,7 +41,7 @@ struct Config {
     // receiving thread, which then reads the source from main memory alone; with 1 GiB buffers
     // that lost on a 16-core Xeon pinned to 2 CPUs (one lane 3.1 vs 4.1 GB/s) and tied on the
     // 2-core EPYC VM (3.8 vs 4.0), bench/tcp_vs_iperf3.sh, docs/PERFORMANCE.md. It saves the
-    // sender's copy, so it can pay on CPU-bound hosts, and its caveat is in README.md.
+    // sender's copy, so it can pay on CPU-bound hosts, and its caveat is in docs/OPTIONS.md.
     bool zerocopy = false;
     // Cluster key (option auth_key, hex): peers must prove they know it (handshake.hpp).
     // Empty: no authentication, and peers with a key are refused.

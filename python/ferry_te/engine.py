@@ -65,7 +65,7 @@ class Request(collections.namedtuple("Request", "op local segment remote length 
 class Engine(NotificationWaits, StreamSubmits, EngineStats):
     """A Ferry engine.
 
-        Engine()                                       # defaults (README "Configuration")
+        Engine()                                       # defaults (docs/OPTIONS.md)
         Engine(local_ip="127.0.0.1", plugins="tcp", tcp__lanes=2)
         Engine({"tcp": {"lanes": 2}, "plugins": ["tcp", "shm"]})
         Engine.from_file("ferry.yaml", log_level="debug")
