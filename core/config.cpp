@@ -57,7 +57,7 @@ constexpr EngineKey kEngineKeys[] = {
     {"metrics_bind_ip", "local_ip", "an address of this host", "address the metrics endpoint binds"},
     {"max_failover_attempts", "2", "0..16", "an op that fails on a broken path (connection reset or refused, a stall, a device down; never a bounds, access or authentication refusal) is posted again on another path to the same peer this many times; 0 fails it at once (docs/FAILOVER.md)"},
     {"failover_deadline_ms", "60000", "1..86400000", "an op is posted again only within this long of its submit; after that its failure is final"},
-    {"path_cooldown_ms", "1000", "1..3600000", "a path (transport to one segment) that failed is paused this long before new ops try it again; doubled on each failure in a row"},
+    {"path_cooldown_ms", "1000", "1..3600000", "a path (transport to one segment) that failed is paused this long before new ops try it again; doubled for each further failure within path_cooldown_max_ms of the previous one"},
     {"path_cooldown_max_ms", "30000", "1..86400000", "the longest pause of a path that keeps failing"},
     {"huge_pages", "off", "off, advise or collapse", "registered host memory: advise asks the kernel for transparent huge pages (MADV_HUGEPAGE) for pages faulted in later, collapse also merges the pages already there (MADV_COLLAPSE, Linux 6.1+); changes the caller's memory, so off by default"},
 };

@@ -433,7 +433,7 @@ struct Engine::Impl {
     // pauses the path, notes the attempt and hands the op to the connector to be posted on
     // another path; true when it took the op (the caller neither finishes nor counts it).
     bool fail_over(OpRecord &op, size_t transport, int code, std::string_view message);
-    // Pauses the path (seg.mutex held), with the pause doubled on each failure in a row.
+    // Pauses the path (seg.mutex held); the pause doubles for each failure within path_cooldown_max of the previous one.
     void pause_path(RemoteSegment &seg, size_t transport, std::string why);
 
     // notify.cpp
