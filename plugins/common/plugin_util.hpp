@@ -3,7 +3,8 @@
 // the completion queue behind poll()/completion_fd, clocks. Builds against plugin.h alone;
 // each plugin links its own copy (nothing here is exported). Also in the kit: byte_order.hpp
 // (little-endian loads and stores, included here), rate_limited_log.hpp (log lines about what
-// peers cause), staged_device.hpp (serving device memory through the host's staging calls).
+// peers cause), staged_device.hpp (serving device memory through the host's staging calls),
+// rail_balance.hpp (spreading work over several paths by their throughput, pausing failed ones).
 #pragma once
 
 #include <ferry/plugin.h>
