@@ -6,21 +6,20 @@
 #include <cstdint>
 
 namespace ferry_tcp {
-namespace {
 
-// A rail that failed is paused this long, doubled on each failure in a row up to the maximum;
-// a failure more than the maximum after the previous one starts again from the first pause.
-constexpr auto kRailPause = std::chrono::milliseconds(1000);
-constexpr auto kRailPauseMax = std::chrono::milliseconds(30000);
-// Throughput samples are at least this far apart; each weighs this much in the average.
-constexpr auto kRateInterval = std::chrono::milliseconds(2);
-constexpr double kRateWeight = 0.3;
-
-}  // namespace
-
+// Rails use rail_balance's tuning as it is: a failed rail is paused 1 s, doubled on each failure
+// within 30 s of the previous one, at most 30 s; lanes' throughput is sampled at most every
+// 2 ms, each sample weighing 0.3 in the average.
 Peer::Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger &log, RegionTable &regions,
            WaitSet &waiters, CompletionQueue &cq)
-    : id_(id), rails_(std::move(rails)), cfg_(cfg), log_(log), regions_(regions), waiters_(waiters), cq_(cq) {}
+    : id_(id),
+      rails_(std::move(rails)),
+      cfg_(cfg),
+      log_(log),
+      regions_(regions),
+      waiters_(waiters),
+      cq_(cq),
+      health_(rails_.size()) {}
 
 Peer::~Peer() = default;
 
@@ -55,7 +54,7 @@ int Peer::connect_lanes(std::string *why) {
                      endpoint().name.c_str(), failed.c_str(), hs_why_.c_str());
             std::lock_guard rl(rails_mu_);
             for (size_t r = 0; r < rails_.size(); ++r)
-                if (hs_rail_failed_[r]) rails_[r].down_until = Clock::now() + kRailPause;
+                if (hs_rail_failed_[r]) health_.pause(r, Clock::now());
             return 0;
         }
     }
@@ -189,29 +188,26 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
     // was handed to a lane and everything built is freed).
     const size_t nl = lanes_.size();
     std::vector<Lane::Batch> batches(nl);
-    std::vector<uint64_t> load(nl);
+    // Each lane's bytes queued and, with several rails, its expected throughput and whether its
+    // rail takes new slices now.
+    std::vector<RailLoad> load(nl);
     for (size_t l = 0; l < nl; ++l) {
         batches[l].emplace_back();
-        load[l] = lanes_[l]->load();
+        load[l].queued = lanes_[l]->load();
     }
     // Several rails: a slice goes to the lane that will have finished it first, by its queue
     // and measured throughput, among the rails not paused.
     const bool railed = rails_.size() > 1;
-    std::vector<char> usable;
-    double unknown_rate = 1;
     if (railed) {
         auto now = Clock::now();
+        std::vector<char> usable;
         usable_lanes(now, usable);
         sample_rates(now);
-        double sum = 0;
-        size_t known = 0;
-        for (double r : rate_)
-            if (r > 0) sum += r, ++known;
-        if (known) unknown_rate = sum / static_cast<double>(known);
+        for (size_t l = 0; l < nl; ++l) {
+            load[l].usable = usable[l] != 0;
+            load[l].rate = rates_.expected(l);
+        }
     }
-    auto finish_time = [&](size_t l) {
-        return static_cast<double>(load[l] + cfg_.slice_size) / (rate_[l] > 0 ? rate_[l] : unknown_rate);
-    };
     std::unique_ptr<OpBlock> block;
     size_t best = 0;                   // lane taking the next slice
     uint64_t given = cfg_.slice_size;  // bytes it took from this batch so far (full: pick again)
@@ -233,11 +229,9 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
                     if (!railed) {
                         best = 0;
                         for (size_t l = 1; l < nl; ++l)
-                            if (load[l] < load[best]) best = l;
+                            if (load[l].queued < load[best].queued) best = l;
                     } else {
-                        best = nl;
-                        for (size_t l = 0; l < nl; ++l)
-                            if (usable[l] && (best == nl || finish_time(l) < finish_time(best))) best = l;
+                        best = earliest_finish(load, cfg_.slice_size);
                     }
                     given = 0;
                 }
@@ -247,7 +241,7 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
                 s.local_addr = o.local_addr + off;
                 s.remote_addr = o.remote_addr + off;
                 s.len = std::min<uint64_t>(cfg_.slice_size, o.length - off);
-                load[best] += s.len;
+                load[best].queued += s.len;
                 given += s.len;
                 batches[best].front().push_back(s);
             }
@@ -277,62 +271,38 @@ int Peer::submit(const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err) {
 }
 
 void Peer::usable_lanes(Clock::time_point now, std::vector<char> &usable) {
-    usable.assign(lanes_.size(), 0);
-    bool any = false;
-    std::lock_guard lk(rails_mu_);
-    for (size_t l = 0; l < lanes_.size(); ++l) {
-        usable[l] = rails_[lanes_[l]->rail()].down_until <= now;
-        any = any || usable[l];
+    std::vector<char> rails;
+    {
+        std::lock_guard lk(rails_mu_);
+        rails = health_.usable(now);  // every rail paused: they are all tried (the probe)
     }
-    // Every rail paused: they are all tried (the probe that brings one back).
-    if (!any) std::fill(usable.begin(), usable.end(), 1);
+    usable.resize(lanes_.size());
+    for (size_t l = 0; l < lanes_.size(); ++l) usable[l] = rails[lanes_[l]->rail()];
 }
 
 void Peer::sample_rates(Clock::time_point now) {
-    const size_t nl = lanes_.size();
-    if (rate_.size() != nl) {
-        rate_.assign(nl, 0);
-        sampled_done_.assign(nl, 0);
-        sampled_busy_.assign(nl, 0);
-    }
-    const bool first = sampled_at_ == Clock::time_point{};
-    if (!first && now - sampled_at_ < kRateInterval) return;
-    const double dt = std::chrono::duration<double>(now - sampled_at_).count();
-    for (size_t l = 0; l < nl; ++l) {
-        uint64_t done = lanes_[l]->done_bytes();
-        uint64_t moved = done - sampled_done_[l];
-        // Only intervals the lane started busy count: an idle lane's rate is not its speed.
-        if (!first && sampled_busy_[l] && moved > 0) {
-            double now_rate = static_cast<double>(moved) / dt;
-            rate_[l] = rate_[l] > 0 ? (1 - kRateWeight) * rate_[l] + kRateWeight * now_rate : now_rate;
-        }
-        sampled_done_[l] = done;
-        sampled_busy_[l] = lanes_[l]->load() > 0;
-    }
-    sampled_at_ = now;
+    if (rates_.size() != lanes_.size()) rates_.resize(lanes_.size());
+    rates_.sample(now, [&](size_t l) {
+        const Lane &lane = *lanes_[l];
+        return RailRates::Observed{lane.done_bytes(), lane.load() > 0};
+    });
 }
 
 bool Peer::reroute(unsigned rail, const std::string &why, std::deque<Slice> &slices) {
     std::lock_guard lk(rails_mu_);
     if (closing_ || rails_.size() < 2) return false;
     const auto now = Clock::now();
-    Rail &failed = rails_[rail];
-    if (failed.down_until <= now) {
-        if (now - failed.last_failure > kRailPauseMax) failed.strikes = 0;
-        failed.last_failure = now;
-        ++failed.strikes;
-        auto pause = kRailPause;
-        for (unsigned k = 1; k < failed.strikes && pause < kRailPauseMax; ++k) pause *= 2;
-        pause = std::min(pause, kRailPauseMax);
-        failed.down_until = now + pause;
+    // A failure while the rail is paused already (its other lanes, work sent before the pause)
+    // is the same outage: logged and counted once.
+    if (auto pause = health_.fail(rail, now); pause > Clock::duration::zero())
         log_.log(FERRY_LOG_WARN, "peer %s: rail %s failed (%s); paused %lld ms, %zu slices move to the other rails",
-                 endpoint().name.c_str(), failed.name.c_str(), why.c_str(), static_cast<long long>(pause.count()),
+                 endpoint().name.c_str(), rails_[rail].name.c_str(), why.c_str(),
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()),
                  slices.size());
-    }
     if (slices.empty()) return true;
     std::vector<size_t> targets;
     for (size_t l = 0; l < lanes_.size(); ++l)
-        if (lanes_[l]->rail() != rail && rails_[lanes_[l]->rail()].down_until <= now) targets.push_back(l);
+        if (lanes_[l]->rail() != rail && !health_.paused(lanes_[l]->rail(), now)) targets.push_back(l);
     if (targets.empty()) return false;
     try {
         std::vector<Lane::Batch> batches(targets.size());

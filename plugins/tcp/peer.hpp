@@ -1,11 +1,12 @@
 // A connected peer: its lanes (grouped by rail, rails.hpp), the regions imported from it, and
 // submit (slicing ops over the least-loaded lanes; with several rails, over the lanes that
-// will finish them first by their measured throughput).
+// will finish them first by their measured throughput: plugins/common/rail_balance.hpp).
 #pragma once
 
 #include "lane.hpp"
 #include "options.hpp"
 #include "plugin_util.hpp"
+#include "rail_balance.hpp"
 #include "region_table.hpp"
 #include "wire.hpp"
 
@@ -37,11 +38,6 @@ struct Rail {
     sockaddr_storage source{};  // bound before connecting when source_len != 0
     socklen_t source_len = 0;
     std::string name;  // "10.0.1.2 -> 10.0.1.1:7471"
-    // Health, guarded by Peer::rails_mu_: a rail whose lane failed on its path is paused (no
-    // new slices) until `down_until`, doubled on each failure in a row (rails_failed).
-    Clock::time_point down_until{};
-    Clock::time_point last_failure{};
-    unsigned strikes = 0;
 };
 
 class Peer {
@@ -98,12 +94,11 @@ private:
     std::vector<std::unique_ptr<Lane>> lanes_;
     std::mutex rails_mu_;               // rails' health; taken by lanes' loop threads in reroute
     std::atomic<bool> closing_{false};  // set under rails_mu_: no slice is rerouted after it
-    // Per lane, under submit_mu_: bytes/s (EWMA of the intervals it was busy), the bytes done at
-    // the last sample, and whether it had work then.
-    std::vector<double> rate_;
-    std::vector<uint64_t> sampled_done_;
-    std::vector<char> sampled_busy_;
-    Clock::time_point sampled_at_{};
+    // Per rail, under rails_mu_: a rail whose lane failed on its path is paused (no new slices),
+    // 1 s doubled on each failure in a row up to 30 s.
+    RailHealth health_;
+    // Per lane, under submit_mu_: bytes/s, measured from the bytes its slices completed.
+    RailRates rates_;
 
     std::mutex submit_mu_;  // serialises submits, and submit against close
     bool closed_ = false;
