@@ -1,7 +1,9 @@
 // rdma.so's data path: submit turns ops into RDMA READ/WRITE work requests (split at both
-// sides' registrations, striped over the nearest NICs) and posts them with selective
-// signalling; one progress thread polls every NIC's CQ, sleeping on the completion channels when
-// idle; failed queue pairs are re-created over the control channel by the repair thread.
+// sides' registrations, striped over the nearest NICs by their measured throughput and queue,
+// around NICs paused after a path error) and posts them with selective signalling; one progress
+// thread polls every NIC's CQ, sleeping on the completion channels when idle, and counts each
+// NIC's completed bytes; failed queue pairs are re-created over the control channel by the
+// repair thread.
 #include "transport.hpp"
 
 #include <sys/epoll.h>
@@ -102,6 +104,11 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         std::string refusal;
     };
     std::vector<Planned> plan(n);
+    // Each NIC's queue, throughput and pause now; the ops of this batch add to the queues as
+    // they are planned, so they spread too.
+    const auto now = Clock::now();
+    nic_balance_.sample(now);
+    std::vector<RailLoad> nic_load = nic_balance_.loads(now);
     for (size_t i = 0; i < n; ++i) {
         const ferry_xfer_op_t &o = ops[i];
         if (o.opcode != FERRY_OP_READ && o.opcode != FERRY_OP_WRITE)
@@ -141,7 +148,9 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         in.local_chunks = &lr.chunks;
         in.remote_chunks = &im.spans;
         in.local_nics = lr.nearest;
+        in.other_nics = lr.farther;
         in.remote_nics = im.nearest;
+        in.nic_load = &nic_load;
         in.stripe_min = cfg_.stripe_min;
         in.max_wr_size = cfg_.max_wr_size;
         for (const auto &nic : nics_)
@@ -149,6 +158,7 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
         in.rotation = rotation_++;
         plan[i].pieces = plan_work_requests(in);
         if (plan[i].pieces.empty()) return set_error(err, -EINVAL, "rdma: submit: op %zu could not be planned", i);
+        for (const auto &pc : plan[i].pieces) nic_load[pc.local_nic].queued += pc.len;
         for (const auto &pc : plan[i].pieces)
             if (peer.pair(pc.local_nic, pc.remote_nic) == nullptr)
                 return set_error(err, -ENOTCONN, "rdma: submit: the peer %s is unreachable: every queue pair failed",
@@ -159,7 +169,6 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
             for (size_t j = 0; j < i; ++j) plan[j].region->unpin();
             return set_error(err, -ENOENT, "rdma: submit: op %zu: its local region is being deregistered", i);
         }
-    auto now = Clock::now();
     std::vector<Pair *> touched;
     for (size_t i = 0; i < n; ++i) {
         auto op = std::make_unique<Op>();
@@ -185,6 +194,7 @@ int Transport::submit(uint64_t peer_id, const ferry_xfer_op_t *ops, size_t n, fe
             w.rkey = plan[i].import->desc.chunks[pc.remote_chunk].rkeys[p->rnic];
             w.queued = now;
             p->pending.push_back(w);
+            nic_balance_.queue(p->lnic, w.piece.len);
             last_on[p->lnic * peer.ep.nics.size() + p->rnic] = &p->pending.back();
             if (std::find(touched.begin(), touched.end(), p) == touched.end()) touched.push_back(p);
         }
@@ -236,7 +246,9 @@ void Transport::post_pending(Pair &p) {
     }
 }
 
-void Transport::finish_wr(Op *op, int status, const std::string &message) {
+void Transport::finish_wr(const Wr &w, int status, const std::string &message) {
+    nic_balance_.finish(w.piece.local_nic, w.piece.len, status == 0);
+    Op *op = w.op;
     if (status != 0 && op->status == 0) {
         op->status = status;
         op->message = message;
@@ -257,9 +269,8 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
     if (wc.status == IBV_WC_SUCCESS) {
         uint32_t done = p->window.complete(seq);
         for (uint32_t i = 0; i < done && !p->inflight.empty(); ++i) {
-            Op *op = p->inflight.front().op;
+            finish_wr(p->inflight.front(), 0, {});
             p->inflight.pop_front();
-            finish_wr(op, 0, {});
         }
         post_pending(*p);
         return;
@@ -267,9 +278,8 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
     uint32_t before = 0;
     if (!p->window.fail(seq, &before)) return;
     for (uint32_t i = 0; i < before && !p->inflight.empty(); ++i) {
-        Op *op = p->inflight.front().op;
+        finish_wr(p->inflight.front(), 0, {});
         p->inflight.pop_front();
-        finish_wr(op, 0, {});
     }
     if (p->inflight.empty()) return;
     Wr failed = p->inflight.front();
@@ -281,8 +291,21 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
                   failed.op->opcode == FERRY_OP_READ ? "READ" : "WRITE", hex(failed.piece.remote_addr).c_str(),
                   failed.piece.len, p->peer->name.c_str(), pair_name(*p).c_str(), ibv_wc_status_str(wc.status),
                   wc.vendor_err, *hint ? ": " : "", hint);
-    finish_wr(failed.op, code, msg);
+    finish_wr(failed, code, msg);
+    if (wc_path_error(wc.status)) pause_nic(p->lnic, msg);
     pair_failed(*p, msg);
+}
+
+void Transport::pause_nic(uint16_t nic, const std::string &why) {
+    // Its other queue pairs' failures of the same outage (work posted before the pause) find
+    // it paused already: logged once.
+    auto pause = nic_balance_.fail(nic, Clock::now());
+    if (pause <= Clock::duration::zero()) return;
+    log_.log(FERRY_LOG_WARN,
+             "NIC %s paused for %lld ms after a path error (%s): new work requests go to the other NICs until then, "
+             "then it is tried again (each failure in a row doubles the pause, up to 30 s)",
+             nics_[nic]->name().c_str(),
+             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()), why.c_str());
 }
 
 void Transport::pair_failed(Pair &p, const std::string &why) {
@@ -308,9 +331,8 @@ void Transport::kill_pair(Pair &p, int status, const std::string &why) {
     p.state = Pair::State::Dead;
     p.why = why;
     while (!p.pending.empty()) {
-        Op *op = p.pending.front().op;
+        finish_wr(p.pending.front(), status, why);
         p.pending.pop_front();
-        finish_wr(op, status, why);
     }
 }
 
@@ -377,11 +399,10 @@ void Transport::check_timeouts() {
         for (auto &p : peer->pairs) {
             if (!p || p->state != Pair::State::Repairing) continue;
             while (!p->pending.empty() && p->pending.front().queued < limit) {
-                Op *op = p->pending.front().op;
-                p->pending.pop_front();
-                finish_wr(op, -ETIMEDOUT,
+                finish_wr(p->pending.front(), -ETIMEDOUT,
                           strprintf("rdma: op to %s waited %u ms for queue pair %s to be re-created (%s)",
                                     peer->name.c_str(), cfg_.op_timeout_ms, pair_name(*p).c_str(), p->why.c_str()));
+                p->pending.pop_front();
             }
         }
 }
@@ -401,6 +422,7 @@ void Transport::progress_loop() {
             }
         }
         auto now = Clock::now();
+        nic_balance_.sample(now);  // throughput from the bytes just completed (every 2 ms at most)
         if (now >= next_timeout_scan_) {
             check_timeouts();
             next_timeout_scan_ = now + std::chrono::milliseconds(100);

@@ -40,30 +40,63 @@ std::vector<WrPiece> plan_work_requests(const WrPlanInput &in) {
     if (in.len == 0 || in.local_nics.empty() || in.remote_nics.empty() || in.local_chunks == nullptr ||
         in.remote_chunks == nullptr)
         return out;
-    uint64_t stripes = 1;
-    if (in.local_nics.size() > 1 && in.stripe_min > 0 && in.len >= 2 * in.stripe_min)
-        stripes = std::min<uint64_t>(in.local_nics.size(), in.len / in.stripe_min);
-    // Stripe size rounded up to whole pages so stripes start page aligned when the op does.
-    uint64_t stripe = (in.len + stripes - 1) / stripes;
-    if (stripes > 1) stripe = (stripe + kPage - 1) & ~(kPage - 1);
+    auto load_of = [&](uint16_t nic) {
+        return in.nic_load != nullptr && nic < in.nic_load->size() ? (*in.nic_load)[nic] : RailLoad{};
+    };
+    // Candidates in rotation order, each with its index in local_nics (SIZE_MAX: another NIC).
+    struct Candidate {
+        uint16_t nic;
+        size_t slot;
+    };
+    std::vector<Candidate> cands;
+    const size_t nl = in.local_nics.size(), nr = in.remote_nics.size();
+    for (size_t s = 0; s < nl; ++s) {
+        size_t j = (in.rotation + s) % nl;
+        if (load_of(in.local_nics[j]).usable) cands.push_back({in.local_nics[j], j});
+    }
+    for (size_t s = 0; cands.empty() && s < in.other_nics.size(); ++s) {
+        uint16_t nic = in.other_nics[(in.rotation + s) % in.other_nics.size()];
+        if (load_of(nic).usable) cands.push_back({nic, SIZE_MAX});
+    }
+    if (cands.empty())  // every NIC paused: the nearest are tried, the probe that finds one back
+        for (size_t s = 0; s < nl; ++s)
+            cands.push_back({in.local_nics[(in.rotation + s) % nl], (in.rotation + s) % nl});
+    std::vector<RailLoad> loads;
+    for (const auto &c : cands) {
+        loads.push_back(load_of(c.nic));
+        loads.back().usable = true;
+    }
+    std::vector<uint64_t> parts(cands.size(), 0);
+    if (cands.size() > 1 && in.stripe_min > 0 && in.len >= 2 * in.stripe_min)
+        parts = split_by_finish(loads, in.len,
+                                {in.stripe_min, std::min<uint64_t>(cands.size(), in.len / in.stripe_min), kPage});
+    else parts[earliest_finish(loads, in.len)] = in.len;
     uint64_t max_wr = in.max_wr_size == 0 ? UINT64_MAX : in.max_wr_size;
-    for (uint64_t s = 0, off = 0; off < in.len; ++s) {
-        uint64_t stripe_end = std::min(in.len, off + stripe);
-        uint16_t lnic = in.local_nics[(in.rotation + s) % in.local_nics.size()];
-        uint16_t rnic = in.remote_nics[(in.rotation + s) % in.remote_nics.size()];
+    uint64_t off = 0;
+    size_t s = 0;  // stripes so far
+    for (size_t k = 0; k < cands.size(); ++k) {
+        if (parts[k] == 0) continue;
+        const uint64_t stripe_end = off + parts[k];
+        // Round robin put stripe s on local_nics[v % nl] and remote_nics[v % nr], v = rotation
+        // + s: the remote NIC that shares its turn with the chosen local NIC keeps the pairing
+        // (NIC j with NIC j on symmetric hosts).
+        const size_t v = in.rotation + s;
+        const size_t r = cands[k].slot == SIZE_MAX ? v % nr : (v - v % nl + cands[k].slot) % nr;
+        const uint16_t lnic = cands[k].nic, rnic = in.remote_nics[r];
         while (off < stripe_end) {
             uint64_t la = in.local_addr + off, ra = in.remote_addr + off;
             size_t lc = chunk_index(*in.local_chunks, la), rc = chunk_index(*in.remote_chunks, ra);
             if (lc == SIZE_MAX || rc == SIZE_MAX)
                 return {};  // the caller validated the ranges; an empty plan is its error
-            const Span &l = (*in.local_chunks)[lc], &r = (*in.remote_chunks)[rc];
+            const Span &l = (*in.local_chunks)[lc], &rs = (*in.remote_chunks)[rc];
             uint64_t n = stripe_end - off;
             n = std::min(n, l.addr + l.len - la);
-            n = std::min(n, r.addr + r.len - ra);
+            n = std::min(n, rs.addr + rs.len - ra);
             n = std::min(n, max_wr);
             out.push_back({la, ra, n, static_cast<uint32_t>(lc), static_cast<uint32_t>(rc), lnic, rnic});
             off += n;
         }
+        ++s;
     }
     return out;
 }

@@ -1,8 +1,11 @@
 // Pure planning of rdma.so, unit-tested in CI without hardware: where registrations split
 // (max_mr_size), how an op becomes work requests (split at both sides' registration chunks and
-// at the largest message, striped over equally near NICs), and which work requests are
-// signalled (a send window per queue pair).
+// at the largest message, striped over equally near NICs by their measured throughput and queue,
+// around paused ones: plugins/common/rail_balance.hpp), and which work requests are signalled
+// (a send window per queue pair).
 #pragma once
+
+#include "rail_balance.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -43,13 +46,25 @@ struct WrPlanInput {
     std::vector<uint16_t> remote_nics;                 // the owner's NICs nearest the remote memory (non-empty)
     uint64_t stripe_min = 1u << 20;                    // stripe only ops of at least 2x this
     uint64_t max_wr_size = 1u << 30;                   // and the ports' max_msg_sz
-    uint32_t rotation = 0;                             // round-robin start, so small ops spread over NICs too
+    uint32_t rotation = 0;                             // where ties start, so equal NICs take turns
+    // The other local NICs (the memory is registered on every NIC): used only while every one
+    // of local_nics is paused.
+    std::vector<uint16_t> other_nics;
+    // Per local NIC, indexed by its number: bytes queued on it, its measured throughput, and
+    // whether it takes new work (RailBalancer::loads; nullptr, or NICs past its end: idle,
+    // unknown throughput, usable).
+    const std::vector<RailLoad> *nic_load = nullptr;
 };
 
-// Work requests for one op (ranges already validated to lie inside the chunks). Large ops are
-// cut into up to local_nics.size() stripes of >= stripe_min, stripe i on local NIC
-// (rotation+i) and remote NIC (rotation+i) of the lists; each stripe is then split at chunk
-// boundaries on either side and at max_wr_size.
+// Work requests for one op (ranges already validated to lie inside the chunks). The candidates
+// are the usable NICs of local_nics in rotation order (none usable: those of other_nics; none
+// of those either: local_nics, the probe). Ops of at least 2 x stripe_min are cut into page-
+// aligned stripes of >= stripe_min over up to as many candidates, sized so that every NIC
+// finishes its stripe at the same time given its queue and throughput (split_by_finish; equal
+// NICs get equal stripes); smaller ops go whole to the NIC that will finish them first
+// (earliest_finish; equal NICs: the rotation's). A stripe on local_nics[j] goes to the remote
+// NIC round robin would have paired with it; each stripe is then split at chunk boundaries on
+// either side and at max_wr_size.
 std::vector<WrPiece> plan_work_requests(const WrPlanInput &in);
 
 // Selective signalling for one RC send queue. Completions of an RC queue pair arrive in order,

@@ -81,6 +81,7 @@ int Transport::start(ferry_error_t *err) {
     if (reg_dmabuf_ == nullptr) log_.log(FERRY_LOG_INFO, "GPU memory unavailable: %s", why.c_str());
     nics_ = open_nics(cfg_, reg_dmabuf_, &why);
     if (nics_.empty()) return set_error(err, -ENODEV, "rdma: %s", why.c_str());
+    nic_balance_ = RailBalancer(nics_.size());
     log_.log(FERRY_LOG_INFO, "NICs: %s", describe_nics(nics_).c_str());
 
     if (getrandom(&self_.token, sizeof self_.token, 0) != static_cast<ssize_t>(sizeof self_.token))
@@ -263,6 +264,9 @@ int Transport::register_mem(const ferry_mem_region_t *region, uint64_t *handle, 
         where.numa_node = node;
     }
     r->nearest = nearest_nics(topos, where);
+    for (size_t i = 0; i < nics_.size(); ++i)
+        if (std::find(r->nearest.begin(), r->nearest.end(), i) == r->nearest.end())
+            r->farther.push_back(static_cast<uint16_t>(i));
     if (int rc = register_chunks(*r, &why); rc != 0) {
         log_.log(FERRY_LOG_DEBUG, "register_mem failed: %s", why.c_str());
         return set_error(err, rc, "rdma: register_mem: %s", why.c_str());

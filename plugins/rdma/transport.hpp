@@ -43,6 +43,7 @@ public:
     std::vector<Span> chunks;                // registrations, at most max_mr_size each
     std::vector<std::vector<ibv_mr *>> mrs;  // [chunk][nic]
     std::vector<uint16_t> nearest;           // local NICs nearest this memory
+    std::vector<uint16_t> farther;           // the other local NICs: while every nearest one is paused
     DmabufExport dmabuf;                     // GPU memory: one fd for every NIC's registrations
     GpuRuntime *runtime = nullptr;
 
@@ -161,7 +162,9 @@ private:
     void post_pending(Pair &p);
     void progress_loop();  // the progress thread
     void on_wc(size_t nic, const ibv_wc &wc);
-    void finish_wr(Op *op, int status, const std::string &message);
+    // A work request is over (it left its queue pair's queues): its NIC's counts, then its op.
+    void finish_wr(const Wr &w, int status, const std::string &message);
+    void pause_nic(uint16_t nic, const std::string &why);  // after a path error on it
     void pair_failed(Pair &p, const std::string &why);
     void repair_loop();  // the repair thread: re-creates failed queue pairs over the control channel
     void repair(const std::shared_ptr<Peer> &peer, Pair &p);  // without mu_
@@ -192,6 +195,9 @@ private:
     std::unordered_map<Op *, std::unique_ptr<Op>> ops_;
     uint64_t next_region_ = 1, next_peer_ = 1, next_import_ = 1;
     uint32_t rotation_ = 0;
+    // Per local NIC: bytes queued and completed, throughput, pauses after path errors
+    // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it.
+    RailBalancer nic_balance_;
     Clock::time_point next_timeout_scan_;
 
     std::mutex repair_mu_;

@@ -86,6 +86,8 @@ const char *port_state_name(int state) {
     }
 }
 
+bool wc_path_error(int status) { return status == IBV_WC_RETRY_EXC_ERR || status == IBV_WC_RNR_RETRY_EXC_ERR; }
+
 DeviceList::DeviceList() {
     errno = 0;
     list_ = ibv_get_device_list(&n_);

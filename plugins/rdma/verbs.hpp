@@ -38,6 +38,12 @@ unsigned mtu_bytes(uint8_t code);
 
 const char *port_state_name(int state);  // "ACTIVE", "DOWN", ...
 
+// Whether a failed work completion blames the path to the peer (no acknowledgement after the
+// transport's retries, the receiver not ready after its retries), so the local NIC is paused
+// and new work requests go to the other NICs. Access, length and protection errors are the
+// op's own; a flush follows another error.
+bool wc_path_error(int status);
+
 // ---- verbs ----
 
 class Nic {
