@@ -106,8 +106,12 @@ protected:
         ASSERT_TRUE(etcd.start()) << "etcd did not start on " << etcd.endpoint();
         url = "etcd://" + etcd.endpoint() + "/ferry-test-" + std::to_string(getpid());
     }
-    Config config(const std::string &name) {
-        return {{"plugins", "tcp"}, {"metadata", url}, {"local_server_name", name}, {"etcd_lease_ttl_s", "2"}};
+    // A 2 s lease, so a crashed peer's segment leaves within the test; the tests that publish
+    // thousands of regions take 10 s, since on a loaded machine under a sanitizer a keep-alive
+    // can come later than 2 s after the last while etcd applies their transactions, and then
+    // the segment would leave etcd for a moment under a reader that is checking it.
+    Config config(const std::string &name, const char *lease_ttl_s = "2") {
+        return {{"plugins", "tcp"}, {"metadata", url}, {"local_server_name", name}, {"etcd_lease_ttl_s", lease_ttl_s}};
     }
     std::vector<std::string> peer_args(const std::string &name) {
         return {"--size",   "1048576",           "--option", "metadata=" + url, "--option", "local_server_name=" + name,
@@ -256,7 +260,7 @@ TEST_F(EtcdTest, NotificationsReachPeersFoundThroughEtcd) {
 // request; in chunks it registers (one batch, one transaction per ~100 chunks), opens and
 // resolves its first, middle and last regions.
 TEST_F(EtcdTest, TwentyFiveThousandRegionsPublishInChunksAndResolve) {
-    auto target = Engine::create(config("many")), initiator = Engine::create(config("reader"));
+    auto target = Engine::create(config("many", "10")), initiator = Engine::create(config("reader", "10"));
     ASSERT_TRUE(target && initiator) << (!target ? target.error() : initiator.error()).message;
     constexpr size_t kRegions = 25000, kSize = 64;
     std::vector<uint8_t> remote(kRegions * kSize), local(kSize);
@@ -293,7 +297,7 @@ std::string cat(Args &&...args) {
 // order: every fetch is some whole state (a contiguous run [lo, hi) of regions, never a torn
 // mix of chunks), and never older than what had returned before the fetch began.
 TEST_F(EtcdTest, AReaderRacingRegistersAndUnregistersNeverSeesATornOrStaleDescriptor) {
-    auto writer = Engine::create(config("writer")), reader = Engine::create(config("racer"));
+    auto writer = Engine::create(config("writer", "10")), reader = Engine::create(config("racer", "10"));
     ASSERT_TRUE(writer && reader) << (!writer ? writer.error() : reader.error()).message;
     constexpr size_t kRegions = 400, kSize = 64;  // ~13 chunks: splits while growing, empties while shrinking
     std::vector<uint8_t> buf(kRegions * kSize);
@@ -366,7 +370,7 @@ int64_t store_revision(const std::string &endpoint) {
 // shows the regions of a whole prefix of the batch (a suffix while unregistering), in order,
 // never a torn mix; then the reader resolves the first, a middle and the last region.
 TEST_F(EtcdTest, AHundredThousandRegionsInOneBatchNeverShowAReaderATornDescriptor) {
-    auto target = Engine::create(config("hundred-k")), reader = Engine::create(config("watcher"));
+    auto target = Engine::create(config("hundred-k", "10")), reader = Engine::create(config("watcher", "10"));
     ASSERT_TRUE(target && reader) << (!target ? target.error() : reader.error()).message;
     constexpr size_t kRegions = 100000, kSize = 64;
     std::vector<uint8_t> remote(kRegions * kSize), local(kSize);
@@ -433,7 +437,7 @@ TEST_F(EtcdTest, AHundredThousandRegionsInOneBatchNeverShowAReaderATornDescripto
 // A batch that fails half-way writes nothing to etcd (its changes cancel before they are
 // published); one that cannot unregister an address unregisters nothing.
 TEST_F(EtcdTest, AFailedBatchPublishesNothing) {
-    auto target = Engine::create(config("failing")), reader = Engine::create(config("onlooker"));
+    auto target = Engine::create(config("failing", "10")), reader = Engine::create(config("onlooker", "10"));
     ASSERT_TRUE(target && reader) << (!target ? target.error() : reader.error()).message;
     constexpr size_t kRegions = 2000, kSize = 64;
     std::vector<uint8_t> remote(kRegions * kSize);
