@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "descriptor.hpp"
-#include "engine_impl.hpp"
+#include "engine/engine_impl.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
+#include "metadata/descriptor.hpp"
 
 namespace {
 

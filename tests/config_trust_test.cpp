@@ -8,13 +8,13 @@
 
 #include <filesystem>
 
-#include "auth.hpp"
-#include "config.hpp"
+#include "control/auth.hpp"
+#include "engine/config.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
-#include "log.hpp"
 #include "test_util.hpp"
 #include "trust_util.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 using ferry::test::other_user;

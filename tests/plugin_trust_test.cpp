@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "ferry/engine.hpp"
-#include "log.hpp"
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 #include "test_util.hpp"
 #include "trust_util.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 using ferry::test::give_to;

@@ -14,9 +14,9 @@
 #include <shared_mutex>
 #include <thread>
 
-#include "engine_impl.hpp"
+#include "engine/engine_impl.hpp"
+#include "engine/region_index.hpp"
 #include "ferry/engine.hpp"
-#include "region_index.hpp"
 
 using namespace ferry;
 

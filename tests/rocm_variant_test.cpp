@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include "ferry/engine.hpp"
 
-#include "gpu_staging.hpp"
-#include "library_path.hpp"
+#include "loader/library_path.hpp"
+#include "staging/gpu_staging.hpp"
 #include "test_util.hpp"
 
 using ferry::test::TempDir;

@@ -3,8 +3,8 @@
 // yields 3 bytes per group less padding, and its bytes re-encode to text that decodes the same.
 #include <string_view>
 
-#include "base64.hpp"
 #include "fuzz_check.hpp"
+#include "util/base64.hpp"
 
 using namespace ferry;
 

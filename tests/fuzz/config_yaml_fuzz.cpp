@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "config.hpp"
+#include "engine/config.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

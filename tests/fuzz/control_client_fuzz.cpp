@@ -12,10 +12,10 @@
 #include <cerrno>
 #include <string>
 
-#include "control_client.hpp"
-#include "control_protocol.hpp"
+#include "control/control_client.hpp"
+#include "control/control_protocol.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

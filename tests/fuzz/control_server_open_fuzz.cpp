@@ -4,7 +4,7 @@
 // truncated frames) are fuzzed too. The harness is control_server_fuzz's.
 // Invariants: the server never crashes or hangs on a connection (5 s guard); every byte it
 // sends back is a well-formed frame sequence (magic, version, a length that fits what came).
-#include "control_protocol.hpp"
+#include "control/control_protocol.hpp"
 #include "control_server_harness.hpp"
 
 namespace {

@@ -6,9 +6,9 @@
 // (1 MiB), so "the same keys as before" repeated is refused rather than allocated.
 #include <cerrno>
 
-#include "chunk_codec.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "metadata/chunk_codec.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

@@ -4,9 +4,9 @@
 // to the same descriptor, and find_region only returns a region holding the whole range.
 #include <cerrno>
 
-#include "descriptor.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "metadata/descriptor.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

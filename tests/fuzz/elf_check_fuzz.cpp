@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "elf_check.hpp"
 #include "fuzz_check.hpp"
+#include "loader/elf_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t head = std::min(size, ferry::kElfHeadBytes);
