@@ -8,7 +8,6 @@
 #include <fstream>
 
 #include "loader/library_path.hpp"
-#include "staging/gpu_staging.hpp"
 #include "util/log.hpp"
 
 namespace ferry {
@@ -124,6 +123,11 @@ void probe_rocm(InstalledRuntimes &rt) {
 }
 
 }  // namespace
+
+const char *cuda_driver_library() {
+    const char *override_name = std::getenv("FERRY_LIBCUDA");
+    return override_name && *override_name ? override_name : "libcuda.so.1";
+}
 
 InstalledRuntimes probe_installed_runtimes() {
     InstalledRuntimes rt;

@@ -8,6 +8,9 @@
 
 namespace ferry {
 
+// The CUDA driver library to load: $FERRY_LIBCUDA when set (tests' fake runtime), else libcuda.so.1.
+const char *cuda_driver_library();
+
 struct InstalledRuntimes {
     std::optional<int> cuda_major;  // from the driver: cuDriverGetVersion() / 1000
     std::string cuda_detail;        // what was found, or why nothing was

@@ -389,11 +389,6 @@ private:
 
 }  // namespace
 
-const char *cuda_driver_library() {
-    const char *override_name = std::getenv("FERRY_LIBCUDA");
-    return override_name && *override_name ? override_name : "libcuda.so.1";
-}
-
 std::unique_ptr<GpuStager> GpuStager::open(uint32_t kind, std::string &why) {
     if (kind == static_cast<uint32_t>(MemoryKind::Cuda)) return CudaStager::open(why);
     if (kind == static_cast<uint32_t>(MemoryKind::Rocm)) return HipStager::open(why);

@@ -13,9 +13,6 @@
 
 namespace ferry {
 
-// The CUDA driver library to load: $FERRY_LIBCUDA when set (tests' fake runtime), else libcuda.so.1.
-const char *cuda_driver_library();
-
 class GpuStager {
 public:
     virtual ~GpuStager() = default;
