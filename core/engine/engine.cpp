@@ -190,6 +190,44 @@ const std::string &Engine::segment_name() const { return impl_->segment_name; }
 
 StagingStats Engine::staging_stats() const { return impl_->staging->stats(); }
 
+// The data path's counters (transfer_stats.hpp), with each transport's peers and paused paths.
+EngineStats Engine::Impl::stats() {
+    EngineStats out;
+    out.batches = next_batch.load(std::memory_order_relaxed) - 1;
+    out.staging = staging->stats();
+    std::vector<uint64_t> peers(transports.size(), 0), paused(transports.size(), 0);
+    const auto now = std::chrono::steady_clock::now();
+    {
+        std::vector<std::shared_ptr<RemoteSegment>> open;
+        {
+            std::lock_guard lock(segments_mutex);
+            out.segments_open = segments.size();
+            for (auto &[id, seg] : segments) open.push_back(seg);
+        }
+        for (auto &seg : open) {
+            std::lock_guard lock(seg->mutex);
+            for (size_t t = 0; t < seg->peers.size() && t < peers.size(); ++t)
+                if (seg->peers[t]) ++peers[t];
+            for (const auto &[t, pause] : seg->paused)
+                if (t < paused.size() && pause.until > now) ++paused[t];
+        }
+    }
+    auto add = [&](std::string name, size_t index) {
+        TransportStats t;
+        t.transport = std::move(name);
+        t.read = counters[index]->by_op[0].snapshot();
+        t.write = counters[index]->by_op[1].snapshot();
+        t.peers = index < peers.size() ? peers[index] : 0;
+        t.failovers = counters[index]->failovers.load(std::memory_order_relaxed);
+        t.pauses = counters[index]->pauses.load(std::memory_order_relaxed);
+        t.paused_paths = index < paused.size() ? paused[index] : 0;
+        out.transports.push_back(std::move(t));
+    };
+    for (auto i : priority) add(transports[i]->name(), i);
+    add("none", counters.size() - 1);
+    return out;
+}
+
 EngineStats Engine::stats() const { return impl_->stats(); }
 
 std::string Engine::metrics_address() const { return impl_->metrics ? impl_->metrics->address() : std::string(); }

@@ -419,7 +419,7 @@ struct Engine::Impl {
     bool progress_until(const std::function<bool()> &done, std::chrono::steady_clock::time_point deadline);
     void wake_progress();
     size_t drain(size_t transport);
-    EngineStats stats();  // transfer_stats.cpp
+    EngineStats stats();  // engine.cpp, from the counters (transfer_stats.hpp)
     void complete(OpRecord &op, int code, std::string_view message);
     // complete() without releasing the op's share of its batch: the caller releases the shares
     // of a run of ops of one batch at once (release_share with a count).

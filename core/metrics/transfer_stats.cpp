@@ -6,8 +6,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine/engine_impl.hpp"
-
 namespace ferry {
 
 size_t OpCounters::bucket_of(uint64_t ns) {
@@ -27,43 +25,6 @@ OpStats OpCounters::snapshot() const {
     s.latency_sum_seconds = static_cast<double>(latency_ns.load(std::memory_order_relaxed)) / 1e9;
     for (size_t k = 0; k <= kLatencyBuckets; ++k) s.latency_buckets[k] = buckets[k].load(std::memory_order_relaxed);
     return s;
-}
-
-EngineStats Engine::Impl::stats() {
-    EngineStats out;
-    out.batches = next_batch.load(std::memory_order_relaxed) - 1;
-    out.staging = staging->stats();
-    std::vector<uint64_t> peers(transports.size(), 0), paused(transports.size(), 0);
-    const auto now = std::chrono::steady_clock::now();
-    {
-        std::vector<std::shared_ptr<RemoteSegment>> open;
-        {
-            std::lock_guard lock(segments_mutex);
-            out.segments_open = segments.size();
-            for (auto &[id, seg] : segments) open.push_back(seg);
-        }
-        for (auto &seg : open) {
-            std::lock_guard lock(seg->mutex);
-            for (size_t t = 0; t < seg->peers.size() && t < peers.size(); ++t)
-                if (seg->peers[t]) ++peers[t];
-            for (const auto &[t, pause] : seg->paused)
-                if (t < paused.size() && pause.until > now) ++paused[t];
-        }
-    }
-    auto add = [&](std::string name, size_t index) {
-        TransportStats t;
-        t.transport = std::move(name);
-        t.read = counters[index]->by_op[0].snapshot();
-        t.write = counters[index]->by_op[1].snapshot();
-        t.peers = index < peers.size() ? peers[index] : 0;
-        t.failovers = counters[index]->failovers.load(std::memory_order_relaxed);
-        t.pauses = counters[index]->pauses.load(std::memory_order_relaxed);
-        t.paused_paths = index < paused.size() ? paused[index] : 0;
-        out.transports.push_back(std::move(t));
-    };
-    for (auto i : priority) add(transports[i]->name(), i);
-    add("none", counters.size() - 1);
-    return out;
 }
 
 namespace {
