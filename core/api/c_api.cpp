@@ -1,3 +1,6 @@
+// core/api/: the C API (include/ferry/ferry.h) over the engine.
+// May include: engine/, metadata/, control/, staging/, metrics/, loader/, util/
+//
 // The C API over the C++ engine: status codes, thread-local last-error messages, no exceptions.
 #include <cerrno>
 #include <cstdlib>

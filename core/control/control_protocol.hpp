@@ -1,3 +1,8 @@
+// core/control/: the engine-to-engine control channel: its wire format (this file), the server
+// every engine runs, the client that talks to a peer's, and the cluster secret they authenticate
+// with (auth.hpp). It carries descriptors and notifications as bytes: it knows no engine.
+// May include: util/
+//
 // Wire format of the engine-to-engine control channel (control_server / control_client):
 // descriptor requests (P2PHANDSHAKE metadata) and notifications, after a mutual
 // challenge-response when the cluster has a secret.

@@ -1,3 +1,10 @@
+// core/engine/: the engine (include/ferry/engine.hpp) and its settings (config.hpp): setup,
+// registration and the region index, submitting and routing ops, the connector, batches,
+// failover, notifications, stream-ordered batches, storage segments, shared buffers, the loaded
+// transports (transport.hpp) and the initiator's GPU staging pipeline. It calls every folder but
+// api/ and tools/, the two above it; none of the folders below calls it.
+// May include: metadata/, control/, staging/, metrics/, loader/, util/
+//
 // Engine internals shared by engine.cpp (setup, memory, segments), submit.cpp and route.cpp
 // (planning a batch), connector.cpp (what needs the network before an op can be posted),
 // batch.cpp (progress, completion, wait) and stream_submit.cpp (batches ordered on CUDA streams).

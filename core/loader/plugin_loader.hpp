@@ -1,3 +1,9 @@
+// core/loader/: code found and loaded from files: transport plugins (this file), their ELF
+// headers checked first (elf_check.hpp), the GPU runtimes installed (runtime_probe.hpp), where the
+// dynamic loader would find a library (library_path.hpp), and shared objects opened from a checked
+// descriptor (shared_library.hpp).
+// May include: util/
+//
 // Finds transport plugins on the search path, checks that no other user could have written them
 // (file_trust.hpp), loads them from the checked descriptor (RTLD_NOW | RTLD_LOCAL), checks their
 // ABI, probes them, and records for every file found exactly what happened and why, for the

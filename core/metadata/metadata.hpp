@@ -1,3 +1,9 @@
+// core/metadata/: segment descriptors (descriptor.hpp) and their codecs, and where engines publish
+// and find them (this file): the P2P handshake over the control channel, etcd, Redis and
+// Mooncake's HTTP metadata server, their clients, the first contact's retries, and the host
+// identity a descriptor carries.
+// May include: control/, util/
+//
 // Where engines publish their segment descriptors and find each other's. The embedded default
 // is a peer-to-peer handshake (P2PHANDSHAKE): every engine serves its own descriptor on its
 // control server (control_server.hpp) and its segment name is that "ip:port". Other backends (etcd,

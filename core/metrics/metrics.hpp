@@ -1,3 +1,8 @@
+// core/metrics/: what the data path measured: the counters the engine writes and their C form
+// (transfer_stats.hpp), and the Prometheus endpoint (this file): ferry_metrics.so, built from
+// metrics_exporter.cpp alone, behind the C interface of metrics_module.h, checked like a plugin.
+// May include: loader/, util/
+//
 // The Prometheus endpoint of an engine (engine key metrics_port): ferry_metrics.so, loaded from
 // <dir of libferry>/ferry/ when the key is set and checked like a plugin (plugin_trust), serves
 // the engine's stats (Engine::stats) at each scrape. docs/METRICS.md lists what it reports.

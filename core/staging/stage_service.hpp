@@ -1,3 +1,9 @@
+// core/staging/: GPU memory moved through pinned host memory for transports that move host memory
+// only: the service that lends pinned slices and runs the copies (this file), for the plugins'
+// staged serving and the engine's own pipeline (engine/staging.cpp), and the GPU runtimes' copy
+// calls, loaded at run time (gpu_staging.hpp).
+// May include: loader/, util/
+//
 // Pinned host memory and asynchronous GPU copies for staging device memory through host-only
 // transports, shared by both ends: the plugins serving a peer's access to our device memory
 // (ABI 1.1 ferry_host_api_t.stage_*) and the engine's own initiator-side pipeline (staging.cpp).

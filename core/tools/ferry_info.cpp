@@ -1,3 +1,8 @@
+// core/tools/: ferry-info (this file, built as build/core/ferry-info, linked to libferry's public
+// API only) and what it prints, which libferry exports for it (describe_plugins.cpp,
+// describe_options.cpp: ferry::describe_* in include/ferry/engine.hpp).
+// May include: engine/, metadata/, control/, staging/, metrics/, loader/, util/
+//
 // ferry-info: which transport plugins exist, which loaded, and exactly why the others did not.
 #include <cstdio>
 #include <cstring>

@@ -1,3 +1,8 @@
+// core/util/: what every other folder builds on, knowing nothing of engines: the logger (this
+// file), owned file descriptors (fd.hpp), blocking socket helpers, the byte codec, base64 and the
+// JSON writer, the start-address index (start_index.hpp) and the file trust check (file_trust.hpp).
+// May include: none (include/ferry/ and base/ are open to every folder of core/)
+//
 // Ferry's logger: one Boost.Log channel ("ferry") with a stderr sink; level from
 // FERRY_LOG_LEVEL or the engine config. Boost.Log stays inside log.cpp so its heavy
 // templates compile once.
