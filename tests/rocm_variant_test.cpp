@@ -154,7 +154,7 @@ TEST_F(RocmVariantTest, GpuStagingLeavesHipUnloadedWithoutAnAmdGpu) {
     EXPECT_NE(out.find("STAGER: no HIP device: /dev/kfd does not exist"), std::string::npos) << out;
 }
 
-// The loader-path lookup the probe uses instead of dlopen (core/library_path.cpp).
+// The loader-path lookup the probe uses instead of dlopen (core/loader/library_path.cpp).
 TEST(LoaderWouldFind, SearchesLdLibraryPathThenTheCacheAndOnlyFindsFiles) {
     TempDir dir;
     std::ofstream(dir / "libferry_probe_test.so.3") << "x";

@@ -1,4 +1,4 @@
-// The control server without a cluster secret (core/control_server.cpp), as any peer that can
+// The control server without a cluster secret (core/control/control_server.cpp), as any peer that can
 // reach its port sees it: HELLO with no secret flag and the all-zero AUTH proof are accepted,
 // so the requests after the handshake (GET_DESCRIPTOR, NOTIFY, unknown types, oversized and
 // truncated frames) are fuzzed too. The harness is control_server_fuzz's.

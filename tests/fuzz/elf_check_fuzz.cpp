@@ -1,4 +1,4 @@
-// The plugin file pre-check (core/elf_check.cpp) that runs before dlopen. The input is a whole
+// The plugin file pre-check (core/loader/elf_check.cpp) that runs before dlopen. The input is a whole
 // file. Invariants: a file it accepts is a 64-bit shared object for this host whose program
 // headers and loadable segments all lie inside the file (so dlopen cannot fault on a missing
 // page); a refusal always says why.
