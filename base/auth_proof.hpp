@@ -1,5 +1,5 @@
 // The mutual challenge-response of every authenticated Ferry connection: the engines' control
-// channel (core/control_protocol.hpp), tcp.so (plugins/tcp/handshake.hpp) and rdma.so
+// channel (core/control/control_protocol.hpp), tcp.so (plugins/tcp/handshake.hpp) and rdma.so
 // (plugins/rdma/control.hpp). Each side sends a fresh nonce and proves it holds the key over
 // the other side's nonce:
 //

@@ -4,7 +4,7 @@
 // (and tcp.so) from loading at all on a host that has only 1.1, or none, although only engines
 // with an auth_secret need it; the distribution's libcrypto also gets that distribution's
 // security updates, which a vendored copy would not. The same reasoning made
-// core/http_client.cpp load libcurl. Each module that links base/ has its own handle (its
+// core/metadata/http_client.cpp load libcurl. Each module that links base/ has its own handle (its
 // symbols are hidden; dlopen counts references).
 //
 // Tried in order: $FERRY_LIBCRYPTO (a file name or path, for a libcrypto outside the loader's

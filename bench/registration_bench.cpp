@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "descriptor.hpp"
-#include "engine_impl.hpp"
+#include "engine/engine_impl.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
+#include "metadata/descriptor.hpp"
 
 namespace {
 
@@ -192,7 +192,7 @@ int run(const Args &a, size_t n) {
 }
 
 // The lookups of one op, on n regions of 64 bytes, at random regions and in runs of kRun ops to
-// the same region, done as submit() does them (core/submit.cpp): the ops of a batch in windows of
+// the same region, done as submit() does them (core/engine/submit.cpp): the ops of a batch in windows of
 // RegionIndex::kMaxMany, each window's local and remote rows looked up together
 // (RegionIndex::find_many with a RemoteProbe; an op within a page of the one before it is left
 // out), then per op submit's same-region check and route_fast (the route a ready op takes:

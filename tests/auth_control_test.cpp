@@ -20,20 +20,20 @@
 #include <chrono>
 #include <thread>
 
-#include "auth.hpp"
 #include "auth_proof.hpp"
 #include "auth_util.hpp"
-#include "control_client.hpp"
-#include "control_protocol.hpp"
-#include "descriptor.hpp"
+#include "control/auth.hpp"
+#include "control/control_client.hpp"
+#include "control/control_protocol.hpp"
+#include "engine/transport.hpp"
 #include "ferry/engine.hpp"
 #include "hmac_sha256.hpp"
+#include "loader/plugin_loader.hpp"
+#include "metadata/descriptor.hpp"
 #include "peer_pattern.hpp"
 #include "peer_process.hpp"
-#include "plugin_loader.hpp"
-#include "socket_util.hpp"
 #include "test_util.hpp"
-#include "transport.hpp"
+#include "util/socket_util.hpp"
 
 using namespace ferry;
 using ferry::test::PeerProcess;

@@ -1,4 +1,4 @@
-// The files an engine believes, checked as plugins are (core/file_trust.cpp): its YAML
+// The files an engine believes, checked as plugins are (core/util/file_trust.cpp): its YAML
 // configuration (Engine::create_from_file, the C API's, so Python's and the NIXL backend's
 // FERRY_CONFIG), and the files named by etcd_key_file, etcd_password_file, etcd_ca_file,
 // etcd_cert_file and auth_secret_file (FERRY_AUTH_SECRET_FILE). One that other users could
@@ -8,13 +8,13 @@
 
 #include <filesystem>
 
-#include "auth.hpp"
-#include "config.hpp"
+#include "control/auth.hpp"
+#include "engine/config.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
-#include "log.hpp"
 #include "test_util.hpp"
 #include "trust_util.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 using ferry::test::other_user;

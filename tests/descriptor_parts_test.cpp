@@ -7,8 +7,8 @@
 #include <map>
 #include <random>
 
-#include "chunk_codec.hpp"
-#include "descriptor_parts.hpp"
+#include "metadata/chunk_codec.hpp"
+#include "metadata/descriptor_parts.hpp"
 
 using namespace ferry;
 

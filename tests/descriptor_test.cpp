@@ -1,7 +1,7 @@
 // Segment descriptor codec: round trips, and every malformed input is refused, never over-read.
 #include <gtest/gtest.h>
 
-#include "descriptor.hpp"
+#include "metadata/descriptor.hpp"
 
 using namespace ferry;
 

@@ -4,7 +4,7 @@
 
 #include <sys/stat.h>
 
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 
 using namespace ferry;
 

@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 #include "test_util.hpp"
 
 using namespace ferry;

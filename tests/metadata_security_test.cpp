@@ -18,8 +18,8 @@
 #include <mutex>
 
 #include "auth_util.hpp"
-#include "descriptor.hpp"
 #include "ferry/engine.hpp"
+#include "metadata/descriptor.hpp"
 #include "metadata/servers.hpp"
 
 using namespace ferry;

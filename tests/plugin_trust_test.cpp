@@ -1,4 +1,4 @@
-// What the plugin loader trusts (core/file_trust.cpp): plugin files in real directories with real
+// What the plugin loader trusts (core/util/file_trust.cpp): plugin files in real directories with real
 // modes, owners and symlinks, a second local user made for the test, a file swapped while it is
 // loaded, and what ferry-info and an engine say about each. As root (CI); the tests that need
 // the second user print SKIPPED otherwise.
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "ferry/engine.hpp"
-#include "log.hpp"
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 #include "test_util.hpp"
 #include "trust_util.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 using ferry::test::give_to;

@@ -8,7 +8,7 @@ about themselves (`ferry-info --options`), so a missing, stale or wrong row fail
   `ferry-info --options --markdown` generates for every plugin this build loaded, and name no
   option such a plugin does not publish. Plugins the page documents but this build did not
   load (no CUDA toolkit, say) are reported as SKIPPED. --write rewrites the rows in place.
-- Engine keys: every key of the engine's table (core/config.cpp) has a row in docs/OPTIONS.md's
+- Engine keys: every key of the engine's table (core/engine/config.cpp) has a row in docs/OPTIONS.md's
   table of engine keys, and that table names no key the engine rejects.
 FERRY_PLUGIN_PATH says where the plugins are (meson sets it to the build's plugin directories)."""
 

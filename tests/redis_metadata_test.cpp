@@ -13,10 +13,10 @@
 #include <fstream>
 
 #include "ferry/engine.hpp"
+#include "metadata/redis_client.hpp"
 #include "metadata/servers.hpp"
 #include "peer_pattern.hpp"
 #include "peer_process.hpp"
-#include "redis_client.hpp"
 
 using namespace ferry;
 using namespace ferry::test::metadata;

@@ -1,4 +1,4 @@
-// The engine's local region index (core/region_index.hpp) against a reference std::map: random
+// The engine's local region index (core/engine/region_index.hpp) against a reference std::map: random
 // registers, unregisters and lookups with the boundaries that matter (first and last byte,
 // adjacent regions with no gap, one byte past the end), and finds racing writers under the
 // engine's locking (TSan: .ci/sanitize.sh thread runs this test); find_many against find; a
@@ -14,9 +14,9 @@
 #include <shared_mutex>
 #include <thread>
 
-#include "engine_impl.hpp"
+#include "engine/engine_impl.hpp"
+#include "engine/region_index.hpp"
 #include "ferry/engine.hpp"
-#include "region_index.hpp"
 
 using namespace ferry;
 

@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include "ferry/engine.hpp"
 
-#include "gpu_staging.hpp"
-#include "library_path.hpp"
+#include "loader/library_path.hpp"
+#include "staging/gpu_staging.hpp"
 #include "test_util.hpp"
 
 using ferry::test::TempDir;
@@ -154,7 +154,7 @@ TEST_F(RocmVariantTest, GpuStagingLeavesHipUnloadedWithoutAnAmdGpu) {
     EXPECT_NE(out.find("STAGER: no HIP device: /dev/kfd does not exist"), std::string::npos) << out;
 }
 
-// The loader-path lookup the probe uses instead of dlopen (core/library_path.cpp).
+// The loader-path lookup the probe uses instead of dlopen (core/loader/library_path.cpp).
 TEST(LoaderWouldFind, SearchesLdLibraryPathThenTheCacheAndOnlyFindsFiles) {
     TempDir dir;
     std::ofstream(dir / "libferry_probe_test.so.3") << "x";

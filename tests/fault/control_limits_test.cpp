@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "byte_codec.hpp"
-#include "control_protocol.hpp"
-#include "fd.hpp"
+#include "control/control_protocol.hpp"
 #include "ferry/engine.hpp"
 #include "peer_process.hpp"
 #include "test_util.hpp"
+#include "util/byte_codec.hpp"
+#include "util/fd.hpp"
 
 using namespace ferry;
 using ferry::test::PeerProcess;

@@ -108,7 +108,7 @@ TEST(EngineFaults, HandshakePortSurvivesGarbageTruncatedFramesAndResets) {
     Target t;
     ASSERT_TRUE(t.error.empty()) << t.error;
     uint16_t port = port_of(t.engine->segment_name());
-    // The documented frame header: magic "FRHS", version, code, length (core/metadata.hpp).
+    // The documented frame header: magic "FRHS", version, code, length (core/metadata/metadata.hpp).
     auto header = [](uint16_t version, uint16_t code, uint32_t length) {
         return le(0x46524853u, 4) + le(version, 2) + le(code, 2) + le(length, 4);
     };

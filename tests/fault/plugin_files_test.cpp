@@ -13,7 +13,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "plugin_loader.hpp"
+#include "loader/plugin_loader.hpp"
 #include "test_util.hpp"
 
 using namespace ferry;

@@ -1,4 +1,4 @@
-// The YAML configuration (core/config.cpp: parse_yaml_config, then parse_engine_settings), as
+// The YAML configuration (core/engine/config.cpp: parse_yaml_config, then parse_engine_settings), as
 // Engine::create_from_file reads it once load_yaml_config has checked and read the file (the
 // file's checks are tests/plugin_trust_test.cpp's). Invariants: no exception escapes (the C++
 // API promises none), a refusal carries a code and a message, and settings are only accepted
@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "config.hpp"
+#include "engine/config.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

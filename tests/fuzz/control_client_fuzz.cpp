@@ -1,4 +1,4 @@
-// The control client's decoding of what a (hostile) server sends back (core/control_client.cpp):
+// The control client's decoding of what a (hostile) server sends back (core/control/control_client.cpp):
 // the handshake reply (server nonce, flags, proof), the AUTH verdict, refusals, and request
 // replies. Input byte 0 picks the client's configuration (bit 0: it has a cluster secret);
 // the rest is the server's whole byte stream, queued on a socketpair before the client runs,
@@ -12,10 +12,10 @@
 #include <cerrno>
 #include <string>
 
-#include "control_client.hpp"
-#include "control_protocol.hpp"
+#include "control/control_client.hpp"
+#include "control/control_protocol.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

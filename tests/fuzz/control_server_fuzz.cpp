@@ -1,4 +1,4 @@
-// The engine's control server (core/control_server.cpp) fed over a real socket: each input is
+// The engine's control server (core/control/control_server.cpp) fed over a real socket: each input is
 // sent on a fresh connection to a server that has a cluster secret, then the connection is
 // half-closed and the reply read until the server closes (control_server_harness.hpp). The
 // HELLO/AUTH/request decoders live inside the server's connection state machine, so this

@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "control_server.hpp"
+#include "control/control_server.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "util/log.hpp"
 
 namespace control_fuzz {
 

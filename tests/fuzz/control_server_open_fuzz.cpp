@@ -1,10 +1,10 @@
-// The control server without a cluster secret (core/control_server.cpp), as any peer that can
+// The control server without a cluster secret (core/control/control_server.cpp), as any peer that can
 // reach its port sees it: HELLO with no secret flag and the all-zero AUTH proof are accepted,
 // so the requests after the handshake (GET_DESCRIPTOR, NOTIFY, unknown types, oversized and
 // truncated frames) are fuzzed too. The harness is control_server_fuzz's.
 // Invariants: the server never crashes or hangs on a connection (5 s guard); every byte it
 // sends back is a well-formed frame sequence (magic, version, a length that fits what came).
-#include "control_protocol.hpp"
+#include "control/control_protocol.hpp"
 #include "control_server_harness.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// A chunk of a descriptor stored in parts (core/chunk_codec.cpp): bytes any writer to etcd can
+// A chunk of a descriptor stored in parts (core/metadata/chunk_codec.cpp): bytes any writer to etcd can
 // put there, read by every engine that opens the segment. Invariants: a refusal carries a code
 // and a message and leaves the output and the budget as they were; an accepted chunk has
 // non-empty, non-wrapping regions in address order, charges the budget exactly what its regions
@@ -6,9 +6,9 @@
 // (1 MiB), so "the same keys as before" repeated is refused rather than allocated.
 #include <cerrno>
 
-#include "chunk_codec.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "metadata/chunk_codec.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

@@ -1,12 +1,12 @@
-// The segment descriptor codec (core/descriptor.cpp): bytes a peer serves over the handshake
+// The segment descriptor codec (core/metadata/descriptor.cpp): bytes a peer serves over the handshake
 // or publishes in etcd. Invariants: a refusal carries a code and a message; an accepted
 // descriptor has sorted, non-overlapping, non-wrapping regions, re-encodes to bytes that decode
 // to the same descriptor, and find_region only returns a region holding the whole range.
 #include <cerrno>
 
-#include "descriptor.hpp"
 #include "fuzz_check.hpp"
-#include "log.hpp"
+#include "metadata/descriptor.hpp"
+#include "util/log.hpp"
 
 using namespace ferry;
 

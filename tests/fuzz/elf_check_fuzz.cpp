@@ -1,4 +1,4 @@
-// The plugin file pre-check (core/elf_check.cpp) that runs before dlopen. The input is a whole
+// The plugin file pre-check (core/loader/elf_check.cpp) that runs before dlopen. The input is a whole
 // file. Invariants: a file it accepts is a 64-bit shared object for this host whose program
 // headers and loadable segments all lie inside the file (so dlopen cannot fault on a missing
 // page); a refusal always says why.
@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "elf_check.hpp"
 #include "fuzz_check.hpp"
+#include "loader/elf_check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t head = std::min(size, ferry::kElfHeadBytes);

@@ -15,11 +15,11 @@
 #include "../../plugins/shm/map_wire.hpp"
 #include "../../plugins/shm/stage.hpp"
 #include "../../plugins/shm/wire.hpp"
-#include "base64.hpp"
-#include "chunk_codec.hpp"
-#include "control_protocol.hpp"
-#include "descriptor.hpp"
+#include "control/control_protocol.hpp"
 #include "memory.hpp"
+#include "metadata/chunk_codec.hpp"
+#include "metadata/descriptor.hpp"
+#include "util/base64.hpp"
 #include "wire.hpp"
 
 namespace fs = std::filesystem;

@@ -13,12 +13,12 @@
 #include <cstring>
 #include <thread>
 
-#include "config.hpp"
+#include "engine/config.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
 #include "peer_pattern.hpp"
 #include "peer_process.hpp"
-#include "stage_service.hpp"
+#include "staging/stage_service.hpp"
 
 using namespace ferry;
 using ferry::test::PeerProcess;

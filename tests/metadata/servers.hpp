@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "ferry/engine.hpp"
-#include "kv_store.hpp"
-#include "redis_client.hpp"
+#include "metadata/kv_store.hpp"
+#include "metadata/redis_client.hpp"
 #include "test_util.hpp"
 
 namespace ferry::test::metadata {
