@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config ccache
   libboost-dev libboost-filesystem-dev libboost-log-dev libboost-program-options-dev
-  libyaml-cpp-dev libgtest-dev libbenchmark-dev
+  libyaml-cpp-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev
   iperf3 python3
   libamdhip64-dev libhsa-runtime-dev
   libcurl4-openssl-dev etcd-server curl iproute2 openssl libssl3

@@ -9,7 +9,8 @@
 //                (the remote address is the file offset; --inflight_batches keeps the queue full)
 //
 // Throughput = batches x batch_size x block_size / duration, as Mooncake defines it. The flags
-// are bench_options.cpp's; this file runs the target and the initiator.
+// are bench_options.cpp's (what Mooncake's mean here: bench_mooncake_flags.cpp); this file runs
+// the target and the initiator.
 #include <signal.h>
 #include <unistd.h>
 

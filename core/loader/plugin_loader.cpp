@@ -11,8 +11,8 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include "loader/elf_check.hpp"
-#include "util/json_writer.hpp"
 #include "util/log.hpp"
+#include "util/report_json.hpp"
 
 #ifndef FERRY_INSTALL_PLUGIN_DIR
 #define FERRY_INSTALL_PLUGIN_DIR "/usr/local/lib/ferry/plugins"
@@ -380,45 +380,42 @@ std::string PluginReport::to_text() const {
 }
 
 std::string PluginReport::to_json() const {
-    JsonWriter j;
-    j.begin_object();
-    j.key("search_path").begin_array();
-    for (const auto &d : search_path) j.value(d);
-    j.end_array();
-    j.field("plugin_trust", to_string(trust));
-    j.key("runtimes").begin_object();
-    j.key("cuda_major");
-    runtimes.cuda_major ? j.value(*runtimes.cuda_major) : j.null();
-    j.field("cuda_detail", runtimes.cuda_detail);
-    j.key("rocm_major");
-    runtimes.rocm_major ? j.value(*runtimes.rocm_major) : j.null();
-    j.field("rocm_detail", runtimes.rocm_detail);
-    j.field("rocm_source", runtimes.rocm_source);
-    j.key("hip_libraries").begin_object();
-    for (const auto &[major, path] : runtimes.hip_libraries) j.field(cat(major), path);
-    j.end_object();
-    j.key("rocm_variant");
-    runtimes.rocm_variant ? j.value(cat("rocm", *runtimes.rocm_variant)) : j.null();
-    j.field("rocm_choice", runtimes.rocm_choice);
-    j.end_object();
-    j.key("plugins").begin_array();
-    for (const auto &p : plugins) {
-        j.begin_object();
-        j.field("name", p.name).field("path", p.path).field("variant", p.variant);
-        j.field("state", to_string(p.state)).field("loaded", p.state == PluginState::Loaded);
-        j.field("abi", p.abi_version ? abi_text(p.abi_version) : std::string());
-        j.field("version", p.version).field("caps", p.caps).field("reason", p.reason);
-        j.field("trust_note", p.trust_note);
-        j.field("load_ms", p.load_ms).field("probe_ms", p.probe_ms);
-        j.end_object();
-    }
-    j.end_array();
-    j.key("errors").begin_array();
-    for (const auto &e : errors) j.value(e);
-    j.end_array();
-    j.field("runtimes_ms", runtimes_ms).field("discovery_ms", total_ms);
-    j.end_object();
-    return j.str();
+    ReportJson hip = ReportJson::object();
+    for (const auto &[major, path] : runtimes.hip_libraries) hip[cat(major)] = path;
+    ReportJson records = ReportJson::array();
+    for (const auto &p : plugins)
+        records.push_back({{"name", p.name},
+                           {"path", p.path},
+                           {"variant", p.variant},
+                           {"state", to_string(p.state)},
+                           {"loaded", p.state == PluginState::Loaded},
+                           {"abi", p.abi_version ? abi_text(p.abi_version) : std::string()},
+                           {"version", p.version},
+                           {"caps", p.caps},
+                           {"reason", p.reason},
+                           {"trust_note", p.trust_note},
+                           {"load_ms", report_number(p.load_ms)},
+                           {"probe_ms", report_number(p.probe_ms)}});
+    auto or_null = [](const std::optional<int> &v) { return v ? ReportJson(*v) : ReportJson(nullptr); };
+    ReportJson j = {
+        {"search_path", search_path},
+        {"plugin_trust", to_string(trust)},
+        {"runtimes",
+         {{"cuda_major", or_null(runtimes.cuda_major)},
+          {"cuda_detail", runtimes.cuda_detail},
+          {"rocm_major", or_null(runtimes.rocm_major)},
+          {"rocm_detail", runtimes.rocm_detail},
+          {"rocm_source", runtimes.rocm_source},
+          {"hip_libraries", std::move(hip)},
+          {"rocm_variant",
+           runtimes.rocm_variant ? ReportJson(cat("rocm", *runtimes.rocm_variant)) : ReportJson(nullptr)},
+          {"rocm_choice", runtimes.rocm_choice}}},
+        {"plugins", std::move(records)},
+        {"errors", errors},
+        {"runtimes_ms", report_number(runtimes_ms)},
+        {"discovery_ms", report_number(total_ms)},
+    };
+    return report_text(j);
 }
 
 }  // namespace ferry

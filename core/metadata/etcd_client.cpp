@@ -1,13 +1,10 @@
 #include "metadata/etcd_client.hpp"
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 
 #include "control/auth.hpp"
+#include "metadata/etcd_json.hpp"
 #include "util/file_trust.hpp"
 #include "util/log.hpp"
 
@@ -15,25 +12,6 @@ namespace ferry {
 namespace {
 
 bool has(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
-
-std::string json_string(std::string_view s) {
-    std::string out = "\"";
-    for (char ch : s) {
-        auto c = static_cast<unsigned char>(ch);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += ch;
-        } else if (c < 0x20) {
-            static constexpr char hex[] = "0123456789abcdef";
-            out += "\\u00";
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        } else {
-            out += ch;
-        }
-    }
-    return out + "\"";
-}
 
 }  // namespace
 
@@ -135,8 +113,7 @@ Error EtcdClient::explain(const Error &e) const {
 }
 
 Result<std::string> EtcdClient::authenticate(HttpClient &http) {
-    const std::string body =
-        cat("{\"name\":", json_string(security_.user), ",\"password\":", json_string(security_.password), "}");
+    const std::string body = etcd_json::text({{"name", security_.user}, {"password", security_.password}});
     auto r = post_any(http, "/v3/auth/authenticate", body, {});
     if (!r) {
         const std::string source = security_.password_file.empty()
@@ -150,13 +127,8 @@ Result<std::string> EtcdClient::authenticate(HttpClient &http) {
                                      r.error().message, "); unset etcd_user or run `etcdctl auth enable`"));
         return fail(r.error().code, cat("authenticating to etcd as '", security_.user, "': ", r.error().message));
     }
-    try {
-        std::istringstream in(*r);
-        boost::property_tree::ptree tree;
-        boost::property_tree::read_json(in, tree);
-        std::string token = tree.get<std::string>("token", "");
-        if (!token.empty()) return token;
-    } catch (const boost::property_tree::json_parser_error &) {}
+    if (auto answer = etcd_json::parse(*r))
+        if (std::string token = etcd_json::string_or(*answer, {"token"}, ""); !token.empty()) return token;
     return fail(-EPROTO, "etcd answered /v3/auth/authenticate without a token");
 }
 

@@ -11,9 +11,6 @@
 #include <unistd.h>
 #include <atomic>
 
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-
 #include <cerrno>
 #include <condition_variable>
 #include <mutex>
@@ -22,6 +19,7 @@
 
 #include "metadata/descriptor_parts.hpp"
 #include "metadata/etcd_client.hpp"
+#include "metadata/etcd_json.hpp"
 #include "metadata/metadata.hpp"
 #include "metadata/metadata_retry.hpp"
 #include "util/base64.hpp"
@@ -30,18 +28,11 @@
 namespace ferry {
 namespace {
 
-namespace pt = boost::property_tree;
-
-Result<pt::ptree> parse_json(const std::string &text) {
-    try {
-        std::istringstream in(text);
-        pt::ptree tree;
-        pt::read_json(in, tree);
-        return tree;
-    } catch (const pt::json_parser_error &e) {
-        return fail(-EPROTO, cat("etcd answered with malformed JSON: ", e.what()));
-    }
-}
+using etcd_json::bool_or;
+using etcd_json::int_or;
+using etcd_json::Request;
+using etcd_json::string_at;
+using etcd_json::string_or;
 
 std::string prefix_end(std::string key) {
     // The smallest key greater than every key starting with `key`.
@@ -77,7 +68,7 @@ public:
         if (watch_.joinable()) watch_.join();
         // Leave at once on a clean shutdown instead of waiting for the lease to run out.
         std::lock_guard lock(mutex_);
-        if (lease_ != 0) (void)call(client_, "/v3/lease/revoke", cat("{\"ID\":\"", lease_.load(), "\"}"));
+        if (lease_ != 0) (void)call(client_, "/v3/lease/revoke", etcd_json::text({{"ID", cat(lease_.load())}}));
     }
 
     // Registers with retries: an engine may start while etcd is briefly unreachable.
@@ -88,7 +79,7 @@ public:
             // etcd grants leases to anyone; reading our own key tells now whether this
             // engine's credentials may use its prefix.
             auto access =
-                call(client_, "/v3/kv/range", cat("{\"key\":\"", base64_encode(key_), "\",\"count_only\":true}"));
+                call(client_, "/v3/kv/range", etcd_json::text({{"key", base64_encode(key_)}, {"count_only", true}}));
             if (!access) return std::unexpected(access.error());
             return {};
         };
@@ -130,26 +121,31 @@ public:
             std::string from = header;
             int64_t revision = 0;
             for (;;) {
-                auto body = call(
-                    client_, "/v3/kv/range",
-                    cat("{\"key\":\"", base64_encode(from), "\",\"range_end\":\"", base64_encode(header + '\x01'),
-                        "\",\"limit\":", kFetchPage, revision ? cat(",\"revision\":\"", revision, "\"") : "", "}"));
+                Request range{
+                    {"key", base64_encode(from)}, {"range_end", base64_encode(header + '\x01')}, {"limit", kFetchPage}};
+                if (revision) range["revision"] = cat(revision);
+                auto body = call(client_, "/v3/kv/range", etcd_json::text(range));
                 if (!body)
                     return fail(body.error().code,
                                 cat("cannot fetch segment '", name, "' from etcd: ", body.error().message));
-                auto tree = parse_json(*body);
+                auto tree = etcd_json::parse(*body);
                 if (!tree) return std::unexpected(tree.error());
-                if (revision == 0) revision = tree->get<int64_t>("header.revision", 0);
-                auto page = tree->get_child_optional("kvs");
+                if (revision == 0) revision = int_or(*tree, {"header", "revision"});
+                auto page = etcd_json::find(*tree, {"kvs"});
+                if (page && !page->is_array())
+                    return fail(-EPROTO,
+                                cat("etcd answered a read of segment '", name, "' with kvs that are not a list"));
                 if (!page || page->empty()) break;
-                for (auto &[_, kv] : *page) {
-                    auto key = base64_decode(kv.get<std::string>("key", ""));
-                    auto value = base64_decode(kv.get<std::string>("value", ""));
+                for (const auto &kv : *page) {
+                    // A key or value that is not a string is no more base64 than a wrong one.
+                    auto key_text = string_at(kv, {"key"}), value_text = string_at(kv, {"value"});
+                    auto key = key_text ? base64_decode(*key_text) : std::nullopt;
+                    auto value = value_text ? base64_decode(*value_text) : std::nullopt;
                     if (!key || !value)
                         return fail(-EPROTO, cat("segment '", name, "' in etcd holds a value that is not base64"));
                     kvs.emplace_back(std::string(key->begin(), key->end()), std::move(*value));
                 }
-                if (!tree->get<bool>("more", false)) break;
+                if (!bool_or(*tree, {"more"})) break;
                 from = kvs.back().first + '\0';
             }
         }
@@ -171,11 +167,11 @@ private:
     }
 
     Result<void> grant_locked(HttpClient &client) {
-        auto body = call(client, "/v3/lease/grant", cat("{\"TTL\":", settings_.lease_ttl_s, "}"));
+        auto body = call(client, "/v3/lease/grant", etcd_json::text({{"TTL", settings_.lease_ttl_s}}));
         if (!body) return std::unexpected(body.error());
-        auto tree = parse_json(*body);
+        auto tree = etcd_json::parse(*body);
         if (!tree) return std::unexpected(tree.error());
-        lease_ = std::strtoll(tree->get<std::string>("ID", "0").c_str(), nullptr, 10);
+        lease_ = int_or(*tree, {"ID"});
         if (lease_ == 0) return fail(-EPROTO, "etcd granted no lease: " + body->substr(0, 200));
         return {};
     }
@@ -197,20 +193,15 @@ private:
     }
 
     Result<void> txn_locked(HttpClient &client, const DescriptorParts::Write &w) {
-        std::string body = "{\"success\":[";
-        bool first = true;
-        for (auto &[k, v] : w.puts) {
-            body += cat(first ? "" : ",", "{\"request_put\":{\"key\":\"", base64_encode(k), "\",\"value\":\"",
-                        base64_encode(v), "\",\"lease\":\"", lease_.load(), "\"}}");
-            first = false;
-        }
-        for (auto &[from, to] : w.deletes) {
-            body += cat(first ? "" : ",", "{\"request_delete_range\":{\"key\":\"", base64_encode(from),
-                        "\",\"range_end\":\"", base64_encode(to), "\"}}");
-            first = false;
-        }
-        body += "]}";
-        auto r = call(client, "/v3/kv/txn", body);
+        Request success = Request::array();
+        for (auto &[k, v] : w.puts)
+            success.push_back(
+                {{"request_put",
+                  {{"key", base64_encode(k)}, {"value", base64_encode(v)}, {"lease", cat(lease_.load())}}}});
+        for (auto &[from, to] : w.deletes)
+            success.push_back(
+                {{"request_delete_range", {{"key", base64_encode(from)}, {"range_end", base64_encode(to)}}}});
+        auto r = call(client, "/v3/kv/txn", etcd_json::text({{"success", std::move(success)}}));
         if (!r) return std::unexpected(r.error());
         return {};
     }
@@ -234,13 +225,13 @@ private:
             // regions are hundreds of them, seconds under a sanitizer), and the lease must not
             // run out meanwhile (its keys, the segment, would vanish from etcd). Publishing and
             // fetching go on while this request waits on a slow etcd, too.
-            auto alive = call(client, "/v3/lease/keepalive", cat("{\"ID\":\"", lease_.load(), "\"}"));
+            auto alive = call(client, "/v3/lease/keepalive", etcd_json::text({{"ID", cat(lease_.load())}}));
             bool expired = false;
             if (alive) {
-                auto tree = parse_json(*alive);
+                auto tree = etcd_json::parse(*alive);
                 // An expired or unknown lease (etcd restarted, or we were cut off past the TTL)
                 // comes back without a TTL.
-                expired = !tree || tree->get<int64_t>("result.TTL", 0) <= 0;
+                expired = !tree || int_or(*tree, {"result", "TTL"}) <= 0;
             }
             if (!alive) {
                 if (!outage)
@@ -284,9 +275,9 @@ private:
         // was down (etcd restarting, a token being replaced) is not missed.
         int64_t seen = 0, resume = 0;
         auto body = [&] {
-            return cat("{\"create_request\":{\"key\":\"", base64_encode(dir), "\",\"range_end\":\"",
-                       base64_encode(prefix_end(dir)), "\"",
-                       resume > 0 ? cat(",\"start_revision\":\"", resume, "\"") : "", "}}");
+            Request create{{"key", base64_encode(dir)}, {"range_end", base64_encode(prefix_end(dir))}};
+            if (resume > 0) create["start_revision"] = cat(resume);
+            return etcd_json::text({{"create_request", std::move(create)}});
         };
         std::string pending, cancelled;
         bool created = false;
@@ -296,18 +287,18 @@ private:
             while ((nl = pending.find('\n')) != std::string::npos) {
                 std::string line = pending.substr(0, nl);
                 pending.erase(0, nl + 1);
-                auto tree = parse_json(line);
+                auto tree = etcd_json::parse(line);
                 if (!tree) continue;
                 // A refused watch (an expired token, a compaction) stays open and silent: end
                 // it and watch again.
-                if (tree->get<bool>("result.canceled", false) || tree->get_child_optional("error")) {
-                    cancelled = tree->get<std::string>("result.cancel_reason",
-                                                       tree->get<std::string>("error.message", "cancelled"));
-                    if (tree->get<int64_t>("result.compact_revision", 0) > 0) seen = 0;  // history gone: from now on
+                if (bool_or(*tree, {"result", "canceled"}) || etcd_json::find(*tree, {"error"})) {
+                    cancelled = string_or(*tree, {"result", "cancel_reason"},
+                                          string_or(*tree, {"error", "message"}, "cancelled"));
+                    if (int_or(*tree, {"result", "compact_revision"}) > 0) seen = 0;  // history gone: from now on
                     return false;
                 }
-                int64_t revision = tree->get<int64_t>("result.header.revision", 0);
-                if (tree->get<bool>("result.created", false)) {
+                int64_t revision = int_or(*tree, {"result", "header", "revision"});
+                if (bool_or(*tree, {"result", "created"})) {
                     created = true;
                     // etcd lost its data (revisions start again): resuming would wait for a
                     // revision that may never come.
@@ -318,11 +309,12 @@ private:
                     }
                     seen = std::max(seen, revision);
                 }
-                auto events = tree->get_child_optional("result.events");
-                if (!events) continue;
-                for (auto &[_, ev] : *events) {
-                    seen = std::max(seen, ev.get<int64_t>("kv.mod_revision", 0));
-                    auto key = base64_decode(ev.get<std::string>("kv.key", ""));
+                auto events = etcd_json::find(*tree, {"result", "events"});
+                if (!events || !events->is_array()) continue;
+                for (const auto &ev : *events) {
+                    seen = std::max(seen, int_or(ev, {"kv", "mod_revision"}));
+                    auto key_text = string_at(ev, {"kv", "key"});
+                    auto key = key_text ? base64_decode(*key_text) : std::nullopt;
                     if (!key) continue;
                     std::string name(key->begin(), key->end());
                     if (name.compare(0, dir.size(), dir) != 0) continue;

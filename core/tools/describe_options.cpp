@@ -6,8 +6,8 @@
 #include "engine/config.hpp"
 #include "ferry/engine.hpp"
 #include "loader/plugin_loader.hpp"
-#include "util/json_writer.hpp"
 #include "util/log.hpp"
+#include "util/report_json.hpp"
 
 namespace ferry {
 namespace {
@@ -72,20 +72,22 @@ void text_plugin(std::ostringstream &out, const PluginRecord &p) {
     }
 }
 
-void json_plugin(JsonWriter &j, const PluginRecord &p) {
-    j.begin_object();
-    j.field("name", p.name).field("path", p.path);
-    j.field("abi", cat(p.abi_version >> 16, ".", p.abi_version & 0xffff)).field("note", p.options_note);
-    j.key("options").begin_array();
-    for (const auto &o : p.options) {
-        j.begin_object();
-        j.field("name", o.name).field("type", ferry_option_type_name(o.type)).field("default", o.default_text);
-        j.field("min", o.min).field("max", o.max).field("values", o.values);
-        j.field("accepted", accepted(o)).field("help", o.help);
-        j.end_object();
-    }
-    j.end_array();
-    j.end_object();
+ReportJson json_plugin(const PluginRecord &p) {
+    ReportJson options = ReportJson::array();
+    for (const auto &o : p.options)
+        options.push_back({{"name", o.name},
+                           {"type", ferry_option_type_name(o.type)},
+                           {"default", o.default_text},
+                           {"min", o.min},
+                           {"max", o.max},
+                           {"values", o.values},
+                           {"accepted", accepted(o)},
+                           {"help", o.help}});
+    return {{"name", p.name},
+            {"path", p.path},
+            {"abi", cat(p.abi_version >> 16, ".", p.abi_version & 0xffff)},
+            {"note", p.options_note},
+            {"options", std::move(options)}};
 }
 
 }  // namespace
@@ -109,22 +111,18 @@ OptionReportOutput describe_options(const Config &config, const std::string &onl
 
     std::ostringstream out;
     if (format == "json") {
-        JsonWriter j;
-        j.begin_object();
+        ReportJson j = ReportJson::object();
         if (engine) {
-            j.key("engine").begin_array();
-            for (const auto &k : engine_keys()) {
-                j.begin_object();
-                j.field("name", k.key).field("default", k.default_text).field("accepted", k.accepted);
-                j.field("help", k.help).end_object();
-            }
-            j.end_array();
+            ReportJson keys = ReportJson::array();
+            for (const auto &k : engine_keys())
+                keys.push_back(
+                    {{"name", k.key}, {"default", k.default_text}, {"accepted", k.accepted}, {"help", k.help}});
+            j["engine"] = std::move(keys);
         }
-        j.key("plugins").begin_array();
-        for (auto *p : plugins) json_plugin(j, *p);
-        j.end_array();
-        j.end_object();
-        out << j.str() << "\n";
+        ReportJson shown = ReportJson::array();
+        for (auto *p : plugins) shown.push_back(json_plugin(*p));
+        j["plugins"] = std::move(shown);
+        out << report_text(j) << "\n";
     } else if (format == "markdown") {
         // Generated rows for docs/OPTIONS.md: `ferry-info --options --markdown`.
         for (auto *p : plugins) {

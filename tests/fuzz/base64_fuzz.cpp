@@ -1,6 +1,7 @@
-// base64 (core/util/base64.cpp), which decodes etcd's JSON gateway values. Invariants: every byte
-// string survives encode then decode; text that decodes has a length that is a multiple of 4,
-// yields 3 bytes per group less padding, and its bytes re-encode to text that decodes the same.
+// base64 (core/util/base64.cpp: Boost.Beast's codec, checked strictly), which decodes etcd's JSON
+// gateway values. Invariants: every byte string survives encode then decode; text that decodes
+// has a length that is a multiple of 4, yields 3 bytes per group less padding, and its bytes
+// re-encode to text that decodes the same.
 #include <string_view>
 
 #include "fuzz_check.hpp"

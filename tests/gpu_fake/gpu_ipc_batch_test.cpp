@@ -1,9 +1,10 @@
-// The GPU IPC transport's submit and completion path (plugins/gpu_ipc/ipc_transport.cpp, shared
-// by cuda_ipc.so and hip_ipc.so) driven through its runtime interface with a test runtime:
-// "device" memory is host memory, each stream is a worker thread running its queue in order,
-// events are markers in that queue. No GPU needed. It counts what a batch costs (events,
-// runtime calls) and injects failures to hold the failure semantics: an op that fails is
-// reported failed, and no op is reported before every byte of it has landed or can no longer.
+// The GPU IPC transport's submit and completion path (plugins/gpu_ipc/ipc_submit.cpp and
+// ipc_completions.cpp, shared by cuda_ipc.so and hip_ipc.so) driven through its runtime
+// interface with a test runtime: "device" memory is host memory, each stream is a worker thread
+// running its queue in order, events are markers in that queue. No GPU needed. It counts what
+// a batch costs (events, runtime calls) and injects failures to hold the failure semantics: an
+// op that fails is reported failed, and no op is reported before every byte of it has landed or
+// can no longer.
 #include "test_gpu_runtime.hpp"
 
 using namespace ferry_gpu;

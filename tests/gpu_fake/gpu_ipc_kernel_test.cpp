@@ -1,4 +1,4 @@
-// The GPU IPC transport's copy kernel path (plugins/gpu_ipc/ipc_transport.cpp) through the test
+// The GPU IPC transport's copy kernel path (plugins/gpu_ipc/ipc_submit.cpp) through the test
 // runtime (test_gpu_runtime.hpp): which ops go to the kernel and which to the copy engines, the
 // tables it builds (chunk numbering, one launch per kKernelTableOps ops, the block cap), byte
 // exactness at odd addresses and lengths, the fallback to per-op copies when the kernel cannot
