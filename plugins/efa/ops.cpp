@@ -179,7 +179,7 @@ int Transport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry
     // to reach): otherwise it sleeps on the CQ's wait object, which the provider signals for
     // what we posted (its completion, or a socket ready for the rest of a partial send). If it
     // sleeps without a deadline, a timer gives it one for our timeouts. A wake-up per op was a
-    // third of the progress thread's wake-ups with one op in flight (issue 23). Large submits
+    // third of the progress thread's wake-ups with one op in flight. Large submits
     // still wake it: the provider holds the rest of a partial send, and the thread pushing it
     // at once measured faster at 1 MiB than waiting for the socket to drain.
     post_ops();

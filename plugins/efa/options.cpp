@@ -72,7 +72,7 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
 
 // The progress thread's spin after work pays off only with a CPU to spare: the application's
 // thread, this progress thread and, on one host, the peer's pair all want one. Below 4 CPUs it
-// steals the peer's (issue 23, 2 vCPUs: spin_us=0 gave 4.3/4.8/3.4 GB/s against 2.3/1.9/4.1).
+// steals the peer's (measured on 2 vCPUs: spin_us=0 gave 4.3/4.8/3.4 GB/s against 2.3/1.9/4.1).
 static unsigned default_spin_us() {
     cpu_set_t set;
     CPU_ZERO(&set);

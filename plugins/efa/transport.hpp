@@ -306,7 +306,7 @@ private:
     std::atomic<bool> stop_{false};
     std::thread progress_;
     int wake_fd_ = -1, timer_fd_ = -1, epoll_fd_ = -1;
-    // The host's side (issue 23): completion_fd is host_fd_, an epoll set of the completion
+    // The host's side: completion_fd is host_fd_, an epoll set of the completion
     // eventfd and the CQ's wait fd, so a host thread waiting on it wakes on the provider's events
     // and poll() reads the CQ itself. While a host polled within kHostLease, the progress thread
     // sleeps on aside_fd_ (wake_fd_, timer_fd_: not the CQ) so the data wakes one thread only.

@@ -1,5 +1,5 @@
-// shm.so's serving side against initiators that do not follow the protocol (issue 22, finding
-// 5): answers never read, connections that never send a Hello, too many connections, a target
+// shm.so's serving side against initiators that do not follow the protocol: answers
+// never read, connections that never send a Hello, too many connections, a target
 // out of descriptors, and garbage that must not flood the log. Targets are real child processes
 // (ChildPeer) where the test measures them, in-process instances where it reads their log.
 #include "../transport/harness.hpp"

@@ -1,5 +1,5 @@
-// shm.so's serving side against initiators that name descriptors in their requests (issue 22,
-// finding 1): a file the initiator may only read, an O_PATH descriptor of a file it may not
+// shm.so's serving side against initiators that name descriptors in their requests: a
+// file the initiator may only read, an O_PATH descriptor of a file it may not
 // read at all, memfds that are not sealed or not shm.so's, and an initiator whose pid is taken
 // over by another process while its socket lives on. The target is a real child process
 // (ChildPeer, running as this test's user, root in CI); this process is the hostile initiator.

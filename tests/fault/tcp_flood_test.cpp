@@ -1,5 +1,5 @@
-// tcp.so against peers that do not follow the protocol (issue 22, finding 5): connections that
-// never finish the handshake, floods of idle or garbage connections, a target out of file
+// tcp.so against peers that do not follow the protocol: connections that never finish
+// the handshake, floods of idle or garbage connections, a target out of file
 // descriptors. The target must close what does not authenticate in time, cap what it holds per
 // peer address and in total, refuse with a message the honest peer can read, never spin, and
 // log a count instead of a line per bad connection. Real sockets, real child processes.

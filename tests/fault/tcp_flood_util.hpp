@@ -33,8 +33,8 @@ inline std::string flood_plugin_path() {
     return e != nullptr && *e != '\0' ? e : FERRY_TEST_TCP_PLUGIN;
 }
 
-// The limit options exist since issue 22. FERRY_TEST_TCP_BASELINE=1 (with FERRY_TEST_TCP_PLUGIN
-// pointing at an older tcp.so) drops them, to measure how an older build behaves.
+// FERRY_TEST_TCP_BASELINE=1 (with FERRY_TEST_TCP_PLUGIN pointing at an older tcp.so, from before
+// these limit options) drops them, to measure how an older build behaves.
 inline ferry_test::Options limit_options(ferry_test::Options o) {
     if (std::getenv("FERRY_TEST_TCP_BASELINE") == nullptr) return o;
     ferry_test::Options kept;

@@ -1,5 +1,5 @@
-// tcp.so against a target that stops (SIGSTOP) and comes back (issue 22, findings 2a and 4): an
-// op submitted while the initiator was idle ends within op_timeout_ms, and a READ reported
+// tcp.so against a target that stops (SIGSTOP) and comes back: an op
+// submitted while the initiator was idle ends within op_timeout_ms, and a READ reported
 // failed never writes its buffer afterwards, when the target resumes and answers.
 #include "../transport/harness.hpp"
 #include "../transport/peer_process.hpp"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device_check.sh: the GPU small-block bench (issue 23) and the GPU test suites on a machine that
+# device_check.sh: the GPU small-block bench and the GPU test suites on a machine that
 # has a GPU but none of the build's libraries (a lent H200: another distribution, no Boost,
 # yaml-cpp, gtest or libfabric), from a build made elsewhere.
 #

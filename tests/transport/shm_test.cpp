@@ -357,7 +357,7 @@ TEST_F(ShmTest, AdoptedRegionsKeepTheirBytesAndMoveThroughTheMemfd) {
     EXPECT_TRUE(child.exit_cleanly());
 }
 
-// Issue 22, finding 2a: the initiator is idle (its I/O thread asleep without a timeout) when
+// The initiator is idle (its I/O thread asleep without a timeout) when
 // one op goes to a peer that is stopped. The op must still fail by op_timeout_ms.
 TEST_F(ShmTest, AnOpToAStoppedPeerFailsByItsTimeoutEvenWhenIdle) {
     auto a = make({{"op_timeout_ms", "1000"}});
@@ -382,7 +382,7 @@ TEST_F(ShmTest, AnOpToAStoppedPeerFailsByItsTimeoutEvenWhenIdle) {
     child.resume();
 }
 
-// Issue 22, finding 4: with cross-memory attach the serving side writes a READ into our buffer.
+// With cross-memory attach the serving side writes a READ into our buffer.
 // Once an op was reported failed, no byte may land in its buffer, even when the stopped serving
 // side resumes with the requests still queued. Two rounds: stopped before the batch, and
 // stopped in the middle of one.
