@@ -62,7 +62,7 @@ struct Pair {
     std::string why;
 };
 
-// One round of finding 3 in this (forked) process: 0 when all went as expected, else a code
+// One round of the destroy-after-resume case in this (forked) process: 0 when all went as expected, else a code
 // from 12 up (1 is what libpsm2's SIGSEGV handler, loaded by libfabric, exits with).
 int teardown_round(const Plugin &plugin, int round) {
     const size_t sz = 16 * kMiB;
@@ -100,7 +100,7 @@ protected:
     std::unique_ptr<Plugin> plugin;
 };
 
-// Finding 3: destroying the initiator right after the peer of its timed-out ops resumes. Each
+// Destroying the initiator right after the peer of its timed-out ops resumes. Each
 // round runs in a forked process, so a crash is counted instead of ending the suite.
 // FERRY_EFA_TEARDOWN_ROUNDS=30 for a longer loop (before the fix: 7 of 30 crashed).
 TEST_F(EfaFaultTest, DestroyRightAfterTimedOutPeerResumesDoesNotCrash) {
@@ -143,7 +143,7 @@ long first_change_ms(const uint8_t *p, size_t len, uint8_t expect, std::chrono::
     return -1;
 }
 
-// Finding 4: READs that failed with -ETIMEDOUT must never be completed into the caller's buffer
+// READs that failed with -ETIMEDOUT must never be completed into the caller's buffer
 // afterwards, however the peer comes back.
 TEST_F(EfaFaultTest, TimedOutReadsNeverLandInTheCallersBuffer) {
     const size_t sz = 32 * kMiB, n = sz / kMiB;
@@ -184,7 +184,7 @@ TEST_F(EfaFaultTest, TimedOutReadsNeverLandInTheCallersBuffer) {
     EXPECT_EQ(d[0].status, 0) << d[0].message;
 }
 
-// Finding 4, cancel side: READs canceled by disconnect while the target is stopped must not be
+// Cancel side: READs canceled by disconnect while the target is stopped must not be
 // completed into the caller's buffer when it resumes either.
 TEST_F(EfaFaultTest, ReadsCanceledByDisconnectNeverLandInTheCallersBuffer) {
     const size_t sz = 32 * kMiB, n = sz / kMiB;
@@ -216,7 +216,7 @@ TEST_F(EfaFaultTest, ReadsCanceledByDisconnectNeverLandInTheCallersBuffer) {
     EXPECT_EQ(overwritten, 0u);
 }
 
-// Finding 4, WRITE side: once a WRITE was reported failed the caller may reuse its source
+// WRITE side: once a WRITE was reported failed the caller may reuse its source
 // buffer; what it writes there afterwards must never reach the target.
 TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
     const size_t sz = 32 * kMiB, n = sz / kMiB;
@@ -260,7 +260,7 @@ TEST_F(EfaFaultTest, TimedOutWritesNeverSendTheCallersLaterBytes) {
     EXPECT_EQ(reused_pages, 0u);
 }
 
-// Finding 2a, efa's side: the target stops while the initiator has nothing in flight (its
+// The target stops while the initiator has nothing in flight (its
 // progress thread asleep), then one op is submitted: it must end within op_timeout_ms.
 TEST_F(EfaFaultTest, OpToTargetStoppedWhileIdleEndsInTime) {
     Pair p(*plugin, kMiB, 1000);
