@@ -28,50 +28,42 @@ with open(os.path.join(build, "compile_commands.json")) as f:
     commands = json.load(f)
 plugins_dir = os.path.realpath(os.path.join(src, "plugins"))
 core_dir = os.path.realpath(os.path.join(src, "core"))
-core_units = 0
-reaching = {}  # "-I<path>" or "-include <path>" -> core units compiled with it
-for c in commands:
-    unit = os.path.realpath(os.path.join(c["directory"], c["file"]))
-    if not unit.startswith(core_dir + os.sep):
-        continue
-    core_units += 1
-    args = c["arguments"] if "arguments" in c else c["command"].split()
-    for i, a in enumerate(args):
-        if a.startswith("-I") and len(a) > 2:
-            flag, path = "-I", a[2:]
-        elif a in ("-I", "-include", "-isystem", "-iquote") and i + 1 < len(args):
-            flag, path = a, args[i + 1]
-        else:
+
+
+def include_paths_into(units, target):
+    """Of the compile commands accepted by units(unit path, command), how many there are, and
+    which include-path flags ("-I<path>", "-include <path>", ...) lead into `target`, with the
+    units compiled with each."""
+    count, reaching = 0, {}
+    for c in commands:
+        unit = os.path.realpath(os.path.join(c["directory"], c["file"]))
+        if not units(unit, c):
             continue
-        real = os.path.realpath(os.path.join(c["directory"], path))
-        if real == plugins_dir or real.startswith(plugins_dir + os.sep):
-            reaching.setdefault("%s %s" % (flag, os.path.relpath(real, src)), []).append(os.path.relpath(unit, src))
+        count += 1
+        args = c["arguments"] if "arguments" in c else c["command"].split()
+        for i, a in enumerate(args):
+            if a.startswith("-I") and len(a) > 2:
+                flag, path = "-I", a[2:]
+            elif a in ("-I", "-include", "-isystem", "-iquote") and i + 1 < len(args):
+                flag, path = a, args[i + 1]
+            else:
+                continue
+            real = os.path.realpath(os.path.join(c["directory"], path))
+            if real == target or real.startswith(target + os.sep):
+                reaching.setdefault("%s %s" % (flag, os.path.relpath(real, src)), []).append(os.path.relpath(unit, src))
+    return count, reaching
+
+
+core_units, reaching = include_paths_into(lambda unit, c: unit.startswith(core_dir + os.sep), plugins_dir)
 for flag, units in sorted(reaching.items()):
     problems.append("%d core/ translation units (%s ...) are compiled with %s, a plugins/ path: what core and "
                     "the plugins share belongs in base/" % (len(units), units[0], flag))
 # Rule 1, the other way: units of the plugins, base/ and the bindings never get core/ (their
 # own targets, that is: a test that builds a plugin's decoder with core's beside it may).
 outside_tops = [os.path.realpath(os.path.join(src, top)) + os.sep for top in ("plugins", "base", "bindings")]
-outside_units = 0
-reaching = {}
-for c in commands:
-    unit = os.path.realpath(os.path.join(c["directory"], c["file"]))
-    if not any(unit.startswith(top) for top in outside_tops):
-        continue
-    if c.get("output", "").split("/", 1)[0] in ("tests", "bench"):
-        continue
-    outside_units += 1
-    args = c["arguments"] if "arguments" in c else c["command"].split()
-    for i, a in enumerate(args):
-        if a.startswith("-I") and len(a) > 2:
-            flag, path = "-I", a[2:]
-        elif a in ("-I", "-include", "-isystem", "-iquote") and i + 1 < len(args):
-            flag, path = a, args[i + 1]
-        else:
-            continue
-        real = os.path.realpath(os.path.join(c["directory"], path))
-        if real == core_dir or real.startswith(core_dir + os.sep):
-            reaching.setdefault("%s %s" % (flag, os.path.relpath(real, src)), []).append(os.path.relpath(unit, src))
+outside_units, reaching = include_paths_into(
+    lambda unit, c: any(unit.startswith(top) for top in outside_tops)
+    and c.get("output", "").split("/", 1)[0] not in ("tests", "bench"), core_dir)
 for flag, units in sorted(reaching.items()):
     problems.append("%d translation units outside core/ (%s ...) are compiled with %s, a core/ path: plugins see "
                     "include/ferry/ and base/ only" % (len(units), units[0], flag))
