@@ -258,6 +258,43 @@ int ferry_submit(ferry_engine_t *e, const ferry_request_t *requests, size_t coun
     });
 }
 
+int ferry_create_block_table(ferry_engine_t *e, ferry_segment_id_t segment, const uint64_t *addrs, size_t count,
+                             const uint64_t *lengths, size_t count_lengths, ferry_block_table_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out || (!addrs && count) || (!lengths && count_lengths))
+        return set_error(-EINVAL, "ferry_create_block_table: addrs, lengths or output pointer is NULL");
+    return guarded(__func__, [&] {
+        auto t = e->engine->create_block_table(segment, {addrs, count}, {lengths, count_lengths});
+        if (!t) return set_error(t.error());
+        *out = *t;
+        return 0;
+    });
+}
+
+int ferry_destroy_block_table(ferry_engine_t *e, ferry_block_table_t table) {
+    REQUIRE_ENGINE(e);
+    return guarded(__func__, [&] {
+        auto r = e->engine->destroy_block_table(table);
+        return r ? 0 : set_error(r.error());
+    });
+}
+
+int ferry_submit_blocks(ferry_engine_t *e, uint32_t opcode, ferry_block_table_t local, const uint32_t *local_index,
+                        ferry_block_table_t remote, const uint32_t *remote_index, size_t count, ferry_batch_id_t *out) {
+    REQUIRE_ENGINE(e);
+    if (!out || ((!local_index || !remote_index) && count))
+        return set_error(-EINVAL, "ferry_submit_blocks: an index array or the output pointer is NULL");
+    if (opcode != FERRY_READ && opcode != FERRY_WRITE)
+        return set_error(-EINVAL, "ferry_submit_blocks: opcode is neither FERRY_READ nor FERRY_WRITE");
+    return guarded(__func__, [&] {
+        auto b = e->engine->submit_blocks(static_cast<ferry::Opcode>(opcode), local, {local_index, count}, remote,
+                                          {remote_index, count});
+        if (!b) return set_error(b.error());
+        *out = *b;
+        return 0;
+    });
+}
+
 int ferry_submit_with_notification(ferry_engine_t *e, const ferry_request_t *requests, size_t count,
                                    ferry_segment_id_t target, const void *data, size_t length, ferry_batch_id_t *out) {
     REQUIRE_ENGINE(e);

@@ -20,10 +20,6 @@ constexpr std::chrono::seconds kRetryUnusable{1};
 // keeps re-registering under us.
 constexpr int kMaxSteps = 32;
 
-ferry_mem_region_t to_abi(const RegionDescriptor &r) {
-    return ferry_mem_region_t{r.addr, r.length, r.kind, r.device, r.access, 0};
-}
-
 std::string prefix(const DeferredOp &d) {
     return cat("submit: op ", d.index, " (", op_name(d.request.opcode), " ", d.request.length, " bytes): ");
 }

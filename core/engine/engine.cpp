@@ -381,10 +381,10 @@ Result<BatchId> Engine::submit_on_stream(std::span<const Request> requests, void
 Result<OpStatus> Engine::status(BatchId id, size_t index) {
     auto batch = impl_->find_batch(id);
     if (!batch) return fail(-ENOENT, cat("status: batch ", id, " does not exist (never submitted or already freed)"));
-    if (index >= batch->size)
-        return fail(-EINVAL,
-                    cat("status: batch ", id, " has ", batch->size, " ops; index ", index, " is out of range"));
-    auto &op = batch->ops[index];
+    const size_t ops = batch->pairs ? batch->pairs : batch->size;
+    if (index >= ops)
+        return fail(-EINVAL, cat("status: batch ", id, " has ", ops, " ops; index ", index, " is out of range"));
+    auto &op = batch->ops[batch->pairs ? 0 : index];  // a block transfer posted whole: one op for all
     if (op.state.load(std::memory_order_acquire) == static_cast<uint32_t>(OpState::Pending)) impl_->progress(0);
     OpStatus st;
     st.state = static_cast<OpState>(op.state.load(std::memory_order_acquire));

@@ -47,6 +47,7 @@ namespace ferry {
 
 struct OpRecord;
 struct Deferrals;
+struct BlockTable;
 
 // An op whose route needs the network first (its segment's descriptor re-read, a transport
 // connected, a remote region imported): queued on its segment for the connector
@@ -186,6 +187,9 @@ struct PendingNotification {
 struct Batch {
     BatchId id = 0;
     size_t size = 0;
+    // A block transfer posted whole (blocks.cpp): its one op stands for `pairs` pairs, and
+    // status() of any of them reads it.
+    size_t pairs = 0;
     std::chrono::steady_clock::time_point submitted;  // for the ops' latency (transfer_stats.hpp)
     std::unique_ptr<OpRecord[]> ops;
     std::atomic<size_t> remaining{0};  // ops in flight, plus one while `notification` is unsent
@@ -304,6 +308,11 @@ struct Engine::Impl {
     std::unordered_map<SegmentId, std::shared_ptr<RemoteSegment>> segments;
     std::unordered_map<std::string, SegmentId> segment_ids;
     SegmentId next_segment = 1;
+
+    // Block tables (blocks.cpp): KV pages named once, moved by index.
+    std::mutex block_tables_mutex;
+    std::unordered_map<BlockTableId, std::shared_ptr<BlockTable>> block_tables;
+    BlockTableId next_block_table = 1;
 
     std::mutex batches_mutex;
     std::unordered_map<BatchId, std::shared_ptr<Batch>> batches;
@@ -453,6 +462,20 @@ struct Engine::Impl {
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout);
     std::shared_ptr<Batch> find_batch(BatchId id);
 
+    // blocks.cpp
+    Result<BlockTableId> create_block_table(SegmentId segment, std::span<const uint64_t> addrs,
+                                            std::span<const uint64_t> lengths);
+    Result<void> destroy_block_table(BlockTableId id);
+    Result<BatchId> submit_blocks(Opcode opcode, BlockTableId local, std::span<const uint32_t> local_index,
+                                  BlockTableId remote, std::span<const uint32_t> remote_index);
+    // The plugin's lists of both tables on the path the transfer's first pair took (an import of
+    // every region the remote table names first, where missing); false where there is none.
+    bool prepare_block_path(BlockTable &local, BlockTable &remote, RemoteSegment &seg, size_t transport);
+    // Posts the transfer whole on the tables' prepared path; nullopt where it has none now.
+    std::optional<Result<BatchId>> post_blocks(Opcode opcode, BlockTable &local, std::span<const uint32_t> local_index,
+                                               BlockTable &remote, std::span<const uint32_t> remote_index,
+                                               uint64_t bytes);
+
     // stream_submit.cpp
     Result<BatchId> submit_on_stream(std::span<const Request> requests, void *stream, bool detach);
     void stream_loop();
@@ -461,6 +484,11 @@ struct Engine::Impl {
     void stop_stream_calls();
     void release_stream_calls();
 };
+
+// A peer's region as the plugin ABI passes it to import_mem.
+inline ferry_mem_region_t to_abi(const RegionDescriptor &r) {
+    return ferry_mem_region_t{r.addr, r.length, r.kind, r.device, r.access, 0};
+}
 
 // "file:<path>": a storage segment (storage.cpp).
 inline bool is_storage_segment(std::string_view name) { return name.starts_with("file:"); }

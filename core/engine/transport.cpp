@@ -168,4 +168,35 @@ Result<size_t> Transport::poll(std::span<ferry_completion_t> out) {
     return static_cast<size_t>(rc);
 }
 
+bool Transport::has_block_lists() const {
+    const ferry_plugin_v1_t *api = plugin_->api;
+    return api->struct_size >= FERRY_PLUGIN_V1_SIZE_UNTIL(submit_blocks) && api->create_block_list &&
+           api->destroy_block_list && api->submit_blocks;
+}
+
+Result<uint64_t> Transport::create_block_list(uint32_t side, uint64_t peer, std::span<const ferry_block_t> blocks) {
+    ferry_error_t err{};
+    uint64_t list = 0;
+    if (int rc = plugin_->api->create_block_list(instance_, side, peer, blocks.data(), blocks.size(), &list, &err))
+        return std::unexpected(error(rc, err, "create_block_list"));
+    return list;
+}
+
+Result<void> Transport::destroy_block_list(uint64_t list) {
+    ferry_error_t err{};
+    if (int rc = plugin_->api->destroy_block_list(instance_, list, &err))
+        return std::unexpected(error(rc, err, "destroy_block_list"));
+    return {};
+}
+
+Result<void> Transport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
+                                      uint64_t remote_list, const uint32_t *remote_index, size_t n,
+                                      uint64_t user_data) {
+    ferry_error_t err{};
+    if (int rc = plugin_->api->submit_blocks(instance_, peer, opcode, local_list, local_index, remote_list,
+                                             remote_index, n, user_data, &err))
+        return std::unexpected(error(rc, err, "submit_blocks"));
+    return {};
+}
+
 }  // namespace ferry

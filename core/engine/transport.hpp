@@ -52,6 +52,12 @@ public:
     Result<void> release_mem(uint64_t peer, uint64_t remote_mem);
     Result<void> submit(uint64_t peer, std::span<const ferry_xfer_op_t> ops);
     Result<size_t> poll(std::span<ferry_completion_t> out);
+    // ABI 1.5: block lists (KV pages named once, moved by index with one completion).
+    bool has_block_lists() const;
+    Result<uint64_t> create_block_list(uint32_t side, uint64_t peer, std::span<const ferry_block_t> blocks);
+    Result<void> destroy_block_list(uint64_t list);
+    Result<void> submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
+                               uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data);
     int completion_fd() const { return completion_fd_; }
 
 private:

@@ -37,6 +37,9 @@ inline constexpr uint32_t kRemoteWrite = 2;
 
 using SegmentId = uint64_t;
 using BatchId = uint64_t;
+using BlockTableId = uint64_t;
+// create_block_table's segment for blocks of this engine's own registered memory.
+inline constexpr SegmentId kLocalMemory = 0;
 
 // Flat key/value configuration. YAML files flatten into it with dotted keys.
 using Config = std::map<std::string, std::string>;
@@ -212,6 +215,22 @@ public:
     // forever) passed first, with the batch still valid.
     Result<void> wait(BatchId batch, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
     Result<void> free_batch(BatchId batch);
+
+    // Block tables: KV-cache pages named once and then moved by index, as a paged cache does.
+    // A table is `addrs.size()` blocks of `lengths[i]` bytes (one length for all when `lengths`
+    // has one entry) in this engine's registered memory (segment kLocalMemory) or in an open
+    // segment, each inside one region; they are checked here, once.
+    Result<BlockTableId> create_block_table(SegmentId segment, std::span<const uint64_t> addrs,
+                                            std::span<const uint64_t> lengths);
+    // Transfers already submitted from it go on.
+    Result<void> destroy_block_table(BlockTableId table);
+    // Moves pair i: local block local_index[i] <-> remote block remote_index[i] (equal lengths,
+    // non-overlapping), READ or WRITE, as one batch of local_index.size() ops: wait() and
+    // status(batch, i) as for submit. Where the path has block lists (cuda_ipc, hip_ipc: one
+    // copy kernel launch for the whole transfer) it is posted whole, with no per-pair work in the
+    // engine, and every pair's status is the transfer's; elsewhere its pairs are posted as ops.
+    Result<BatchId> submit_blocks(Opcode opcode, BlockTableId local, std::span<const uint32_t> local_index,
+                                  BlockTableId remote, std::span<const uint32_t> remote_index);
 
     // Notifications over the engines' control channel (authenticated when a cluster secret is
     // set). send_notification returns once the receiving engine has queued the message, so a

@@ -19,7 +19,7 @@
  * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t; 6 added
  * ferry_submit_on_stream; 7 added ferry_stats, ferry_latency_bounds and ferry_metrics_address.
  * Functions are only ever added. */
-#define FERRY_C_API_VERSION 7
+#define FERRY_C_API_VERSION 8
 
 #ifdef __cplusplus
 extern "C" {
@@ -279,6 +279,29 @@ FERRY_C_API int ferry_submit_with_notification(ferry_engine_t *engine, const fer
  * version 6.) */
 FERRY_C_API int ferry_submit_on_stream(ferry_engine_t *engine, const ferry_request_t *requests, size_t count,
                                        void *stream, ferry_batch_id_t *batch);
+
+/* Block tables (C API version 8): KV-cache pages named once, then moved by index, as a paged
+ * KV cache addresses them. A table holds `count` blocks: block i is lengths[i] bytes at addrs[i]
+ * (lengths of 1 entry: one length for all, pass count_lengths 1), each inside one region of this
+ * engine's registered memory (segment FERRY_LOCAL_MEMORY) or of an open segment; all are checked
+ * here, once. */
+typedef uint64_t ferry_block_table_t;
+#define FERRY_LOCAL_MEMORY ((ferry_segment_id_t)0)
+FERRY_C_API int ferry_create_block_table(ferry_engine_t *engine, ferry_segment_id_t segment, const uint64_t *addrs,
+                                         size_t count, const uint64_t *lengths, size_t count_lengths,
+                                         ferry_block_table_t *table);
+/* Transfers already submitted from the table go on. */
+FERRY_C_API int ferry_destroy_block_table(ferry_engine_t *engine, ferry_block_table_t table);
+/* Moves `count` pairs, FERRY_READ or FERRY_WRITE: pair i is local block local_index[i] of `local`
+ * and remote block remote_index[i] of `remote` (equal lengths; pairs never overlap). One batch of
+ * `count` ops, waited for and freed as any (ferry_wait_batch, ferry_get_status(batch, i)). Where
+ * the path has block lists (cuda_ipc, hip_ipc: one copy kernel launch for the whole transfer)
+ * the transfer is posted whole, with no per-pair work in the engine, and every pair's status is
+ * the transfer's; elsewhere its pairs are posted as ops. The first transfer between two tables
+ * takes the ordinary route (which connects) and prepares that path for the next. */
+FERRY_C_API int ferry_submit_blocks(ferry_engine_t *engine, uint32_t opcode, ferry_block_table_t local,
+                                    const uint32_t *local_index, ferry_block_table_t remote,
+                                    const uint32_t *remote_index, size_t count, ferry_batch_id_t *batch);
 
 /* Message for the last failure on this thread ("" when none). */
 FERRY_C_API const char *ferry_last_error(void);

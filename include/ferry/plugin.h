@@ -79,7 +79,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 4u
+#define FERRY_PLUGIN_ABI_MINOR 5u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -267,6 +267,17 @@ typedef struct ferry_xfer_op {
     uint64_t user_data;   /* returned unchanged in the completion */
 } ferry_xfer_op_t;
 
+/* One block of a block list (ABI 1.5): `length` bytes at `addr`, inside the region `mem` (a
+ * register_mem handle in a local list, an import_mem handle of the list's peer in a remote one). */
+typedef struct ferry_block {
+    uint64_t addr;
+    uint64_t length;
+    uint64_t mem;
+} ferry_block_t;
+
+/* Which memory a block list names (create_block_list). */
+enum { FERRY_BLOCKS_LOCAL = 0, FERRY_BLOCKS_REMOTE = 1 };
+
 /* Completion of one op. */
 typedef struct ferry_completion {
     uint64_t user_data;
@@ -393,6 +404,26 @@ typedef struct ferry_plugin_v1 {
      * host calls register_mem instead. */
     int (*register_mem_fd)(ferry_transport_t *transport, const ferry_mem_region_t *region, int fd, uint64_t fd_offset,
                            uint64_t *mem_handle, ferry_error_t *err);
+    /* ---- ABI 1.5 (read only when struct_size covers them; all three NULL or none) ---- */
+    /* Block lists: KV-cache pages named once, then moved by index, so a transfer of many small
+     * blocks costs the plugin no per-op lookup and the host one completion. NULL: the host posts
+     * block transfers as ordinary ops. */
+    /* Check `n` blocks once and keep them: side FERRY_BLOCKS_LOCAL (`peer` ignored; every `mem`
+     * a register_mem handle, the block inside that region) or FERRY_BLOCKS_REMOTE (`mem` import
+     * handles of `peer`). */
+    int (*create_block_list)(ferry_transport_t *transport, uint32_t side, uint64_t peer, const ferry_block_t *blocks,
+                             size_t n, uint64_t *list, ferry_error_t *err);
+    /* Forget a list. Transfers already submitted from it complete as usual. */
+    int (*destroy_block_list)(ferry_transport_t *transport, uint64_t list, ferry_error_t *err);
+    /* Post `n` copies (opcode for all): pair i moves local block local_index[i] of `local_list`
+     * and remote block remote_index[i] of `remote_list` (a list of `peer`), whose lengths must be
+     * equal; the pairs never overlap each other. All-or-nothing like submit, then exactly ONE
+     * completion with `user_data` for all pairs: status 0 only when every pair arrived, and a
+     * failure reported only once no byte of any pair can still land. A list whose memory was
+     * deregistered or released since it was made fails with -ESTALE (make it again). */
+    int (*submit_blocks)(ferry_transport_t *transport, uint64_t peer, uint32_t opcode, uint64_t local_list,
+                         const uint32_t *local_index, uint64_t remote_list, const uint32_t *remote_index, size_t n,
+                         uint64_t user_data, ferry_error_t *err);
 } ferry_plugin_v1_t;
 
 /* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a

@@ -146,6 +146,29 @@ struct Entry {
         FERRY_ENTRY_REQUIRE(t != nullptr && r != nullptr && handle != nullptr && fd >= 0, "register_mem_fd");
         return guard(err, "register_mem_fd", [&] { return T(t)->register_mem_fd(r, fd, fd_offset, handle, err); });
     }
+    // ABI 1.5: only for a Transport with block lists (with_block_lists below).
+    static int create_block_list(ferry_transport_t *t, uint32_t side, uint64_t peer, const ferry_block_t *blocks,
+                                 size_t n, uint64_t *list, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && list != nullptr && blocks != nullptr && n > 0, "create_block_list");
+        FERRY_ENTRY_REQUIRE(side == FERRY_BLOCKS_LOCAL || side == FERRY_BLOCKS_REMOTE, "create_block_list");
+        return guard(err, "create_block_list",
+                     [&] { return T(t)->create_block_list(side, peer, blocks, n, list, err); });
+    }
+    static int destroy_block_list(ferry_transport_t *t, uint64_t list, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr, "destroy_block_list");
+        return guard(err, "destroy_block_list", [&] { return T(t)->destroy_block_list(list, err); });
+    }
+    static int submit_blocks(ferry_transport_t *t, uint64_t peer, uint32_t opcode, uint64_t local_list,
+                             const uint32_t *local_index, uint64_t remote_list, const uint32_t *remote_index, size_t n,
+                             uint64_t user_data, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && local_index != nullptr && remote_index != nullptr && n > 0,
+                            "submit_blocks");
+        FERRY_ENTRY_REQUIRE(opcode == FERRY_OP_READ || opcode == FERRY_OP_WRITE, "submit_blocks");
+        return guard(err, "submit_blocks", [&] {
+            return T(t)->submit_blocks(peer, opcode, local_list, local_index, remote_list, remote_index, n, user_data,
+                                       err);
+        });
+    }
 #undef FERRY_ENTRY_REQUIRE
 };
 
@@ -176,6 +199,9 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
         0,
         0,
         nullptr,  // register_mem_fd: with_register_mem_fd() sets it
+        nullptr,  // create_block_list, destroy_block_list, submit_blocks: with_block_lists() sets them
+        nullptr,
+        nullptr,
     };
 }
 
@@ -183,6 +209,15 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
 template <class Transport>
 constexpr ferry_plugin_v1_t with_register_mem_fd(ferry_plugin_v1_t t) {
     t.register_mem_fd = Entry<Transport>::register_mem_fd;
+    return t;
+}
+
+// The entry table with block lists (ABI 1.5) forwarded to Transport's methods of those names.
+template <class Transport>
+constexpr ferry_plugin_v1_t with_block_lists(ferry_plugin_v1_t t) {
+    t.create_block_list = Entry<Transport>::create_block_list;
+    t.destroy_block_list = Entry<Transport>::destroy_block_list;
+    t.submit_blocks = Entry<Transport>::submit_blocks;
     return t;
 }
 

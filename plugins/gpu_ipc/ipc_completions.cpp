@@ -27,6 +27,7 @@ void IpcTransport::completion_loop() {
             done = std::move(pending_.front());
             pending_.pop_front();
             recycle_locked(done);
+            settle_group(done, rc, e);
         }
         push_completions(done.user_data, rc, e);
         pending_cv_.notify_all();  // release_mem may be waiting for the queue to drain
@@ -48,7 +49,9 @@ bool IpcTransport::reap_finished() {
             done.push_back(std::move(pending_.front()));
             pending_.pop_front();
             recycle_locked(done.back());
-            codes.push_back(q < 0 ? q : 0);
+            int code = q < 0 ? q : 0;
+            settle_group(done.back(), code, e);
+            codes.push_back(code);
             errors.push_back(std::move(e));
         }
         keep_polling = poll_more();
@@ -58,6 +61,16 @@ bool IpcTransport::reap_finished() {
         pending_cv_.notify_all();
     }
     return keep_polling;
+}
+
+void IpcTransport::settle_group(Pending &run, int &status, std::string &message) {
+    if (!run.group) return;
+    BlockGroup &g = *run.group;
+    if (status != 0 && g.status == 0) g.status = status, g.message = message;
+    if (!run.reports_group) return;  // user_data empty: nothing to report yet
+    run.user_data.assign(1, g.user_data);
+    status = g.status;
+    message = g.message;
 }
 
 // All of them under one lock and at most one eventfd signal: the engine wakes once per run.

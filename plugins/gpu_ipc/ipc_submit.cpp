@@ -87,6 +87,10 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
                                 " has no peer access to device " + std::to_string(mapped_dev));
         }
     }
+    return queue_plan(plan, err);
+}
+
+int IpcTransport::queue_plan(std::vector<Planned> &plan, ferry_error_t *err) {
     DeviceGuard guard(*rt_);
     std::string e;
     int current = -1;
@@ -125,6 +129,11 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
         }
         if (copies < end) issue_copies(plan.data() + copies, end - copies, device, queued);
         begin = end;
+    }
+    if (issuing_group_) {
+        // Before the runs are visible to the completion side, which may report them at once.
+        if (!queued.empty()) queued.back().reports_group = true;
+        else push_completion(issuing_group_->user_data, issuing_group_->status, issuing_group_->message);
     }
     {
         std::lock_guard pl(pending_mu_);
@@ -260,7 +269,7 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
     if (!batched) {
         for (size_t i = 0; i < n; ++i) {
             if (int rc = rt_->copy_async(ops[i].dst, ops[i].src, ops[i].bytes, stream, e)) {
-                push_completion(ops[i].user_data, rc, e);  // nothing queued for it: nothing lands
+                fail_unqueued(ops[i].user_data, rc, e);  // nothing queued for it: nothing lands
                 continue;
             }
             run.user_data.push_back(ops[i].user_data);
@@ -270,7 +279,16 @@ void IpcTransport::issue_run(const Planned *ops, size_t n, Stream stream, std::v
     finish_run(std::move(run), stream, queued);
 }
 
+void IpcTransport::fail_unqueued(uint64_t user_data, int status, const std::string &message) {
+    if (!issuing_group_) return push_completion(user_data, status, message);
+    if (issuing_group_->status == 0) issuing_group_->status = status, issuing_group_->message = message;
+}
+
 void IpcTransport::finish_run(Pending &&run, Stream stream, std::vector<Pending> &queued) {
+    if (issuing_group_) {
+        run.group = issuing_group_;
+        run.user_data.clear();  // the group's one completion stands for its ops
+    }
     std::string e;
     int rc = acquire_event(run.event, e);
     if (rc == 0) rc = rt_->event_record(run.event, stream, e);
@@ -286,6 +304,7 @@ void IpcTransport::finish_run(Pending &&run, Stream stream, std::vector<Pending>
         std::lock_guard lock(pending_mu_);
         recycle_locked(run);
     }
+    if (run.group) return fail_unqueued(0, rc, e);
     push_completions(run.user_data, rc, e);
 }
 

@@ -127,6 +127,7 @@ int IpcTransport::deregister_mem(uint64_t handle, ferry_error_t *err) {
     std::lock_guard lock(mu_);
     if (!regions_.erase(handle))
         return fail(err, -ENOENT, "no registered region with handle " + std::to_string(handle));
+    stale_block_lists(handle);
     // Peers map whole allocations through IPC; the owner cannot revoke a mapping it handed
     // out, which is why the engine only publishes regions the application chose to share.
     return 0;
@@ -238,6 +239,7 @@ int IpcTransport::release_mem(uint64_t peer, uint64_t handle, ferry_error_t *err
     std::lock_guard lock(mu_);
     auto it = imports_.find(handle);
     if (it == imports_.end()) return fail(err, -ENOENT, "unknown imported region " + std::to_string(handle));
+    stale_block_lists(handle);
     auto m = mappings_.find(it->second.mapping_key);
     if (m != mappings_.end() && --m->second.users == 0) {
         // Copies still queued on this mapping must finish before it is closed.

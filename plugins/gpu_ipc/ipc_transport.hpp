@@ -10,7 +10,8 @@
 // at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
 // one and followed by one event. A completion thread waits on those events in submission order
 // and reports each run's ops at once, with one eventfd signal. Every runtime call restores the
-// caller's current device.
+// caller's current device. Block lists (ipc_blocks.cpp) name KV pages once: a transfer of them
+// by index is planned from resolved addresses and reported with one completion.
 #pragma once
 
 #include <atomic>
@@ -77,6 +78,12 @@ public:
                    ferry_error_t *err);
     int release_mem(uint64_t peer, uint64_t handle, ferry_error_t *err);
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
+    int create_block_list(uint32_t side, uint64_t peer, const ferry_block_t *blocks, size_t n, uint64_t *list,
+                          ferry_error_t *err);
+    int destroy_block_list(uint64_t list, ferry_error_t *err);
+    int submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
+                      uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data,
+                      ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
     int completion_fd() const { return cq_.fd(); }
 
@@ -107,12 +114,33 @@ private:
         void *device_table = nullptr;
         int device = -1;
     };
+    // A block transfer's runs report one completion: the last of them (runs are reported in
+    // submission order) carries it, with the first failure of any.
+    struct BlockGroup {
+        uint64_t user_data = 0;
+        int status = 0;
+        std::string message;
+    };
     // One run of ops on one stream behind one event: they complete (or fail) together.
     struct Pending {
         Event event = nullptr;
         std::vector<uint64_t> user_data;
-        uint64_t seq = 0;  // tells the completion thread whether poll() reported the run meanwhile
-        TableSlot table;   // a kernel run's table, free again once the event completed
+        uint64_t seq = 0;                   // tells the completion thread whether poll() reported the run meanwhile
+        TableSlot table;                    // a kernel run's table, free again once the event completed
+        std::shared_ptr<BlockGroup> group;  // a block transfer's run: user_data stays empty
+        bool reports_group = false;         // its group's last run
+    };
+    // Blocks as this process addresses them (a remote list's in the peer's mapping), all on one
+    // device, checked once (ipc_blocks.cpp).
+    struct BlockList {
+        uint32_t side = FERRY_BLOCKS_LOCAL;
+        uint64_t peer = 0;
+        int device = -1;
+        uint32_t access = 0;           // remote: the rights every block's region grants
+        std::vector<uint64_t> addr;    // per block
+        std::vector<uint64_t> length;  // per block
+        std::vector<uint64_t> mems;    // the region handles it uses, sorted
+        bool stale = false;            // one of them was deregistered or released since
     };
     struct Planned {
         void *dst;
@@ -132,6 +160,18 @@ private:
     // Queues ops of one device (at most kKernelTableOps) as one copy kernel launch; where that
     // cannot start, the copy engines take them, and the device's kernel is off from then on.
     void issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
+    // Queues planned ops (checked, in any order) by device: the copy kernel or the copy
+    // engines. Fails before anything is queued, else queues all (a failure of one op then
+    // completes it with its error).
+    int queue_plan(std::vector<Planned> &plan, ferry_error_t *err);
+    // An op failed before anything of it was queued: its completion, or its block group's.
+    void fail_unqueued(uint64_t user_data, int status, const std::string &message);
+    // Marks the block lists that use region handle `mem` stale (mu_ held).
+    void stale_block_lists(uint64_t mem);
+    // A run popped off the queue (pending_mu_ held): folds a block group's run into the group,
+    // leaving in `user_data`, `status` and `message` what to report (nothing for a group's
+    // earlier runs).
+    static void settle_group(Pending &run, int &status, std::string &message);
     // Records the event behind a queued run and hands it to the completion side.
     void finish_run(Pending &&run, Stream stream, std::vector<Pending> &queued);
     // Whether the copy kernel runs on `device`: loads it on first ask (mu_ held).
@@ -168,6 +208,8 @@ private:
     bool copy_batch_ = false;  // the runtime's batched copy, until it first fails
     const KernelPolicy kernel_;
     std::map<int, int> kernel_state_;  // device -> 0: the copy kernel runs there, < 0: it does not
+    std::map<uint64_t, BlockList> block_lists_;
+    std::shared_ptr<BlockGroup> issuing_group_;  // set while submit_blocks queues its runs
 
     std::mutex pending_mu_;
     std::condition_variable pending_cv_;
