@@ -3,13 +3,16 @@
 //
 //   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
 //                 [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--breakdown]
-//                 [--copy-engines] [--inflight N] [--option cuda_ipc.streams=N]
+//                 [--copy-engines] [--blocks] [--inflight N] [--option cuda_ipc.streams=N]
 //
 // Beside them, for blocks the copy kernel takes (cuda_ipc.kernel_max_op_bytes), the ceiling: a
 // raw gather kernel (raw_gather_kernel.cu) on the same blocks in one process, one launch per
 // batch, on as many thread blocks as cuda_ipc.so's cap (cuda_ipc.kernel_max_blocks) and
 // uncapped. --copy-engines adds a second initiator engine with the kernel off
-// (kernel_max_op_bytes=0), the copy-engine path, in the same alternation.
+// (kernel_max_op_bytes=0), the copy-engine path, in the same alternation. --blocks adds the
+// same blocks moved through block tables (create_block_table once per cell, then submit_blocks
+// of every block by index, in a strided order: a paged cache's blocks are never in sequence),
+// the path with no per-op work in the engine, with the same --inflight.
 //
 // --inflight N keeps N batches in flight (the next submitted once the oldest ended and was
 // freed), as a serving engine does that overlaps its layers' transfers; the raw gather kernel
@@ -117,7 +120,7 @@ int main(int argc, char **argv) {
     std::string op = "write";
     int target_gpu = 0, rounds = 3;
     unsigned inflight = 1;
-    bool breakdown = false, copy_engines = false;
+    bool breakdown = false, copy_engines = false, blocks = false;
     ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -135,6 +138,7 @@ int main(int argc, char **argv) {
         else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
         else if (a == "--breakdown") breakdown = true;
         else if (a == "--copy-engines") copy_engines = true;
+        else if (a == "--blocks") blocks = true;
         else if (a == "--inflight" && i + 1 < argc) inflight = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
         else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
             std::string kv = argv[++i];
@@ -146,6 +150,7 @@ int main(int argc, char **argv) {
                 "                     [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--target-gpu N]\n"
                 "                     [--breakdown (raw variants on the same mapping, Ferry's host time)]\n"
                 "                     [--copy-engines (also Ferry with its copy kernel off)]\n"
+                "                     [--blocks (also Ferry through block tables: submit_blocks by index)]\n"
                 "                     [--inflight N (batches in flight; the raw kernel's launches too)]\n"
                 "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
@@ -278,6 +283,10 @@ int main(int argc, char **argv) {
                        "uncapped GB/s | Ferry / uncapped |";
         kernel_rule += "---|---|---|---|";
     }
+    if (blocks) {
+        kernel_head += " cuda_ipc.so, block tables GB/s | blocks / raw kernel uncapped |";
+        kernel_rule += "---|---|";
+    }
     if (ce) {
         kernel_head += " cuda_ipc.so, copy engines (kernel off) GB/s | Ferry / copy engines |";
         kernel_rule += "---|---|";
@@ -350,6 +359,56 @@ int main(int argc, char **argv) {
                 }
                 flying.push_back(*b);
             };
+            // --blocks: the same blocks as two block tables, moved in a strided order.
+            ferry::BlockTableId local_table = 0, remote_table = 0;
+            std::vector<uint32_t> local_index, remote_index;
+            std::vector<ferry::BatchId> block_flying;
+            auto blocks_batch = [&] {
+                while (block_flying.size() >= inflight) {
+                    if (!(*engine)->wait(block_flying.front())) {
+                        std::fprintf(stderr, "block transfer failed\n");
+                        std::exit(1);
+                    }
+                    (void)(*engine)->free_batch(block_flying.front());
+                    block_flying.erase(block_flying.begin());
+                }
+                auto b = (*engine)->submit_blocks(opcode, local_table, local_index, remote_table, remote_index);
+                if (!b) {
+                    std::fprintf(stderr, "submit_blocks failed: %s\n", b.error().message.c_str());
+                    std::exit(1);
+                }
+                block_flying.push_back(*b);
+            };
+            auto blocks_settle = [&] {
+                for (auto b : block_flying)
+                    if (!(*engine)->wait(b) || !(*engine)->free_batch(b)) {
+                        std::fprintf(stderr, "block transfer failed\n");
+                        std::exit(1);
+                    }
+                block_flying.clear();
+            };
+            if (blocks) {
+                std::vector<uint64_t> la, ra;
+                for (uint64_t i = 0; i < batch; ++i) la.push_back(reinterpret_cast<uintptr_t>(local) + i * block);
+                for (uint64_t i = 0; i < batch; ++i) ra.push_back(remote + i * block);
+                const uint64_t len[] = {block};
+                auto lt = (*engine)->create_block_table(ferry::kLocalMemory, la, len);
+                auto rt = lt ? (*engine)->create_block_table(*seg, ra, len) : lt;
+                if (!rt) {
+                    std::fprintf(stderr, "create_block_table: %s\n", rt.error().message.c_str());
+                    return 1;
+                }
+                local_table = *lt, remote_table = *rt;
+                // Pair i: local block i, remote block (i * 7) mod batch (a permutation when
+                // batch is not a multiple of 7; else i).
+                for (uint64_t i = 0; i < batch; ++i) {
+                    local_index.push_back(static_cast<uint32_t>(i));
+                    remote_index.push_back(static_cast<uint32_t>(batch % 7 ? i * 7 % batch : i));
+                }
+                blocks_batch();  // the first goes as ops and prepares the tables' path
+                blocks_batch();
+                blocks_settle();
+            }
             one_batch();  // warm-up: maps the peer's allocation, creates streams and events
             if (ce) one_batch_on(*ce, ce_reqs);
             submit_us = wait_us = free_us = 0;
@@ -357,7 +416,7 @@ int main(int argc, char **argv) {
             // clock or load change during the run does not favour either side.
             uint64_t batches = std::max<uint64_t>(3, (bytes_gib << 30) / (block * batch) / rounds);
             uint64_t total = 0;
-            std::vector<double> f, r, ri, rb, rh, kc, ku, fce;
+            std::vector<double> f, r, ri, rb, rh, kc, ku, fce, fb;
             // The raw variants' addresses: the same as the Ferry ops' (READ: mapping -> local).
             uint8_t *dst = opcode == ferry::Opcode::Read ? local : mapped;
             const uint8_t *src = opcode == ferry::Opcode::Read ? mapped : local;
@@ -382,6 +441,13 @@ int main(int argc, char **argv) {
                     ku.push_back(gather.run(scratch, local, block, batch, batches, 0, inflight));
                 }
 #endif
+                if (blocks) {
+                    auto b0 = Clock::now();
+                    for (uint64_t k = 0; k < batches; ++k) blocks_batch();
+                    blocks_settle();
+                    double bs = std::chrono::duration<double>(Clock::now() - b0).count();
+                    fb.push_back(static_cast<double>(block) * batch * batches / bs / 1e9);
+                }
                 if (ce) {
                     const double kept[] = {submit_us, wait_us, free_us};  // --breakdown's are Ferry's own
                     auto c0 = Clock::now();
@@ -402,7 +468,10 @@ int main(int argc, char **argv) {
             if (have_gather)
                 std::printf(" %.1f | %.3f | %.1f | %.3f |", median(kc), ferry_gbps / median(kc), median(ku),
                             ferry_gbps / median(ku));
+            if (blocks) std::printf(" %.1f | %.3f |", median(fb), have_gather ? median(fb) / median(ku) : 0.0);
             if (ce) std::printf(" %.1f | %.3f |", median(fce), ferry_gbps / median(fce));
+            if (blocks)
+                (void)(*engine)->destroy_block_table(local_table), (void)(*engine)->destroy_block_table(remote_table);
             if (breakdown) {
                 auto us = [&](double gbps) { return static_cast<double>(block) * batch / gbps / 1e3; };
                 auto bt = gpu_raw::batch_times(dst, src, block, batch);

@@ -169,9 +169,10 @@ size_t Engine::Impl::drain(size_t t) {
             if (!finished) continue;
             ++run;
             const int k = op.opcode == Opcode::Read ? 0 : 1;
-            ++ended[k];
+            const uint64_t ops = run_batch->pairs ? run_batch->pairs : 1;  // a block transfer counts its pairs
+            ended[k] += ops;
             if (out[i].status == 0) moved[k] += op.length;
-            else ++failed[k];
+            else failed[k] += ops;
         }
         release_run();
         total += *n;

@@ -169,3 +169,92 @@ TEST_F(CudaTest, IpcAcrossTwoGpusEnablesPeerAccessAndRestoresTheDevice) {
     EXPECT_EQ(peer.proc.command("sum"), want);
     cudaFree(dev);
 }
+
+// Block tables over cuda_ipc: the first transfer between two tables goes as ops (and prepares
+// the path), the next ones whole (one copy kernel launch); both land exactly, in the order the
+// indices say, at odd lengths and addresses too.
+TEST_F(CudaTest, IpcBlockTablesMoveBlocksByIndexExactly) {
+    const uint64_t size = 8 << 20, gap = 4096, block = 16 << 10, n = 256;
+    GpuPeer peer(size);
+    ASSERT_TRUE(peer.ok) << peer.proc.ready_line;
+    auto engine = Engine::create({{"plugins", "cuda_ipc"}});
+    ASSERT_TRUE(engine) << engine.error().message;
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), size));
+    ASSERT_TRUE((*engine)->register_memory(dev, size, {MemoryKind::Cuda, 0, kRemoteRead | kRemoteWrite}));
+    auto seg = (*engine)->open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    std::vector<uint64_t> la, ra;
+    for (uint64_t i = 0; i < n; ++i) la.push_back(reinterpret_cast<uintptr_t>(dev) + i * block);
+    for (uint64_t i = 0; i < n; ++i) ra.push_back(peer.r0 + i * block);
+    const uint64_t len[] = {block};
+    auto lt = (*engine)->create_block_table(kLocalMemory, la, len);
+    auto rt = (*engine)->create_block_table(*seg, ra, len);
+    ASSERT_TRUE(lt && rt) << (lt ? rt.error().message : lt.error().message);
+    std::vector<uint32_t> li(n), ri(n);
+    for (uint32_t i = 0; i < n; ++i) li[i] = i, ri[i] = static_cast<uint32_t>(i * 7 % n);
+    std::vector<uint8_t> host(n * block);
+    for (int round = 0; round < 3; ++round) {  // as ops, then whole, twice
+        CUDA_OR_DIE(cudaMemset(dev, 0, n * block));
+        auto b = (*engine)->submit_blocks(Opcode::Read, *lt, li, *rt, ri);
+        ASSERT_TRUE(b) << b.error().message;
+        auto w = (*engine)->wait(*b, std::chrono::seconds(30));
+        ASSERT_TRUE(w) << "round " << round << ": " << w.error().message;
+        auto st = (*engine)->status(*b, n - 1);
+        ASSERT_TRUE(st);
+        EXPECT_EQ(st->transport, "cuda_ipc");
+        ASSERT_TRUE((*engine)->free_batch(*b));
+        CUDA_OR_DIE(cudaMemcpy(host.data(), dev, host.size(), cudaMemcpyDeviceToHost));
+        for (uint64_t i = 0; i < n; ++i)
+            for (uint64_t j = 0; j < block; j += 1021)
+                ASSERT_EQ(host[i * block + j], test::peer_pattern(gap + ri[i] * block + j))
+                    << "round " << round << " pair " << i << " byte " << j;
+    }
+    // WRITE blocks of odd lengths at odd offsets into the peer's second region.
+    std::vector<uint8_t> fresh(size);
+    for (uint64_t i = 0; i < size; ++i) fresh[i] = static_cast<uint8_t>(i * 29 + 3);
+    CUDA_OR_DIE(cudaMemcpy(dev, fresh.data(), size, cudaMemcpyHostToDevice));
+    std::vector<uint8_t> expected(2 * size);
+    for (uint64_t i = 0; i < size; ++i) {
+        expected[i] = test::peer_pattern(gap + i);
+        expected[size + i] = test::peer_pattern(2 * gap + size + i);
+    }
+    const uint64_t lens[] = {1, 3, 4097, 17, 65537, 16, 15, 300001};
+    std::vector<uint64_t> wla, wra, wlen;
+    uint64_t at = 0;
+    for (int rep = 0; rep < 4; ++rep)
+        for (uint64_t l : lens) {
+            uint64_t lo = at + (wla.size() * 5) % 16, ro = at + (wla.size() * 3 + 1) % 16;
+            wla.push_back(reinterpret_cast<uintptr_t>(dev) + lo);
+            wra.push_back(peer.r1 + ro);
+            wlen.push_back(l);
+            memcpy(expected.data() + size + ro, fresh.data() + lo, l);
+            at += l + 64;
+        }
+    ASSERT_LT(at, size);
+    auto wlt = (*engine)->create_block_table(kLocalMemory, wla, wlen);
+    auto wrt = (*engine)->create_block_table(*seg, wra, wlen);
+    ASSERT_TRUE(wlt && wrt);
+    std::vector<uint32_t> wi(wla.size());
+    for (uint32_t i = 0; i < wi.size(); ++i) wi[i] = i;
+    for (int round = 0; round < 2; ++round) {
+        auto b = (*engine)->submit_blocks(Opcode::Write, *wlt, wi, *wrt, wi);
+        ASSERT_TRUE(b) << b.error().message;
+        ASSERT_TRUE((*engine)->wait(*b, std::chrono::seconds(30)));
+        (void)(*engine)->free_batch(*b);
+        char want[64];
+        snprintf(want, sizeof want, "SUM %" PRIx64, test::fnv1a(expected.data(), expected.size()));
+        EXPECT_EQ(peer.proc.command("sum"), want) << "round " << round;
+    }
+    // Refused whole: an index past the table, and pairs of unequal length.
+    std::vector<uint32_t> bad = {0, static_cast<uint32_t>(n)};
+    auto r = (*engine)->submit_blocks(Opcode::Read, *lt, std::vector<uint32_t>{0, 1}, *rt, bad);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, -EINVAL);
+    EXPECT_NE(r.error().message.find("past the table"), std::string::npos) << r.error().message;
+    r = (*engine)->submit_blocks(Opcode::Write, *wlt, std::vector<uint32_t>{0}, *wrt, std::vector<uint32_t>{1});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, -EINVAL);
+    for (auto t : {*lt, *rt, *wlt, *wrt}) EXPECT_TRUE((*engine)->destroy_block_table(t));
+    cudaFree(dev);
+}
