@@ -27,9 +27,9 @@ if _util.find_spec("cffi") is None and _os.path.basename(_sys.argv[0] if _sys.ar
         "'cffi>=1.15'` (or Debian/Ubuntu's python3-cffi for the system Python)"
         % (_sys.executable, _sys.executable), name="cffi")
 
-from .engine import (Batch, Engine, Notification, OpStatus, Region, RemoteRegion, Request,
-                     Segment, SharedBuffer, READ, REMOTE_READ, REMOTE_WRITE, WRITE, plugin_report,
-                     version)
+from .engine import (Batch, BlockTable, Engine, LOCAL_MEMORY, Notification, OpStatus, Region,
+                     RemoteRegion, Request, Segment, SharedBuffer, READ, REMOTE_READ, REMOTE_WRITE, WRITE,
+                     plugin_report, version)
 from .errors import (AlreadyExists, BadAddress, Busy, Canceled, ConnectionFailed, FerryError,
                      InvalidArgument, NotFound, OutOfMemory, PermissionDenied, ProtocolError,
                      Timeout, Unsupported, WaitTimeout)
@@ -54,7 +54,7 @@ def package_root():
 
 
 __all__ = [
-    "Engine", "Region", "SharedBuffer", "Segment", "Batch", "Request", "OpStatus", "RemoteRegion", "Notification",
+    "Engine", "Region", "SharedBuffer", "Segment", "Batch", "BlockTable", "LOCAL_MEMORY", "Request", "OpStatus", "RemoteRegion", "Notification",
     "READ", "WRITE", "REMOTE_READ", "REMOTE_WRITE", "MEMORY_HOST", "MEMORY_CUDA", "MEMORY_ROCM",
     "FerryError", "InvalidArgument", "BadAddress", "NotFound", "AlreadyExists", "PermissionDenied",
     "Busy", "Timeout", "WaitTimeout", "ConnectionFailed", "Unsupported", "OutOfMemory",

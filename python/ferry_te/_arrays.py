@@ -56,6 +56,16 @@ def _bad(message):
     return InvalidArgument(-errno.EINVAL, message, "submit_arrays")
 
 
+def parse_op(op, call):
+    """READ (0, 'read') or WRITE (1, 'write') as the C opcode."""
+    if isinstance(op, str):
+        op = {"read": 0, "write": 1}.get(op.lower(), op)
+    if isinstance(op, bool) or op not in (0, 1):  # FERRY_READ, FERRY_WRITE
+        raise InvalidArgument(-errno.EINVAL, "op must be ferry.READ, ferry.WRITE, 'read' or 'write', not %r" % (op,),
+                              call)
+    return int(op)
+
+
 def _column_np(x, name, n):
     """x as a uint64 numpy array of n entries (a scalar is broadcast)."""
     if isinstance(x, int):
@@ -140,11 +150,7 @@ def build_requests(op, segment, local, remote, lengths, local_base=0, remote_bas
     remote_base); lengths: an array or one int for all. Returns (cdata, n, keep)."""
     ffi, _ = _capi.load()
     lay = _get_layout(ffi)
-    if isinstance(op, str):
-        op = {"read": 0, "write": 1}.get(op.lower(), op)
-    if isinstance(op, bool) or op not in (0, 1):  # FERRY_READ, FERRY_WRITE
-        raise _bad("op must be ferry.READ, ferry.WRITE, 'read' or 'write', not %r" % (op,))
-    op = int(op)
+    op = parse_op(op, "submit_arrays")
     segment = int(segment)
     local_base = int(getattr(local_base, "address", local_base))
     remote_base = int(getattr(remote_base, "address", remote_base))

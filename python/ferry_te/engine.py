@@ -15,6 +15,7 @@ from .errors import FerryError, InvalidArgument, Timeout
 from ._notify import NotificationWaits, hand_over as _hand_over
 from ._stats import EngineStats
 from ._stream import StreamSubmits
+from ._blocks import BlockTable, BlockTransfers, LOCAL_MEMORY  # noqa: F401
 # Re-exported: the package, the Mooncake shim and users import these from here.
 from ._handles import (OP_DONE, OP_FAILED, OP_PENDING, Batch, OpStatus, Region,  # noqa: F401
                        RemoteRegion, Segment, SharedBuffer, _EngineState, _check, _handle)
@@ -62,7 +63,7 @@ class Request(collections.namedtuple("Request", "op local segment remote length 
         return super().__new__(cls, op, local, segment, remote, length, transport)
 
 
-class Engine(NotificationWaits, StreamSubmits, EngineStats):
+class Engine(NotificationWaits, StreamSubmits, BlockTransfers, EngineStats):
     """A Ferry engine.
 
         Engine()                                       # defaults (docs/OPTIONS.md)
