@@ -55,8 +55,10 @@ extern "C" __global__ void __launch_bounds__(512)
     ferry_copy_table(const CopyOp *ops, unsigned n, unsigned long long chunks) {
     for (unsigned long long c = blockIdx.x; c < chunks; c += gridDim.x) {
         // The op holding chunk c: the last entry whose first chunk is <= c (the same answer in
-        // every thread, from the same cached lines).
-        unsigned lo = 0, hi = n - 1;
+        // every thread, from the same cached lines). Where every op is one chunk (KV blocks of up
+        // to 64 KiB) that is entry c itself: no search, whose dependent loads would cost more
+        // than copying such a block.
+        unsigned lo = chunks == n ? static_cast<unsigned>(c) : 0, hi = chunks == n ? lo : n - 1;
         while (lo < hi) {
             unsigned mid = (lo + hi + 1) / 2;
             if (ops[mid].first_chunk <= c) lo = mid;
