@@ -13,6 +13,7 @@
 #include "control.hpp"
 #include "control_server.hpp"
 #include "gpu_memory.hpp"
+#include "nic_stats.hpp"
 #include "options.hpp"
 #include "pin_count.hpp"
 #include "plan.hpp"
@@ -138,6 +139,8 @@ public:
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
     int completion_fd() const { return cq_.fd(); }
+    // ABI 1.5: one entry per local NIC ("mlx5_0:1"), summed over peers.
+    int rail_stats(ferry_rail_stats_t *out, size_t *n, ferry_error_t *err);
 
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
@@ -198,6 +201,7 @@ private:
     // Per local NIC: bytes queued and completed, throughput, pauses after path errors
     // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it.
     RailBalancer nic_balance_;
+    NicStats nic_stats_;  // what each NIC carried and how often it failed (rail_stats)
     Clock::time_point next_timeout_scan_;
 
     std::mutex repair_mu_;
