@@ -247,8 +247,7 @@ void Transport::post_pending(Pair &p) {
 }
 
 void Transport::finish_wr(const Wr &w, int status, const std::string &message) {
-    nic_balance_.finish(w.piece.local_nic, w.piece.len, status == 0);
-    nic_stats_.finished(w.piece.local_nic, w.op->opcode, w.piece.len, status == 0);
+    nic_stats_.finished(nic_balance_, w.piece.local_nic, w.op->opcode, w.piece.len, status == 0);
     Op *op = w.op;
     if (status != 0 && op->status == 0) {
         op->status = status;
@@ -300,8 +299,7 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
 void Transport::pause_nic(uint16_t nic, const std::string &why) {
     // Its other queue pairs' failures of the same outage (work posted before the pause) find
     // it paused already: logged once.
-    auto pause = nic_balance_.fail(nic, Clock::now());
-    nic_stats_.path_error(nic, pause > Clock::duration::zero());
+    auto pause = nic_stats_.path_error(nic_balance_, nic, Clock::now());
     if (pause <= Clock::duration::zero()) return;
     log_.log(FERRY_LOG_WARN,
              "NIC %s paused for %lld ms after a path error (%s): new work requests go to the other NICs until then, "

@@ -2,14 +2,18 @@
 
 namespace ferry_rdma {
 
-void NicStats::finished(uint16_t nic, uint32_t opcode, uint64_t bytes, bool ok) {
+void NicStats::finished(ferry_plugin::RailBalancer &b, uint16_t nic, uint32_t opcode, uint64_t bytes, bool ok) {
+    b.finish(nic, bytes, ok);
     if (ok && nic < counts_.size()) counts_[nic].count(opcode, bytes);
 }
 
-void NicStats::path_error(uint16_t nic, bool paused) {
-    if (nic >= counts_.size()) return;
-    ++counts_[nic].failures;
-    if (paused) ++counts_[nic].pauses;
+Clock::duration NicStats::path_error(ferry_plugin::RailBalancer &b, uint16_t nic, Clock::time_point now) {
+    const auto pause = b.fail(nic, now);
+    if (nic < counts_.size()) {
+        ++counts_[nic].failures;
+        if (pause > Clock::duration::zero()) ++counts_[nic].pauses;
+    }
+    return pause;
 }
 
 std::vector<ferry_rail_stats_t> NicStats::report(const std::vector<std::string> &names,

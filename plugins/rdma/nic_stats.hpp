@@ -18,10 +18,11 @@ public:
     explicit NicStats(size_t nics = 0) : counts_(nics) {}
 
     // A work request of `bytes` of an op with `opcode` left its queue pair on `nic`: completed
-    // (ok) or not (a failure, a flush, a cancellation: no bytes).
-    void finished(uint16_t nic, uint32_t opcode, uint64_t bytes, bool ok);
-    // A path error on `nic`; `paused`: it started a pause (false: the NIC was paused already).
-    void path_error(uint16_t nic, bool paused);
+    // (ok) or not (failed, flushed, cancelled: no bytes). Takes it off the balancer's queue too.
+    void finished(ferry_plugin::RailBalancer &b, uint16_t nic, uint32_t opcode, uint64_t bytes, bool ok);
+    // A path error on `nic`: the balancer pauses it (the pause returned; zero when it was paused
+    // already, the same outage) and it counts as a failure, and as a pause when one started.
+    Clock::duration path_error(ferry_plugin::RailBalancer &b, uint16_t nic, Clock::time_point now);
 
     // One entry per NIC, named names[i] ("mlx5_0:1"). A NIC pauses for every peer at once, so a
     // paused one counts all `peers` connected now.

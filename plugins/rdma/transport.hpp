@@ -199,9 +199,10 @@ private:
     uint64_t next_region_ = 1, next_peer_ = 1, next_import_ = 1;
     uint32_t rotation_ = 0;
     // Per local NIC: bytes queued and completed, throughput, pauses after path errors
-    // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it.
+    // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it; work
+    // requests leave it and path errors pause through nic_stats_, which counts them (rail_stats).
     RailBalancer nic_balance_;
-    NicStats nic_stats_;  // what each NIC carried and how often it failed (rail_stats)
+    NicStats nic_stats_;
     Clock::time_point next_timeout_scan_;
 
     std::mutex repair_mu_;
