@@ -3,7 +3,9 @@
 process, tcp.so on loopback) with --metrics_port=0, and Prometheus (Debian's `prometheus`)
 started here on loopback with its own configuration. Prometheus must see the engines' traffic,
 every query of the Grafana dashboard (docs/grafana/ferry-data-path.json) must evaluate and the
-throughput, ops and latency panels must have data, and promtool must accept a scrape.
+throughput (by transport and by rail), ops and latency panels must have data, Prometheus must
+answer for tcp.so's rail (its bind address, 127.0.0.1) with the traffic it carried, and promtool
+must accept a scrape with every metric family of the endpoint in it.
 
   metrics_prometheus_test.py BENCH_BINARY
 Prints SKIPPED and exits 77 where prometheus or promtool is not installed."""
@@ -106,16 +108,36 @@ def main():
         print("ok: Prometheus scrapes both engines; tcp READ rate %.2f GB/s" % (float(rate[0]["value"][1]) / 1e9))
         checks += 1
 
+        # Per rail: the initiator's READs went over tcp.so's one rail, its bind address.
+        deadline = time.time() + 30
+        while True:
+            rail = query(prom_address, 'sum by (rail) (rate(ferry_rail_bytes_total{transport="tcp",op="read"}[5s]))')
+            if rail and rail[0]["metric"].get("rail") == "127.0.0.1" and float(rail[0]["value"][1]) > 0:
+                break
+            if time.time() > deadline:
+                raise AssertionError("Prometheus never saw tcp's rail 127.0.0.1 carry READs: %s" % rail)
+            time.sleep(0.5)
+        gauges = query(prom_address, 'ferry_rail_paused_peers{transport="tcp",rail="127.0.0.1"}')
+        if len(gauges) != 2 or any(float(g["value"][1]) != 0 for g in gauges):
+            raise AssertionError("ferry_rail_paused_peers: one series per engine, both 0, expected: %s" % gauges)
+        print("ok: Prometheus answers per rail; tcp rail 127.0.0.1 READ rate %.2f GB/s, paused for no peer"
+              % (float(rail[0]["value"][1]) / 1e9))
+        checks += 1
+
         # The dashboard's queries, with Grafana's variables as Grafana would fill them.
         with open(DASHBOARD) as f:
             dash = json.load(f)
-        must_have_data = ("Throughput", "Ops per second", "Op latency", "Connected segments", "Failovers")
+        must_have_data = ("Throughput", "Ops per second", "Op latency", "Connected segments", "Failovers",
+                          "Rail failures")
         for panel in dash["panels"]:
             for target in panel["targets"]:
                 expr = target["expr"].replace("$__rate_interval", "5s").replace('"$instance"', '".*"')
                 result = query(prom_address, expr)
                 if panel["title"].startswith(must_have_data) and not result:
                     raise AssertionError("panel %r: %r returned no series" % (panel["title"], expr))
+                if panel["title"].startswith("Throughput by rail") and not any(
+                        r["metric"].get("rail") == "127.0.0.1" and float(r["value"][1]) > 0 for r in result):
+                    raise AssertionError("panel %r: no traffic on rail 127.0.0.1: %s" % (panel["title"], result))
                 print("ok: panel %r: %d series" % (panel["title"], len(result)))
                 checks += 1
         variable = dash["templating"]["list"][1]["definition"]
@@ -129,7 +151,14 @@ def main():
         check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
         if check.returncode != 0:
             raise AssertionError("promtool check metrics: " + check.stdout + check.stderr)
-        print("ok: promtool accepts a scrape")
+        rail_families = ("ferry_rail_bytes_total counter", "ferry_rail_completions_total counter",
+                         "ferry_rail_failures_total counter", "ferry_rail_pauses_total counter",
+                         "ferry_rail_paused_peers gauge", "ferry_rail_throughput_bytes_per_second gauge",
+                         "ferry_rail_queued_bytes gauge")
+        missing = [f for f in rail_families if "# TYPE %s\n" % f not in text]
+        if missing:
+            raise AssertionError("the scrape promtool checked lacks %s" % missing)
+        print("ok: promtool accepts a scrape, with the per-rail families")
         checks += 1
     except AssertionError as e:
         print("FAILED: %s" % e)

@@ -1,7 +1,8 @@
 // What an engine reports of its data path (Engine::stats, ferry_stats) and its Prometheus
-// endpoint (metrics_port): ops, failures and bytes by transport and operation against what the
-// test moved through a ferry_test_peer child over tcp.so; the endpoint's text through promtool;
-// bad ports refused by name; a flood of scrapes and stalled connections survived.
+// endpoint (metrics_port): ops, failures and bytes by transport and operation, and by tcp.so's
+// rail, against what the test moved through a ferry_test_peer child over tcp.so; ferry_rail_stats'
+// capacity convention; the endpoint's text through promtool; bad ports refused by name; a flood
+// of scrapes and stalled connections survived.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -140,6 +141,15 @@ TEST_F(Metrics, StatsCountOpsBytesAndFailuresByTransportAndOperation) {
     EXPECT_GT(tcp->read.latency_sum_seconds, 0);
     EXPECT_LT(tcp->read.latency_sum_seconds, 17 * 30.0);
     EXPECT_EQ(tcp->peers, 1u);
+    // tcp.so's one rail (its bind address): the bytes and slices of the ops that succeeded; the
+    // refused READ is the op's failure, not the path's.
+    ASSERT_EQ(tcp->rails.size(), 1u);
+    const RailStats &rail = tcp->rails[0];
+    EXPECT_EQ(rail.rail, "127.0.0.1");
+    EXPECT_EQ(rail.read_bytes, tcp->read.bytes);
+    EXPECT_EQ(rail.write_bytes, tcp->write.bytes);
+    EXPECT_EQ(rail.completed, 21u) << "16 READs and 5 WRITEs, one slice each";
+    EXPECT_EQ(rail.failures + rail.pauses + rail.paused_peers + rail.queued_bytes, 0u);
     EXPECT_EQ(s.batches, 3u);
     EXPECT_EQ(s.segments_open, 1u);
     ASSERT_NE(find(s, "none"), nullptr);
@@ -152,6 +162,27 @@ TEST_F(Metrics, StatsCountOpsBytesAndFailuresByTransportAndOperation) {
     EXPECT_EQ(ferry_stats(none, &c, ct.data(), &n), -EINVAL);
     EXPECT_EQ(ferry_latency_bounds()[0], kLatencyBoundsSeconds[0]);
     EXPECT_EQ(ferry_latency_bounds()[FERRY_LATENCY_BUCKETS - 1], 10.0);
+}
+
+TEST(MetricsC, RailStatsNameEachTransportsRailsUnderTheCapacityConvention) {
+    const char *keys[] = {"plugins"}, *values[] = {"tcp"};
+    ferry_engine_t *e = nullptr;
+    ASSERT_EQ(ferry_engine_create(keys, values, 1, &e), 0) << ferry_last_error();
+    size_t n = 0;
+    EXPECT_EQ(ferry_rail_stats(e, nullptr, &n), -ENOSPC);
+    EXPECT_EQ(n, 1u) << "the count needed: tcp.so's one rail";
+    EXPECT_NE(std::string(ferry_last_error()).find("ferry_rail_stats"), std::string::npos) << ferry_last_error();
+    EXPECT_EQ(ferry_rail_stats(e, nullptr, nullptr), -EINVAL);
+    std::vector<ferry_engine_rail_stats_t> rails(3);
+    rails[1].read_bytes = 77;
+    n = rails.size();
+    ASSERT_EQ(ferry_rail_stats(e, rails.data(), &n), 0) << ferry_last_error();
+    ASSERT_EQ(n, 1u);
+    EXPECT_STREQ(rails[0].transport, "tcp");
+    EXPECT_STREQ(rails[0].rail, "127.0.0.1");
+    EXPECT_EQ(rails[0].read_bytes + rails[0].write_bytes + rails[0].completed, 0u);
+    EXPECT_EQ(rails[1].read_bytes, 77u) << "nothing written past the count";
+    ferry_engine_destroy(e);
 }
 
 TEST_F(Metrics, EndpointServesPrometheusTextThatPromtoolAccepts) {
@@ -176,6 +207,16 @@ TEST_F(Metrics, EndpointServesPrometheusTextThatPromtoolAccepts) {
     EXPECT_EQ(sample(text, "ferry_op_latency_seconds_bucket{op=\"read\",transport=\"tcp\",le=\"+Inf\"}"), 8);
     EXPECT_EQ(sample(text, "ferry_peers{transport=\"tcp\"}"), 1);
     EXPECT_EQ(sample(text, "ferry_batches_total"), 1);
+    // Per local rail: tcp.so's one rail, its bind address.
+    const std::string rail = "rail=\"127.0.0.1\",transport=\"tcp\"";
+    EXPECT_EQ(sample(text, "ferry_rail_bytes_total{op=\"read\"," + rail + "}"), 8 * 8192);
+    EXPECT_EQ(sample(text, "ferry_rail_bytes_total{op=\"write\"," + rail + "}"), 0);
+    EXPECT_EQ(sample(text, "ferry_rail_completions_total{" + rail + "}"), 8);
+    EXPECT_EQ(sample(text, "ferry_rail_failures_total{" + rail + "}"), 0);
+    EXPECT_EQ(sample(text, "ferry_rail_pauses_total{" + rail + "}"), 0);
+    EXPECT_EQ(sample(text, "ferry_rail_paused_peers{" + rail + "}"), 0);
+    EXPECT_EQ(sample(text, "ferry_rail_queued_bytes{" + rail + "}"), 0);
+    EXPECT_EQ(sample(text, "ferry_rail_throughput_bytes_per_second{" + rail + "}"), 0);
     EXPECT_EQ(text.find(std::to_string(reinterpret_cast<uintptr_t>(local.data()))), std::string::npos)
         << "no addresses in the metrics";
     EXPECT_EQ(text.find(peer.segment), std::string::npos) << "no peers' names in the metrics";

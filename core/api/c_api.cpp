@@ -222,6 +222,17 @@ int ferry_stats(ferry_engine_t *e, ferry_engine_stats_t *out, ferry_transport_st
     return rc;
 }
 
+int ferry_rail_stats(ferry_engine_t *e, ferry_engine_rail_stats_t *out, size_t *n) {
+    REQUIRE_ENGINE(e);
+    if (!n || (*n && !out)) return set_error(-EINVAL, "ferry_rail_stats: n or (with *n > 0) out is NULL");
+    size_t count = *n;
+    int rc = ferry::rails_to_c(e->engine->stats(), out, &count);
+    *n = count;
+    if (rc == -ENOSPC)
+        return set_error(rc, ferry::cat("ferry_rail_stats: room for ", count, " rails needed; *n is set to that"));
+    return rc;
+}
+
 const double *ferry_latency_bounds(void) { return ferry::kLatencyBoundsSeconds; }
 
 const char *ferry_metrics_address(ferry_engine_t *e) { return e ? e->metrics_address.c_str() : ""; }

@@ -190,7 +190,27 @@ const std::string &Engine::segment_name() const { return impl_->segment_name; }
 
 StagingStats Engine::staging_stats() const { return impl_->staging->stats(); }
 
-// The data path's counters (transfer_stats.hpp), with each transport's peers and paused paths.
+namespace {
+
+// A transport's rails (plugin ABI 1.5), or none when it reports none or its report failed: a
+// scrape shows what it can rather than nothing.
+std::vector<RailStats> rail_stats(Transport &t) {
+    std::vector<RailStats> out;
+    auto rails = t.rail_stats();
+    if (!rails) {
+        FERRY_DEBUG("stats: ", rails.error().message);
+        return out;
+    }
+    for (const auto &r : *rails)
+        out.push_back({r.name, r.read_bytes, r.write_bytes, r.completed, r.failures, r.pauses, r.paused_peers,
+                       r.queued_bytes, r.throughput});
+    return out;
+}
+
+}  // namespace
+
+// The data path's counters (transfer_stats.hpp), with each transport's peers, paused paths and
+// rails.
 EngineStats Engine::Impl::stats() {
     EngineStats out;
     out.batches = next_batch.load(std::memory_order_relaxed) - 1;
@@ -221,6 +241,7 @@ EngineStats Engine::Impl::stats() {
         t.failovers = counters[index]->failovers.load(std::memory_order_relaxed);
         t.pauses = counters[index]->pauses.load(std::memory_order_relaxed);
         t.paused_paths = index < paused.size() ? paused[index] : 0;
+        if (index < transports.size()) t.rails = rail_stats(*transports[index]);
         out.transports.push_back(std::move(t));
     };
     for (auto i : priority) add(transports[i]->name(), i);

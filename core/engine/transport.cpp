@@ -199,4 +199,24 @@ Result<void> Transport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t l
     return {};
 }
 
+Result<std::vector<ferry_rail_stats_t>> Transport::rail_stats() {
+    const ferry_plugin_v1_t *api = plugin_->api;
+    std::vector<ferry_rail_stats_t> out;
+    if (api->struct_size < FERRY_PLUGIN_V1_SIZE_UNTIL(rail_stats) || api->rail_stats == nullptr) return out;
+    out.resize(8);  // tcp.so has at most 8 rails; rdma.so as many as NICs
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        size_t n = out.size();
+        ferry_error_t err{};
+        int rc = api->rail_stats(instance_, out.data(), &n, &err);
+        if (rc == 0 && n <= out.size()) {
+            out.resize(n);
+            for (auto &r : out) r.name[sizeof r.name - 1] = '\0';
+            return out;
+        }
+        if (rc != -ENOSPC || n <= out.size()) return std::unexpected(error(rc ? rc : -EPROTO, err, "rail_stats"));
+        out.resize(n);
+    }
+    return fail(-ENOSPC, cat(name(), ": rail_stats kept asking for a larger array"));
+}
+
 }  // namespace ferry

@@ -59,6 +59,8 @@ public:
     Result<void> submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
                                uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data);
     int completion_fd() const { return completion_fd_; }
+    // ABI 1.5: the plugin's per-rail counters; empty when it has no rail_stats.
+    Result<std::vector<ferry_rail_stats_t>> rail_stats();
 
 private:
     Transport(std::shared_ptr<LoadedPlugin> plugin, ferry_transport_t *instance);

@@ -26,6 +26,11 @@ int MetricsExporter::read_stats(void *ctx, ferry_engine_stats_t *engine, ferry_t
     return stats_to_c(self->source_(), engine, transports, n);
 }
 
+int MetricsExporter::read_rail_stats(void *ctx, ferry_engine_rail_stats_t *rails, size_t *n) {
+    auto *self = static_cast<MetricsExporter *>(ctx);
+    return rails_to_c(self->source_(), rails, n);
+}
+
 Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::string &bind_ip, uint16_t port,
                                                                 TrustLevel trust, std::function<EngineStats()> source) {
     const std::string path = metrics_module_path();
@@ -54,7 +59,8 @@ Result<std::unique_ptr<MetricsExporter>> MetricsExporter::start(const std::strin
     out->library_ = std::move(*library);
     out->module_ = module;
     out->source_ = std::move(source);
-    out->c_source_ = {out.get(), &MetricsExporter::read_stats, kLatencyBoundsSeconds};
+    out->c_source_ = {out.get(), &MetricsExporter::read_stats, kLatencyBoundsSeconds,
+                      &MetricsExporter::read_rail_stats};
     const bool v6 = bind_ip.find(':') != std::string::npos;
     std::string listen = cat(v6 ? "[" : "", bind_ip, v6 ? "]" : "", ":", port);
     char err[512] = "";

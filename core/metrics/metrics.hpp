@@ -35,6 +35,7 @@ public:
 private:
     MetricsExporter() = default;
     static int read_stats(void *ctx, ferry_engine_stats_t *engine, ferry_transport_stats_t *transports, size_t *n);
+    static int read_rail_stats(void *ctx, ferry_engine_rail_stats_t *rails, size_t *n);
 
     SharedLibrary library_;
     const ferry_metrics_module_t *module_ = nullptr;

@@ -2,7 +2,9 @@
 // prometheus-cpp's Exposer (civetweb) on the address libferry passes (metrics_module.h). Built
 // only where prometheus-cpp is (Debian's prometheus-cpp-dev), loaded only when metrics_port is
 // set. Each scrape reads the engine's counters afresh (a Collectable); nothing is kept here.
-// Labels carry transport and operation names only: no addresses, keys or peers' names.
+// Labels carry transport and operation names, and the rails' names: this host's own addresses
+// or NICs ("10.0.1.2", "mlx5_0:1"), one series per local rail however many peers there are; no
+// memory addresses, keys or peers' names.
 #include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
 #include <prometheus/metric_family.h>
@@ -25,6 +27,72 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
+MetricFamily family(const char *name, const char *help, MetricType type) {
+    MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    return f;
+}
+
+// The engine's rails (ferry_rail_stats), one series per transport and local rail.
+std::vector<MetricFamily> rail_families(const ferry_metrics_source_t &source) {
+    std::vector<ferry_engine_rail_stats_t> rails(16);
+    size_t n = rails.size();
+    int rc = source.rail_stats(source.ctx, rails.data(), &n);
+    if (rc == -ENOSPC) {
+        rails.resize(n);
+        rc = source.rail_stats(source.ctx, rails.data(), &n);
+    }
+    if (rc != 0) return {};
+    rails.resize(n);
+    MetricFamily bytes =
+        family("ferry_rail_bytes_total",
+               "Bytes a local rail of the transport carried (summed over peers), by operation", MetricType::Counter);
+    MetricFamily completed =
+        family("ferry_rail_completions_total", "Pieces a local rail completed: tcp slices, rdma work requests",
+               MetricType::Counter);
+    MetricFamily failures = family(
+        "ferry_rail_failures_total",
+        "Path failures on a local rail (a connection that broke, timed out or could not be made)", MetricType::Counter);
+    MetricFamily pauses =
+        family("ferry_rail_pauses_total",
+               "Times a local rail was paused after a path failure (for one peer, or for all)", MetricType::Counter);
+    MetricFamily paused = family("ferry_rail_paused_peers", "Peers a local rail is paused for now", MetricType::Gauge);
+    MetricFamily throughput = family("ferry_rail_throughput_bytes_per_second",
+                                     "Bytes per second a local rail moved while busy, as the transport measured it to "
+                                     "balance work (0: not measured)",
+                                     MetricType::Gauge);
+    MetricFamily queued =
+        family("ferry_rail_queued_bytes", "Bytes given to a local rail and not completed yet", MetricType::Gauge);
+    for (const auto &r : rails) {
+        const std::vector<ClientMetric::Label> labels = {
+            {"rail", std::string(r.rail, strnlen(r.rail, sizeof r.rail))},
+            {"transport", std::string(r.transport, strnlen(r.transport, sizeof r.transport))}};
+        auto add = [&](MetricFamily &f, double v) {
+            ClientMetric m;
+            m.label = labels;
+            if (f.type == MetricType::Counter) m.counter.value = v;
+            else m.gauge.value = v;
+            f.metric.push_back(std::move(m));
+        };
+        for (int k = 0; k < 2; ++k) {
+            ClientMetric m;
+            m.label = {{"op", k == 0 ? "read" : "write"}, labels[0], labels[1]};
+            m.counter.value = static_cast<double>(k == 0 ? r.read_bytes : r.write_bytes);
+            bytes.metric.push_back(std::move(m));
+        }
+        add(completed, static_cast<double>(r.completed));
+        add(failures, static_cast<double>(r.failures));
+        add(pauses, static_cast<double>(r.pauses));
+        add(paused, static_cast<double>(r.paused_peers));
+        add(throughput, r.throughput);
+        add(queued, static_cast<double>(r.queued_bytes));
+    }
+    return {std::move(bytes),  std::move(completed),  std::move(failures), std::move(pauses),
+            std::move(paused), std::move(throughput), std::move(queued)};
+}
+
 // The answer to one scrape.
 class EngineCollector final : public prometheus::Collectable {
 public:
@@ -42,13 +110,6 @@ public:
         if (rc != 0) return {};
         transports.resize(n);
 
-        auto family = [](const char *name, const char *help, MetricType type) {
-            MetricFamily f;
-            f.name = name;
-            f.help = help;
-            f.type = type;
-            return f;
-        };
         MetricFamily ops =
             family("ferry_ops_total", "Ops that succeeded, by transport and operation", MetricType::Counter);
         MetricFamily failures =
@@ -119,7 +180,7 @@ public:
             return f;
         };
         const auto &st = engine.staging;
-        return {
+        std::vector<MetricFamily> out = {
             std::move(ops),
             std::move(failures),
             std::move(bytes),
@@ -145,6 +206,8 @@ public:
             single("ferry_staging_copy_failures_total", "GPU <-> pinned host copies that failed", MetricType::Counter,
                    static_cast<double>(st.copy_failures)),
         };
+        for (auto &f : rail_families(source_)) out.push_back(std::move(f));
+        return out;
     }
 
 private:

@@ -16,15 +16,17 @@
 extern "C" {
 #endif
 
-#define FERRY_METRICS_MODULE_VERSION 1u
+#define FERRY_METRICS_MODULE_VERSION 2u
 #define FERRY_METRICS_MODULE_SYMBOL "ferry_metrics_module"
 
-/* What a scrape reads: ferry_stats()'s contract, on the engine `ctx`, and the latency
- * histogram's bounds (the module calls nothing of libferry: it may be loaded RTLD_LOCAL). */
+/* What a scrape reads: ferry_stats()'s and ferry_rail_stats()'s contracts, on the engine `ctx`,
+ * and the latency histogram's bounds (the module calls nothing of libferry: it may be loaded
+ * RTLD_LOCAL). Version 2 added rail_stats. */
 typedef struct ferry_metrics_source {
     void *ctx;
     int (*stats)(void *ctx, ferry_engine_stats_t *engine, ferry_transport_stats_t *transports, size_t *n);
     const double *latency_bounds; /* FERRY_LATENCY_BUCKETS of them, in seconds */
+    int (*rail_stats)(void *ctx, ferry_engine_rail_stats_t *rails, size_t *n);
 } ferry_metrics_source_t;
 
 typedef struct ferry_metrics_module {

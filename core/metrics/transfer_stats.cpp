@@ -64,4 +64,29 @@ int stats_to_c(const EngineStats &s, ferry_engine_stats_t *engine, ferry_transpo
     return 0;
 }
 
+int rails_to_c(const EngineStats &s, ferry_engine_rail_stats_t *rails, size_t *n) {
+    size_t count = 0;
+    for (const auto &t : s.transports) count += t.rails.size();
+    const size_t capacity = *n;
+    *n = count;
+    if (capacity < count) return -ENOSPC;
+    size_t i = 0;
+    for (const auto &t : s.transports)
+        for (const auto &r : t.rails) {
+            auto &c = rails[i++];
+            c = ferry_engine_rail_stats_t{};
+            std::strncpy(c.transport, t.transport.c_str(), sizeof c.transport - 1);
+            std::strncpy(c.rail, r.rail.c_str(), sizeof c.rail - 1);
+            c.read_bytes = r.read_bytes;
+            c.write_bytes = r.write_bytes;
+            c.completed = r.completed;
+            c.failures = r.failures;
+            c.pauses = r.pauses;
+            c.paused_peers = r.paused_peers;
+            c.queued_bytes = r.queued_bytes;
+            c.throughput = r.throughput;
+        }
+    return 0;
+}
+
 }  // namespace ferry

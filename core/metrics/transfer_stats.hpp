@@ -47,5 +47,7 @@ struct TransportCounters {
 
 // EngineStats in ferry_stats()'s C form and contract (*n: capacity in, count out; -ENOSPC).
 int stats_to_c(const EngineStats &s, ferry_engine_stats_t *engine, ferry_transport_stats_t *transports, size_t *n);
+// Every transport's rails in ferry_rail_stats()'s C form and contract (the same convention).
+int rails_to_c(const EngineStats &s, ferry_engine_rail_stats_t *rails, size_t *n);
 
 }  // namespace ferry

@@ -123,6 +123,20 @@ struct OpStats {
     std::array<uint64_t, kLatencyBuckets + 1> latency_buckets{};
 };
 
+// One local rail of a transport that spreads traffic over several (tcp.rails' addresses,
+// rdma.so's NICs), summed over every peer: as many per transport as the host has rails.
+struct RailStats {
+    std::string rail;           // the local address ("10.0.1.2") or NIC and port ("mlx5_0:1")
+    uint64_t read_bytes = 0;    // bytes of READs it carried
+    uint64_t write_bytes = 0;   // bytes of WRITEs it carried
+    uint64_t completed = 0;     // pieces it completed: tcp slices, rdma work requests
+    uint64_t failures = 0;      // path failures on it (a connection that broke, timed out, was refused)
+    uint64_t pauses = 0;        // times it was paused after one (for one peer, or for all)
+    uint64_t paused_peers = 0;  // peers it is paused for now
+    uint64_t queued_bytes = 0;  // given to it and not completed yet
+    double throughput = 0;      // bytes/s it moved while busy, as the transport measured; 0: not measured
+};
+
 struct TransportStats {
     std::string transport;  // "tcp", ...; "none": ops that failed before a transport took them
     OpStats read, write;
@@ -133,6 +147,7 @@ struct TransportStats {
     uint64_t failovers = 0;
     uint64_t pauses = 0;
     uint64_t paused_paths = 0;
+    std::vector<RailStats> rails;  // empty when the transport reports none (plugin ABI 1.5 rail_stats)
 };
 
 // Engine::stats(): counts only grow while the engine lives (Prometheus counters).

@@ -17,8 +17,9 @@
  * ferry_notification_fd, ferry_submit_with_notification, ferry_staging_stats and
  * FERRY_MEMORY_AUTO; 4 added ferry_alloc_shared and ferry_free_shared; 5 added
  * ferry_register_batch, ferry_unregister_batch and ferry_memory_range_t; 6 added
- * ferry_submit_on_stream; 7 added ferry_stats, ferry_latency_bounds and ferry_metrics_address.
- * Functions are only ever added. */
+ * ferry_submit_on_stream; 7 added ferry_stats, ferry_latency_bounds and ferry_metrics_address;
+ * 8 added block tables (ferry_create_block_table, ferry_destroy_block_table, ferry_submit_blocks)
+ * and ferry_rail_stats. Functions are only ever added. */
 #define FERRY_C_API_VERSION 8
 
 #ifdef __cplusplus
@@ -167,6 +168,25 @@ typedef struct ferry_engine_stats {
  * *n to how many there are; -ENOSPC (nothing written) when *n was too small. */
 FERRY_C_API int ferry_stats(ferry_engine_t *engine, ferry_engine_stats_t *out, ferry_transport_stats_t *transports,
                             size_t *n);
+/* One local rail of a transport that spreads traffic over several (tcp.rails' addresses, rdma.so's
+ * NICs), summed over every peer, so there are as many as the host has rails, however many peers
+ * (docs/METRICS.md). Counts only grow; paused_peers, queued_bytes and throughput hold now. */
+typedef struct ferry_engine_rail_stats {
+    char transport[32]; /* "tcp", "rdma" */
+    char rail[64];      /* the local address ("10.0.1.2") or NIC and port ("mlx5_0:1") */
+    uint64_t read_bytes;
+    uint64_t write_bytes;
+    uint64_t completed;    /* pieces it completed: tcp slices, rdma work requests */
+    uint64_t failures;     /* path failures on it */
+    uint64_t pauses;       /* times it was paused after one (for one peer, or for all) */
+    uint64_t paused_peers; /* peers it is paused for now */
+    uint64_t queued_bytes; /* given to it and not completed yet */
+    double throughput;     /* bytes/s it moved while busy, as the transport measured; 0: not measured */
+} ferry_engine_rail_stats_t;
+/* Fills up to *n rails of every loaded transport (priority order; transports without rails add
+ * none) and sets *n to how many there are; -ENOSPC (nothing written) when *n was too small.
+ * (C API version 8.) */
+FERRY_C_API int ferry_rail_stats(ferry_engine_t *engine, ferry_engine_rail_stats_t *out, size_t *n);
 /* The FERRY_LATENCY_BUCKETS upper bounds of the latency histogram, in seconds. */
 FERRY_C_API const double *ferry_latency_bounds(void);
 /* Where the Prometheus endpoint (engine key metrics_port) listens, "127.0.0.1:9100", or "" when

@@ -278,6 +278,28 @@ typedef struct ferry_block {
 /* Which memory a block list names (create_block_list). */
 enum { FERRY_BLOCKS_LOCAL = 0, FERRY_BLOCKS_REMOTE = 1 };
 
+/* ABI 1.5: one local path of a transport that spreads traffic over several (tcp.so's rails: its
+ * local addresses; rdma.so's NICs), summed over every peer it carries traffic to: a host reports
+ * as many entries as it has rails, however many peers it talks to. Counts only grow while the
+ * transport lives; the other fields are what holds now. */
+#define FERRY_RAIL_NAME_MAX 64
+typedef struct ferry_rail_stats {
+    /* The local address ("10.0.1.2") or device and port ("mlx5_0:1") it leaves through, NUL-
+     * terminated; never a memory address, a key or a peer's name. */
+    char name[FERRY_RAIL_NAME_MAX];
+    uint64_t read_bytes;   /* bytes of READ ops it carried, counted as each piece completes */
+    uint64_t write_bytes;  /* bytes of WRITE ops it carried */
+    uint64_t completed;    /* pieces it completed: slices (tcp.so), work requests (rdma.so) */
+    uint64_t failures;     /* path failures on it (a connection or queue pair broke, timed out or
+                              could not be made: ferry_is_path_error) */
+    uint64_t pauses;       /* times it was paused after a path failure (for one peer, or for all) */
+    uint64_t paused_peers; /* peers it is paused for now (every peer, when the whole rail is) */
+    uint64_t queued_bytes; /* bytes given to it that have not completed yet */
+    double throughput;     /* bytes/s it moved while busy, as the plugin measured it to balance
+                              work; 0 when not measured (one rail, or no work yet) */
+    uint64_t reserved[4];  /* zero (room for later minors; a host reads them as unknown) */
+} ferry_rail_stats_t;
+
 /* Completion of one op. */
 typedef struct ferry_completion {
     uint64_t user_data;
@@ -424,6 +446,12 @@ typedef struct ferry_plugin_v1 {
     int (*submit_blocks)(ferry_transport_t *transport, uint64_t peer, uint32_t opcode, uint64_t local_list,
                          const uint32_t *local_index, uint64_t remote_list, const uint32_t *remote_index, size_t n,
                          uint64_t user_data, ferry_error_t *err);
+    /* ---- ABI 1.5, optional (read only when struct_size covers it; may be NULL) ---- */
+    /* Per-rail counters (ferry_rail_stats_t), one entry per local rail. `*n` holds the capacity
+     * of `out` on entry and the count written on return; when it is too small, returns -ENOSPC
+     * and sets `*n` to the count needed. NULL: the transport has no rails to report. Cheap
+     * enough for every scrape of a metrics endpoint; never blocks on the network. */
+    int (*rail_stats)(ferry_transport_t *transport, ferry_rail_stats_t *out, size_t *n, ferry_error_t *err);
 } ferry_plugin_v1_t;
 
 /* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a

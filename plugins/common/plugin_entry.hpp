@@ -169,6 +169,11 @@ struct Entry {
                                        err);
         });
     }
+    // ABI 1.5: only for a Transport with rail_stats (with_rail_stats below).
+    static int rail_stats(ferry_transport_t *t, ferry_rail_stats_t *out, size_t *n, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && n != nullptr && (out != nullptr || *n == 0), "rail_stats");
+        return guard(err, "rail_stats", [&] { return T(t)->rail_stats(out, n, err); });
+    }
 #undef FERRY_ENTRY_REQUIRE
 };
 
@@ -202,6 +207,7 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
         nullptr,  // create_block_list, destroy_block_list, submit_blocks: with_block_lists() sets them
         nullptr,
         nullptr,
+        nullptr,  // rail_stats: with_rail_stats() sets it
     };
 }
 
@@ -218,6 +224,13 @@ constexpr ferry_plugin_v1_t with_block_lists(ferry_plugin_v1_t t) {
     t.create_block_list = Entry<Transport>::create_block_list;
     t.destroy_block_list = Entry<Transport>::destroy_block_list;
     t.submit_blocks = Entry<Transport>::submit_blocks;
+    return t;
+}
+
+// The entry table with rail_stats (ABI 1.5) forwarded to Transport::rail_stats(out, n, err).
+template <class Transport>
+constexpr ferry_plugin_v1_t with_rail_stats(ferry_plugin_v1_t t) {
+    t.rail_stats = Entry<Transport>::rail_stats;
     return t;
 }
 

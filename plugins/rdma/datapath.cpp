@@ -247,7 +247,7 @@ void Transport::post_pending(Pair &p) {
 }
 
 void Transport::finish_wr(const Wr &w, int status, const std::string &message) {
-    nic_balance_.finish(w.piece.local_nic, w.piece.len, status == 0);
+    nic_stats_.finished(nic_balance_, w.piece.local_nic, w.op->opcode, w.piece.len, status == 0);
     Op *op = w.op;
     if (status != 0 && op->status == 0) {
         op->status = status;
@@ -299,13 +299,24 @@ void Transport::on_wc(size_t nic, const ibv_wc &wc) {
 void Transport::pause_nic(uint16_t nic, const std::string &why) {
     // Its other queue pairs' failures of the same outage (work posted before the pause) find
     // it paused already: logged once.
-    auto pause = nic_balance_.fail(nic, Clock::now());
+    auto pause = nic_stats_.path_error(nic_balance_, nic, Clock::now());
     if (pause <= Clock::duration::zero()) return;
     log_.log(FERRY_LOG_WARN,
              "NIC %s paused for %lld ms after a path error (%s): new work requests go to the other NICs until then, "
              "then it is tried again (each failure in a row doubles the pause, up to 30 s)",
              nics_[nic]->name().c_str(),
              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()), why.c_str());
+}
+
+int Transport::rail_stats(ferry_rail_stats_t *out, size_t *n, ferry_error_t *err) {
+    std::vector<std::string> names;
+    for (const auto &nic : nics_) names.push_back(nic->name() + ":" + std::to_string(nic->addr.port));
+    std::vector<ferry_rail_stats_t> rails;
+    {
+        std::lock_guard lock(mu_);
+        rails = nic_stats_.report(names, nic_balance_, Clock::now(), peers_.size());
+    }
+    return ferry_plugin::copy_rail_stats(rails, out, n, err, kName);
 }
 
 void Transport::pair_failed(Pair &p, const std::string &why) {

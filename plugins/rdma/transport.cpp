@@ -82,6 +82,7 @@ int Transport::start(ferry_error_t *err) {
     nics_ = open_nics(cfg_, reg_dmabuf_, &why);
     if (nics_.empty()) return set_error(err, -ENODEV, "rdma: %s", why.c_str());
     nic_balance_ = RailBalancer(nics_.size());
+    nic_stats_ = NicStats(nics_.size());
     log_.log(FERRY_LOG_INFO, "NICs: %s", describe_nics(nics_).c_str());
 
     if (getrandom(&self_.token, sizeof self_.token, 0) != static_cast<ssize_t>(sizeof self_.token))

@@ -13,6 +13,7 @@
 #include "control.hpp"
 #include "control_server.hpp"
 #include "gpu_memory.hpp"
+#include "nic_stats.hpp"
 #include "options.hpp"
 #include "pin_count.hpp"
 #include "plan.hpp"
@@ -138,6 +139,8 @@ public:
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max) { return static_cast<int>(cq_.poll(out, max)); }
     int completion_fd() const { return cq_.fd(); }
+    // ABI 1.5: one entry per local NIC ("mlx5_0:1"), summed over peers.
+    int rail_stats(ferry_rail_stats_t *out, size_t *n, ferry_error_t *err);
 
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
@@ -196,8 +199,10 @@ private:
     uint64_t next_region_ = 1, next_peer_ = 1, next_import_ = 1;
     uint32_t rotation_ = 0;
     // Per local NIC: bytes queued and completed, throughput, pauses after path errors
-    // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it.
+    // (plugins/common/rail_balance.hpp). Submit stripes and places work requests by it; work
+    // requests leave it and path errors pause through nic_stats_, which counts them (rail_stats).
     RailBalancer nic_balance_;
+    NicStats nic_stats_;
     Clock::time_point next_timeout_scan_;
 
     std::mutex repair_mu_;

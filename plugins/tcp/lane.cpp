@@ -28,7 +28,13 @@ constexpr unsigned kWaiterIdleMs = 1000;  // back to the reactor after this long
 }  // namespace
 
 Lane::Lane(Peer &peer, Reactor &reactor, WaitSet &waiters, unsigned index, unsigned rail)
-    : peer_(peer), reactor_(reactor), waiters_(waiters), index_(index), rail_(rail), rxbuf_(kRxBuf) {}
+    : peer_(peer),
+      reactor_(reactor),
+      waiters_(waiters),
+      index_(index),
+      rail_(rail),
+      counts_(peer.tally().attach(peer.rail(rail).local)),
+      rxbuf_(kRxBuf) {}
 
 const Endpoint &Lane::remote() const { return peer_.rail(rail_).remote; }
 
@@ -37,6 +43,7 @@ Lane::~Lane() {
         if (waiter_) waiters_.remove(fd_);
         close(fd_);
     }
+    peer_.tally().detach(peer_.rail(rail_).local, counts_);
 }
 
 void Lane::push(Batch &batch) noexcept {
@@ -96,6 +103,7 @@ void Lane::connect_now() {
 // submitted after the failure was detected: they stay and trigger a reconnect.
 void Lane::fail(int status, const std::string &why, State next) {
     const bool handshaking = state_ == State::Connecting || state_ == State::Hello;
+    if (next != State::Closed && ferry_is_path_error(status)) peer_.tally().failed(peer_.rail(rail_).local);
     if (fd_ >= 0) {
         if (waiter_) waiters_.remove(fd_);
         waiter_ = false;

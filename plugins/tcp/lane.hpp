@@ -21,6 +21,7 @@
 
 #include "handshake.hpp"
 #include "op.hpp"
+#include "rail_tally.hpp"
 #include "reactor.hpp"
 #include "splice_pipe.hpp"
 #include "tx.hpp"
@@ -58,7 +59,7 @@ public:
     unsigned rail() const { return rail_; }
     const Endpoint &remote() const;  // the address this lane connects to (its rail's)
     // Bytes of slices that completed successfully (Peer::sample_rates measures rails with it).
-    uint64_t done_bytes() const { return done_bytes_.load(std::memory_order_relaxed); }
+    uint64_t done_bytes() const { return counts_->done_bytes(); }
 
     // ---- any thread (submit, under the peer's submit mutex) ----
     // Splices a prepared one-element batch in and kicks the reactor. Never throws.
@@ -134,7 +135,7 @@ private:
     const unsigned index_;
     const unsigned rail_;
     std::atomic<uint64_t> load_{0};
-    std::atomic<uint64_t> done_bytes_{0};
+    RailTally::LaneCounts *const counts_;  // its local rail's share of what it completed (rail_stats)
 
     std::mutex in_mu_;
     Batch incoming_;  // guarded by in_mu_

@@ -302,8 +302,9 @@ void Lane::complete_front(int status, const char *message) {
     q_.pop_front();
     --send_idx_;
     load_.fetch_sub(s.len, std::memory_order_relaxed);
-    // Only rails are measured (Peer::sample_rates): one rail skips the atomic per slice.
-    if (status == 0 && peer_.rail_count() > 1) done_bytes_.fetch_add(s.len, std::memory_order_relaxed);
+    // Counted on the lane's own line with plain stores (only the lane's holder writes it): what
+    // rails carried (rail_stats) and how fast (Peer::sample_rates).
+    if (status == 0) counts_->count(s.opcode, s.len);
     finish_slice(*sink_, s.op, status, message);
 }
 

@@ -11,7 +11,7 @@ namespace ferry_tcp {
 // within 30 s of the previous one, at most 30 s; lanes' throughput is sampled at most every
 // 2 ms, each sample weighing 0.3 in the average.
 Peer::Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger &log, RegionTable &regions,
-           WaitSet &waiters, CompletionQueue &cq)
+           WaitSet &waiters, CompletionQueue &cq, RailTally &tally)
     : id_(id),
       rails_(std::move(rails)),
       cfg_(cfg),
@@ -19,6 +19,7 @@ Peer::Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger
       regions_(regions),
       waiters_(waiters),
       cq_(cq),
+      tally_(tally),
       health_(rails_.size()) {}
 
 Peer::~Peer() = default;
@@ -54,7 +55,10 @@ int Peer::connect_lanes(std::string *why) {
                      endpoint().name.c_str(), failed.c_str(), hs_why_.c_str());
             std::lock_guard rl(rails_mu_);
             for (size_t r = 0; r < rails_.size(); ++r)
-                if (hs_rail_failed_[r]) health_.pause(r, Clock::now());
+                if (hs_rail_failed_[r]) {
+                    health_.pause(r, Clock::now());
+                    tally_.paused(rails_[r].local);
+                }
             return 0;
         }
     }
@@ -288,17 +292,35 @@ void Peer::sample_rates(Clock::time_point now) {
     });
 }
 
+std::vector<RailNow> Peer::rails_now(Clock::time_point now) {
+    std::vector<RailNow> out(rails_.size());
+    for (size_t r = 0; r < rails_.size(); ++r) out[r].local = rails_[r].local;
+    {
+        std::lock_guard lk(rails_mu_);
+        for (size_t r = 0; r < rails_.size(); ++r) out[r].paused = health_.paused(r, now);
+    }
+    std::lock_guard lk(submit_mu_);  // rates_ is measured by submits
+    for (size_t l = 0; l < lanes_.size(); ++l) {
+        RailNow &r = out[lanes_[l]->rail()];
+        r.queued += lanes_[l]->load();
+        if (l < rates_.size()) r.rate += rates_.rate(l);
+    }
+    return out;
+}
+
 bool Peer::reroute(unsigned rail, const std::string &why, std::deque<Slice> &slices) {
     std::lock_guard lk(rails_mu_);
     if (closing_ || rails_.size() < 2) return false;
     const auto now = Clock::now();
     // A failure while the rail is paused already (its other lanes, work sent before the pause)
     // is the same outage: logged and counted once.
-    if (auto pause = health_.fail(rail, now); pause > Clock::duration::zero())
+    if (auto pause = health_.fail(rail, now); pause > Clock::duration::zero()) {
+        tally_.paused(rails_[rail].local);
         log_.log(FERRY_LOG_WARN, "peer %s: rail %s failed (%s); paused %lld ms, %zu slices move to the other rails",
                  endpoint().name.c_str(), rails_[rail].name.c_str(), why.c_str(),
                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()),
                  slices.size());
+    }
     if (slices.empty()) return true;
     std::vector<size_t> targets;
     for (size_t l = 0; l < lanes_.size(); ++l)

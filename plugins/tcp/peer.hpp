@@ -7,6 +7,7 @@
 #include "options.hpp"
 #include "plugin_util.hpp"
 #include "rail_balance.hpp"
+#include "rail_tally.hpp"
 #include "region_table.hpp"
 #include "wire.hpp"
 
@@ -38,12 +39,21 @@ struct Rail {
     sockaddr_storage source{};  // bound before connecting when source_len != 0
     socklen_t source_len = 0;
     std::string name;  // "10.0.1.2 -> 10.0.1.1:7471"
+    size_t local = 0;  // the local rail it leaves through (RailTally's index)
+};
+
+// One rail to the peer as it is now, for rail_stats.
+struct RailNow {
+    size_t local = 0;     // RailTally's index
+    bool paused = false;  // takes no new slices now
+    uint64_t queued = 0;  // bytes queued or in flight on its lanes
+    double rate = 0;      // bytes/s its lanes moved while busy, summed; 0: not measured
 };
 
 class Peer {
 public:
     Peer(uint64_t id, std::vector<Rail> rails, const Config &cfg, const Logger &log, RegionTable &regions,
-         WaitSet &waiters, CompletionQueue &cq);
+         WaitSet &waiters, CompletionQueue &cq, RailTally &tally);
     ~Peer();
     Peer(const Peer &) = delete;
     Peer &operator=(const Peer &) = delete;
@@ -54,6 +64,7 @@ public:
     unsigned rail_count() const { return static_cast<unsigned>(rails_.size()); }
     const Config &config() const { return cfg_; }
     const Logger &log() const { return log_; }
+    RailTally &tally() { return tally_; }
 
     void add_lane(Reactor &reactor, unsigned rail);  // before connect_lanes()
 
@@ -77,6 +88,9 @@ public:
     // when there is no such rail or the peer is closing: the lane fails them.
     bool reroute(unsigned rail, const std::string &why, std::deque<Slice> &slices);
 
+    // Each rail's pause, queue and measured throughput now (any thread).
+    std::vector<RailNow> rails_now(Clock::time_point now);
+
 private:
     // With several rails: which lanes may take new slices now (not paused; all, when every rail
     // is), and each lane's throughput, re-measured from the bytes its slices completed.
@@ -91,6 +105,7 @@ private:
     RegionTable &regions_;
     WaitSet &waiters_;
     CompletionQueue &cq_;  // failures of batches a submitting thread sent itself
+    RailTally &tally_;     // what each local rail carried, with the other peers'
     std::vector<std::unique_ptr<Lane>> lanes_;
     std::mutex rails_mu_;               // rails' health; taken by lanes' loop threads in reroute
     std::atomic<bool> closing_{false};  // set under rails_mu_: no slice is rerouted after it

@@ -186,7 +186,7 @@ std::vector<RailPlan> plan_rails(const std::vector<std::string> &local, const st
                                  bool automatic) {
     std::vector<RailPlan> plans;
     if (local.empty()) {
-        plans.push_back({0, {}, 0, remote[0].name});
+        plans.push_back({0, 0, {}, 0, remote[0].name});
         return plans;
     }
     auto host = host_addresses();
@@ -214,6 +214,7 @@ std::vector<RailPlan> plan_rails(const std::vector<std::string> &local, const st
     for (size_t i = 0; i < local.size(); ++i) {
         if (automatic && any_matched && !choice[i].second) continue;
         RailPlan p;
+        p.local = i;
         p.remote = choice[i].first;
         for (const auto &h : host)
             if (h.ip == local[i]) {

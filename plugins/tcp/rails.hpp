@@ -34,6 +34,7 @@ bool decode_rails_endpoint(const void *buf, size_t len, std::vector<Endpoint> *o
 // with no source address, to the remote rail [0]. With auto rails, a local rail whose subnet
 // holds no remote rail is left out when another one's does.
 struct RailPlan {
+    size_t local = 0;           // index into the local rails (0 when `local` is empty)
     size_t remote = 0;          // index into the remote rails
     sockaddr_storage source{};  // local address to bind before connecting (family 0: none)
     socklen_t source_len = 0;

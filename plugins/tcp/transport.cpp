@@ -60,6 +60,7 @@ int Transport::start(ferry_error_t *err) {
     std::string why;
     int rc = resolve_rails(cfg_, &rails_, &why);
     if (rc != 0) return set_error(err, rc, "tcp: %s", why.c_str());
+    tally_ = std::make_unique<RailTally>(rails_.empty() ? std::vector<std::string>{cfg_.bind_ip} : rails_);
     if (rails_.size() > 1 && (!cfg_.advertise_ip.empty() || cfg_.advertise_port != 0))
         return set_error(err, -EINVAL,
                          "tcp: advertise_ip and advertise_port name one address, and rails lists %zu: the endpoint "
@@ -201,8 +202,9 @@ int Transport::connect(const void *endpoint, size_t len, uint64_t *out, ferry_er
         r.source = plan.source;
         r.source_len = plan.source_len;
         r.name = std::move(plan.name);
+        r.local = plan.local;
     }
-    auto peer = std::make_shared<Peer>(id, std::move(rails), cfg_, log_, regions_, waiters_, cq_);
+    auto peer = std::make_shared<Peer>(id, std::move(rails), cfg_, log_, regions_, waiters_, cq_, *tally_);
     for (unsigned r = 0; r < peer->rail_count(); ++r)
         for (unsigned i = 0; i < cfg_.lanes; ++i)
             peer->add_lane(*reactors_[next_lane_reactor_++ % reactors_.size()], r);
@@ -292,6 +294,31 @@ int Transport::poll(ferry_completion_t *out, size_t max) {
     }
     got.clear();
     return static_cast<int>(n + take);
+}
+
+// Counts from the tally; pauses, queues and throughput from the peers connected now. A rail's
+// throughput is the fastest any one peer measured on it: rates of peers that were busy at
+// different times do not add up.
+int Transport::rail_stats(ferry_rail_stats_t *out, size_t *n, ferry_error_t *err) {
+    const auto totals = tally_->totals();
+    std::vector<ferry_rail_stats_t> rails;
+    rails.reserve(totals.size());
+    for (size_t i = 0; i < totals.size(); ++i) rails.push_back(ferry_plugin::rail_entry(tally_->name(i), totals[i]));
+    std::vector<std::shared_ptr<Peer>> peers;
+    {
+        std::shared_lock lk(peers_mu_);
+        peers.reserve(peers_.size());
+        for (const auto &[id, p] : peers_) peers.push_back(p);
+    }
+    const auto now = Clock::now();
+    for (const auto &p : peers)
+        for (const RailNow &r : p->rails_now(now)) {
+            ferry_rail_stats_t &e = rails[r.local];
+            e.paused_peers += r.paused ? 1 : 0;
+            e.queued_bytes += r.queued;
+            e.throughput = std::max(e.throughput, r.rate);
+        }
+    return ferry_plugin::copy_rail_stats(rails, out, n, err, kName);
 }
 
 }  // namespace ferry_tcp

@@ -7,6 +7,7 @@
 #include "options.hpp"
 #include "peer.hpp"
 #include "plugin_util.hpp"
+#include "rail_tally.hpp"
 #include "reactor.hpp"
 #include "region_table.hpp"
 #include "wait_set.hpp"
@@ -43,6 +44,8 @@ public:
     int submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n_ops, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
     int completion_fd() const { return waiters_.fd(); }
+    // ABI 1.5: per local rail (tcp.rails' addresses, else bind_ip), summed over peers.
+    int rail_stats(ferry_rail_stats_t *out, size_t *n, ferry_error_t *err);
 
 private:
     Transport(const Config &cfg, const ferry_host_api_t *host);
@@ -61,6 +64,7 @@ private:
     std::vector<std::unique_ptr<Reactor>> reactors_;
     std::vector<std::unique_ptr<Listener>> listeners_;  // one per rail
     std::vector<std::string> rails_;                    // tcp.rails resolved (rails.hpp); empty: bind_ip alone
+    std::unique_ptr<RailTally> tally_;                  // per local rail; outlives every peer's lanes
     std::vector<uint8_t> endpoint_;
     std::string endpoint_name_;
 

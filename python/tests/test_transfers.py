@@ -65,6 +65,15 @@ def test_two_processes(ferry_mod, make_peer, transport):
         assert sum(t["read"]["latency_buckets"]) == SIZE // BLOCK
         assert len(t["read"]["latency_buckets"]) == len(st["latency_bounds_seconds"]) + 1 == 20
         assert st["batches"] == 2 and st["segments_open"] == 1 and t["peers"] == 1
+        # tcp.so's one rail is its bind address, and carried every byte in 1 MiB slices; shm.so
+        # reports no rails.
+        if transport == "tcp":
+            rail = t["rails"]["127.0.0.1"]
+            assert list(t["rails"]) == ["127.0.0.1"], t["rails"]
+            assert (rail["read_bytes"], rail["write_bytes"], rail["completed"]) == (SIZE, SIZE, 2 * SIZE // BLOCK), rail
+            assert (rail["failures"], rail["pauses"], rail["paused_peers"], rail["queued_bytes"]) == (0, 0, 0, 0), rail
+        else:
+            assert t["rails"] == {}, t["rails"]
         assert engine.metrics_address == ""
 
         # Synchronous calls on views: a numpy slice of registered memory is a valid local.

@@ -2,7 +2,8 @@
 // went from the client to the server: with a reset (SO_LINGER 0: both ends get RST, as when a
 // middlebox or a crashing host drops the flow) or by closing both ends after a partial frame
 // (both ends see EOF in the middle of a frame). Later connections are relayed untouched, so a
-// transport that reconnects gets through.
+// transport that reconnects gets through. With `cut_from`, the first connection from that source
+// address is the one cut (one rail of several, each leaving from its own address).
 #pragma once
 
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,8 +26,8 @@ class CuttingProxy {
 public:
     enum class Cut { Reset, Truncate };
 
-    CuttingProxy(uint16_t target_port, uint64_t cut_after, Cut how)
-        : target_port_(target_port), cut_after_(cut_after), how_(how) {
+    CuttingProxy(uint16_t target_port, uint64_t cut_after, Cut how, std::string cut_from = {})
+        : target_port_(target_port), cut_after_(cut_after), how_(how), cut_from_(std::move(cut_from)) {
         listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -56,8 +58,12 @@ private:
             pollfd p[2] = {{listener_, POLLIN, 0}, {stop_, POLLIN, 0}};
             if (poll(p, 2, -1) < 0) continue;
             if (p[1].revents) return;
-            int c = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+            sockaddr_in from{};
+            socklen_t from_len = sizeof from;
+            int c = accept4(listener_, reinterpret_cast<sockaddr *>(&from), &from_len, SOCK_CLOEXEC);
             if (c < 0) continue;
+            char source[INET_ADDRSTRLEN] = "";
+            inet_ntop(AF_INET, &from.sin_addr, source, sizeof source);
             int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
             sockaddr_in a{};
             a.sin_family = AF_INET;
@@ -68,7 +74,9 @@ private:
                 close(s);
                 continue;
             }
-            bool cut_this = connections_.fetch_add(1) == 0;
+            connections_.fetch_add(1);
+            bool cut_this = !cut_chosen_ && (cut_from_.empty() || cut_from_ == source);
+            cut_chosen_ = cut_chosen_ || cut_this;
             relays_.emplace_back([this, c, s, cut_this] { relay(c, s, cut_this); });
         }
     }
@@ -129,6 +137,8 @@ private:
     uint16_t target_port_;
     uint64_t cut_after_;
     Cut how_;
+    std::string cut_from_;
+    bool cut_chosen_ = false;  // accept_loop's: the connection to cut has been picked
     int listener_ = -1;
     int stop_ = -1;
     uint16_t port_ = 0;

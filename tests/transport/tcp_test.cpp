@@ -100,6 +100,58 @@ TEST_F(TcpTest, OneRailKeepsTheSingleAddressEndpointAndMovesData) {
     EXPECT_EQ(done[0].status, 0) << done[0].message;
     EXPECT_EQ(find_mismatch(local.data(), local.size(), 3), SIZE_MAX);
 }
+// rail_stats (ABI 1.5): one entry per local rail (without tcp.rails, the bind address), under the
+// capacity convention (-ENOSPC with the count needed); the initiator counts the bytes and slices
+// it completed there, the serving side none (it initiated nothing).
+TEST_F(TcpTest, RailStatsCountWhatEachLocalRailCarried) {
+    ASSERT_GE(plugin_->api()->struct_size, FERRY_PLUGIN_V1_SIZE_UNTIL(rail_stats));
+    ASSERT_NE(plugin_->api()->rail_stats, nullptr);
+    auto s = make();
+    auto c = make({{"slice_size", "256k"}});
+    ASSERT_TRUE(s && c);
+    auto rails = [&](Instance &i) {
+        std::vector<ferry_rail_stats_t> out(4);
+        size_t n = out.size();
+        ferry_error_t err{};
+        EXPECT_EQ(plugin_->api()->rail_stats(i.t(), out.data(), &n, &err), 0) << err.message;
+        out.resize(n);
+        return out;
+    };
+    size_t n = 0;
+    ferry_error_t err{};
+    EXPECT_EQ(plugin_->api()->rail_stats(c->t(), nullptr, &n, &err), -ENOSPC);
+    EXPECT_EQ(n, 1u) << "the count needed";
+    EXPECT_EQ(plugin_->api()->rail_stats(c->t(), nullptr, nullptr, &err), -EINVAL);
+    auto before = rails(*c);
+    ASSERT_EQ(before.size(), 1u);
+    EXPECT_STREQ(before[0].name, "127.0.0.1");
+    EXPECT_EQ(before[0].read_bytes + before[0].write_bytes + before[0].completed, 0u);
+
+    std::vector<uint8_t> remote(1 << 20), local(1 << 20);
+    fill_pattern(remote.data(), remote.size(), 5);
+    uint64_t rh, lh, peer, rmem;
+    ASSERT_EQ(s->register_mem(remote.data(), remote.size(), kRW, &rh), 0) << s->last_error();
+    ASSERT_EQ(c->register_mem(local.data(), local.size(), 0, &lh), 0);
+    ASSERT_EQ(c->connect(s->endpoint(), &peer), 0) << c->last_error();
+    ASSERT_EQ(c->import_mem(peer, reinterpret_cast<uint64_t>(remote.data()), remote.size(), kRW, &rmem), 0);
+    const auto l = reinterpret_cast<uint64_t>(local.data()), r = reinterpret_cast<uint64_t>(remote.data());
+    ASSERT_EQ(c->submit(peer, {make_op(FERRY_OP_READ, l, lh, r, rmem, 1 << 20, 1),
+                               make_op(FERRY_OP_WRITE, l, lh, r + 4096, rmem, 5000, 2)}),
+              0);
+    auto done = c->wait(2);
+    ASSERT_EQ(done.size(), 2u);
+    EXPECT_EQ(done[0].status | done[1].status, 0) << done[0].message << done[1].message;
+    auto after = rails(*c);
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_EQ(after[0].read_bytes, 1u << 20);
+    EXPECT_EQ(after[0].write_bytes, 5000u);
+    EXPECT_EQ(after[0].completed, 5u) << "four 256 KiB slices and one small one";
+    EXPECT_EQ(after[0].failures + after[0].pauses + after[0].paused_peers + after[0].queued_bytes, 0u);
+    EXPECT_EQ(after[0].throughput, 0) << "one rail: nothing to balance, not measured";
+    auto served = rails(*s);
+    ASSERT_EQ(served.size(), 1u);
+    EXPECT_EQ(served[0].read_bytes + served[0].write_bytes, 0u) << "serving is not counted: the initiator's rails are";
+}
 // Without the host's staging calls (test_host offers none) device memory is refused; with them
 // it is served staged (staged_device_test.cpp).
 TEST_F(TcpTest, GpuMemoryIsRefusedWithNotSupported) {
