@@ -115,6 +115,15 @@ public:
         }
         gate_cv_.notify_all();
     }
+    // While held, queued copies and kernels wait on their streams before they run: a transfer
+    // stays in flight, with nothing landed, until released.
+    void hold_copies(bool hold) {
+        {
+            std::lock_guard g(gate_mu_);
+            hold_copies_ = hold;
+        }
+        gate_cv_.notify_all();
+    }
 
     const char *name() const override { return "TEST"; }
     uint32_t memory_kind() const override { return FERRY_MEM_CUDA; }
@@ -217,6 +226,7 @@ public:
         bool failing = fail_async;
         int delay = copy_delay_ms;
         static_cast<TestStream *>(s)->push([=, this] {
+            wait_copy_gate();
             if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
             const auto *t = static_cast<const CopyTableEntry *>(table);
             uint64_t next = 0;
@@ -240,17 +250,22 @@ private:
         bool failing = fail_async;
         int delay = copy_delay_ms;
         static_cast<TestStream *>(s)->push([=, this] {
+            wait_copy_gate();
             if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
             if (failing) return;  // a faulting copy moves nothing here
             memcpy(dst, src, bytes);
             c_.bytes_landed += static_cast<int>(bytes);
         });
     }
+    void wait_copy_gate() {
+        std::unique_lock g(gate_mu_);
+        gate_cv_.wait(g, [&] { return !hold_copies_; });
+    }
     Counters &c_;
     bool batch_;
     std::mutex gate_mu_;
     std::condition_variable gate_cv_;
-    bool hold_waits_ = false;
+    bool hold_waits_ = false, hold_copies_ = false;
 };
 
 // One transport connected to itself (same process: the peer's memory is our own), a source and
@@ -293,6 +308,7 @@ protected:
     void TearDown() override {
         if (t_) {
             rt_->hold_event_waits(false);
+            rt_->hold_copies(false);
             ferry_error_t err{};
             t_->release_mem(peer_, dst_h_, &err);
         }
