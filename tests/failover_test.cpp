@@ -28,19 +28,7 @@ namespace {
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kOps = 64;
 
-// A port nothing listens on right now, for the peer's tcp.so to bind (the relay in front of it
-// is made first, so it must know the port before the peer exists).
-uint16_t free_port() {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(s, reinterpret_cast<sockaddr *>(&a), &len);
-    close(s);
-    return ntohs(a.sin_port);
-}
+using ferry_fault::free_port;
 
 const TransportStats *stats_of(const EngineStats &s, const std::string &name) {
     for (const auto &t : s.transports)

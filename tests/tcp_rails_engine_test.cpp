@@ -80,17 +80,7 @@ std::string enter_two_address_loopback() {
     return why;
 }
 
-uint16_t free_port() {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(s, reinterpret_cast<sockaddr *>(&a), &len);
-    close(s);
-    return ntohs(a.sin_port);
-}
+using ferry_fault::free_port;
 
 const std::vector<RailStats> &tcp_rails(const EngineStats &s) {
     static const std::vector<RailStats> none;

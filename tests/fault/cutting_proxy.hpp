@@ -22,6 +22,20 @@
 
 namespace ferry_fault {
 
+// A port nothing on 127.0.0.1 listens on right now, for a peer to bind behind a relay made first
+// (the relay must know the port before the peer exists).
+inline uint16_t free_port() {
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(s, reinterpret_cast<sockaddr *>(&a), &len);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
 class CuttingProxy {
 public:
     enum class Cut { Reset, Truncate };
