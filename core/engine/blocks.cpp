@@ -168,14 +168,12 @@ bool Engine::Impl::prepare_block_path(BlockTable &local, BlockTable &remote, Rem
                 FERRY_WARN("segment ", seg.name, ": ", got.error().message, "; block transfers go as ops");
                 return false;
             }
-            std::lock_guard lock(seg.mutex);
-            auto k = std::make_pair(t, region.addr);
-            if (seg.closed || seg.peers[t] != peer || seg.imported.count(k)) {
-                (void)tr.release_mem(peer, *got);  // someone else's, or nobody may use it now
-                continue;
+            bool kept;
+            {
+                std::lock_guard lock(seg.mutex);
+                kept = seg.adopt_import(t, region.addr, peer, *got);
             }
-            seg.imported[k] = *got;
-            seg.rows.set_imported(seg.descriptor, k.first, k.second, *got);
+            if (!kept) (void)tr.release_mem(peer, *got);  // someone else's, or nobody may use it now
         }
     }
     // One path per remote table: the one its last transfer took.

@@ -194,13 +194,8 @@ void Engine::Impl::serve_segment(RemoteSegment &seg) {
                         const auto *ep = seg.descriptor.endpoint_for(tr.name());
                         if (seg.closed || seg.peers[n.transport] || !ep || ep->endpoint != n.endpoint) stray = *got;
                         else seg.peers[n.transport] = *got;
-                    } else {
-                        auto key = std::make_pair(n.transport, n.region.addr);
-                        if (seg.closed || seg.peers[n.transport] != n.peer || seg.imported.count(key)) stray = *got;
-                        else {
-                            seg.imported[key] = *got;
-                            seg.rows.set_imported(seg.descriptor, key.first, key.second, *got);
-                        }
+                    } else if (!seg.adopt_import(n.transport, n.region.addr, n.peer, *got)) {
+                        stray = *got;
                     }
                 }
                 if (stray) {

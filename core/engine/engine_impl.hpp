@@ -103,6 +103,16 @@ struct RemoteSegment {
     uint32_t moves_mask[3] = {};
     // `names`/`caps`: the local transports' by index.
     void reindex(std::span<const std::string_view> names, std::span<const uint64_t> caps);
+    // An import made without the lock (mutex held again): kept as the region's import over
+    // `transport` unless the segment closed, reconnected (another `peer`) or got one meanwhile;
+    // false then, and the caller releases it.
+    bool adopt_import(size_t transport, uint64_t region_addr, uint64_t peer, uint64_t handle) {
+        auto key = std::make_pair(transport, region_addr);
+        if (closed || peers[transport] != peer || imported.count(key)) return false;
+        imported[key] = handle;
+        rows.set_imported(descriptor, transport, region_addr, handle);
+        return true;
+    }
     std::deque<DeferredOp> deferred;  // ops waiting for the connector
     bool scheduled = false;           // queued for, or held by, a connector thread
     bool closed = false;              // close_segment ran: its ops fail, nothing new connects

@@ -238,8 +238,10 @@ void IpcTransport::issue_kernel_run(const Planned *ops, size_t n, int device, St
         issue_copies(ops, n, device, queued);
         return;
     }
-    run.user_data.reserve(n);
-    for (size_t i = 0; i < n; ++i) run.user_data.push_back(ops[i].user_data);
+    if (!issuing_group_) {  // a block transfer's runs report through their group instead
+        run.user_data.reserve(n);
+        for (size_t i = 0; i < n; ++i) run.user_data.push_back(ops[i].user_data);
+    }
     finish_run(std::move(run), stream, queued);
 }
 
