@@ -199,6 +199,18 @@ Result<void> Transport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t l
     return {};
 }
 
+bool Transport::has_copy_local() const {
+    const ferry_plugin_v1_t *api = plugin_->api;
+    return api->struct_size >= FERRY_PLUGIN_V1_SIZE_UNTIL(copy_local) && api->copy_local;
+}
+
+Result<void> Transport::copy_local(int device, std::span<const ferry_local_copy_t> copies, uint64_t user_data) {
+    ferry_error_t err{};
+    if (int rc = plugin_->api->copy_local(instance_, device, copies.data(), copies.size(), user_data, &err))
+        return std::unexpected(error(rc, err, "copy_local"));
+    return {};
+}
+
 Result<std::vector<ferry_rail_stats_t>> Transport::rail_stats() {
     const ferry_plugin_v1_t *api = plugin_->api;
     std::vector<ferry_rail_stats_t> out;

@@ -58,6 +58,10 @@ public:
     Result<void> destroy_block_list(uint64_t list);
     Result<void> submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
                                uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data);
+    // ABI 1.6: copies within this process in as few launches as the plugin can, one completion
+    // with `user_data` for all (GPU staging's gather and scatter).
+    bool has_copy_local() const;
+    Result<void> copy_local(int device, std::span<const ferry_local_copy_t> copies, uint64_t user_data);
     int completion_fd() const { return completion_fd_; }
     // ABI 1.5: the plugin's per-rail counters; empty when it has no rail_stats.
     Result<std::vector<ferry_rail_stats_t>> rail_stats();

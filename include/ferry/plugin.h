@@ -79,7 +79,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 5u
+#define FERRY_PLUGIN_ABI_MINOR 6u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -300,6 +300,13 @@ typedef struct ferry_rail_stats {
     uint64_t reserved[4];  /* zero (room for later minors; a host reads them as unknown) */
 } ferry_rail_stats_t;
 
+/* One copy within this process (copy_local, ABI 1.6): `length` bytes from `src` to `dst`. */
+typedef struct ferry_local_copy {
+    uint64_t dst;
+    uint64_t src;
+    uint64_t length;
+} ferry_local_copy_t;
+
 /* Completion of one op. */
 typedef struct ferry_completion {
     uint64_t user_data;
@@ -452,6 +459,17 @@ typedef struct ferry_plugin_v1 {
      * and sets `*n` to the count needed. NULL: the transport has no rails to report. Cheap
      * enough for every scrape of a metrics endpoint; never blocks on the network. */
     int (*rail_stats)(ferry_transport_t *transport, ferry_rail_stats_t *out, size_t *n, ferry_error_t *err);
+    /* ---- ABI 1.6, optional (read only when struct_size covers it; may be NULL) ---- */
+    /* Run `n` copies within this process, each between device memory of `device` and either
+     * pinned host memory the device can address (cuMemHostAlloc, hipHostMalloc) or more device
+     * memory of `device`, in as few launches as the plugin can (the GPU IPC transports: one
+     * copy-kernel launch for the small ones). No two copies overlap. All-or-nothing like submit,
+     * then exactly ONE completion with `user_data` through poll: status 0 only once every copy
+     * is done, and a failure only once none can still write. The host uses it to gather many
+     * small GPU ops into one pinned staging slice (and scatter them out of one) for transports
+     * that move host memory only. NULL: the host copies them itself, one runtime call each. */
+    int (*copy_local)(ferry_transport_t *transport, int32_t device, const ferry_local_copy_t *copies, size_t n,
+                      uint64_t user_data, ferry_error_t *err);
 } ferry_plugin_v1_t;
 
 /* Bytes of ferry_plugin_v1_t up to and including the field `member`: a host that uses a

@@ -174,6 +174,12 @@ struct Entry {
         FERRY_ENTRY_REQUIRE(t != nullptr && n != nullptr && (out != nullptr || *n == 0), "rail_stats");
         return guard(err, "rail_stats", [&] { return T(t)->rail_stats(out, n, err); });
     }
+    // ABI 1.6: only for a Transport with copy_local (with_copy_local below).
+    static int copy_local(ferry_transport_t *t, int32_t device, const ferry_local_copy_t *copies, size_t n,
+                          uint64_t user_data, ferry_error_t *err) {
+        FERRY_ENTRY_REQUIRE(t != nullptr && copies != nullptr && n > 0 && device >= 0, "copy_local");
+        return guard(err, "copy_local", [&] { return T(t)->copy_local(device, copies, n, user_data, err); });
+    }
 #undef FERRY_ENTRY_REQUIRE
 };
 
@@ -208,6 +214,7 @@ constexpr ferry_plugin_v1_t entry_table(const char *version, uint64_t caps) {
         nullptr,
         nullptr,
         nullptr,  // rail_stats: with_rail_stats() sets it
+        nullptr,  // copy_local: with_copy_local() sets it
     };
 }
 
@@ -231,6 +238,13 @@ constexpr ferry_plugin_v1_t with_block_lists(ferry_plugin_v1_t t) {
 template <class Transport>
 constexpr ferry_plugin_v1_t with_rail_stats(ferry_plugin_v1_t t) {
     t.rail_stats = Entry<Transport>::rail_stats;
+    return t;
+}
+
+// The entry table with copy_local (ABI 1.6) forwarded to Transport::copy_local.
+template <class Transport>
+constexpr ferry_plugin_v1_t with_copy_local(ferry_plugin_v1_t t) {
+    t.copy_local = Entry<Transport>::copy_local;
     return t;
 }
 

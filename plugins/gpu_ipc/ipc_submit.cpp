@@ -90,6 +90,24 @@ int IpcTransport::submit(uint64_t peer, const ferry_xfer_op_t *ops, size_t n, fe
     return queue_plan(plan, err);
 }
 
+int IpcTransport::copy_local(int device, const ferry_local_copy_t *copies, size_t n, uint64_t user_data,
+                             ferry_error_t *err) {
+    std::vector<Planned> plan(n);
+    for (size_t i = 0; i < n; ++i) {
+        const auto &c = copies[i];
+        if (c.length == 0 || c.dst == 0 || c.src == 0)
+            return fail(err, -EINVAL, "copy " + std::to_string(i) + ": needs a length and both addresses");
+        plan[i] = {reinterpret_cast<void *>(c.dst), reinterpret_cast<const void *>(c.src), c.length, device, 0};
+    }
+    std::lock_guard lock(mu_);
+    // queue_plan gives every run it queues this group, and the last one its completion.
+    issuing_group_ = std::make_shared<BlockGroup>();
+    issuing_group_->user_data = user_data;
+    int rc = queue_plan(plan, err);
+    issuing_group_.reset();
+    return rc;
+}
+
 int IpcTransport::queue_plan(std::vector<Planned> &plan, ferry_error_t *err) {
     DeviceGuard guard(*rt_);
     std::string e;

@@ -84,6 +84,9 @@ public:
     int submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
                       uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data,
                       ferry_error_t *err);
+    // ABI 1.6: copies within this process on `device` (a staging slice's gather or scatter),
+    // queued like a block transfer's pairs: one completion for all.
+    int copy_local(int device, const ferry_local_copy_t *copies, size_t n, uint64_t user_data, ferry_error_t *err);
     int poll(ferry_completion_t *out, size_t max);
     int completion_fd() const { return cq_.fd(); }
 
@@ -209,7 +212,7 @@ private:
     const KernelPolicy kernel_;
     std::map<int, int> kernel_state_;  // device -> 0: the copy kernel runs there, < 0: it does not
     std::map<uint64_t, BlockList> block_lists_;
-    std::shared_ptr<BlockGroup> issuing_group_;  // set while submit_blocks queues its runs
+    std::shared_ptr<BlockGroup> issuing_group_;  // set while submit_blocks or copy_local queues its runs
 
     std::mutex pending_mu_;
     std::condition_variable pending_cv_;

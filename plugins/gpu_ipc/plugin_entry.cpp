@@ -108,6 +108,7 @@ private:
 }  // namespace ferry_gpu
 
 extern "C" FERRY_PLUGIN_EXPORT const ferry_plugin_v1_t ferry_plugin_v1 = ferry_plugin::with_options(
-    ferry_plugin::with_block_lists<ferry_gpu::Transport>(ferry_plugin::entry_table<ferry_gpu::Transport>(
-        FERRY_GPU_PLUGIN_VERSION, FERRY_GPU_PLUGIN_CAPS | FERRY_CAP_INTRA_NODE)),
+    ferry_plugin::with_copy_local<ferry_gpu::Transport>(
+        ferry_plugin::with_block_lists<ferry_gpu::Transport>(ferry_plugin::entry_table<ferry_gpu::Transport>(
+            FERRY_GPU_PLUGIN_VERSION, FERRY_GPU_PLUGIN_CAPS | FERRY_CAP_INTRA_NODE))),
     ferry_gpu::kOptions);

@@ -197,6 +197,57 @@ TEST_P(GpuIpcKernel, AKernelThatFaultsFailsEveryOpOfItsRunOnlyOnceItEnded) {
     EXPECT_EQ(counters.bytes_landed.load(), 0);
 }
 
+// copy_local (ABI 1.6), a staging slice's gather: many small copies within the process, one
+// launch, one completion after all, bytes exact at odd offsets and lengths.
+TEST_P(GpuIpcKernel, CopyLocalGathersSmallCopiesInOneLaunchWithOneCompletion) {
+    std::vector<ferry_local_copy_t> copies;
+    std::vector<std::pair<size_t, size_t>> parts;  // (src offset, length); packed into dst from 0
+    size_t packed = 0;
+    for (size_t k = 0; k < 300; ++k) {
+        size_t off = k * 40000 + k % 17, len = 1 + (k * 7919) % 32768;
+        copies.push_back(
+            {reinterpret_cast<uint64_t>(dst.data()) + packed, reinterpret_cast<uint64_t>(src.data()) + off, len});
+        parts.emplace_back(off, len);
+        packed += (len + 255) & ~size_t{255};
+    }
+    std::fill(dst.begin(), dst.end(), 0xee);
+    ferry_error_t err{};
+    ASSERT_EQ(t_->copy_local(0, copies.data(), copies.size(), 77, &err), 0) << err.message;
+    auto got = collect(1);
+    ASSERT_EQ(got.count(77), 1u) << "one completion, with the caller's user_data";
+    EXPECT_EQ(got[77].status, 0) << got[77].message;
+    packed = 0;
+    for (auto [off, len] : parts) {
+        ASSERT_EQ(0, memcmp(dst.data() + packed, src.data() + off, len)) << "part at " << packed;
+        if (len % 256) EXPECT_EQ(dst[packed + len], 0xee) << "nothing past the part";
+        packed += (len + 255) & ~size_t{255};
+    }
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.kernel_ops.load(), 300);
+    EXPECT_EQ(counters.events_recorded.load(), 1);
+}
+
+TEST_P(GpuIpcKernel, CopyLocalRefusesBadCopiesWithNothingStartedAndReportsAFaultOnce) {
+    ferry_local_copy_t bad[] = {{reinterpret_cast<uint64_t>(dst.data()), reinterpret_cast<uint64_t>(src.data()), 64},
+                                {reinterpret_cast<uint64_t>(dst.data()) + 64, 0, 64}};
+    ferry_error_t err{};
+    EXPECT_EQ(t_->copy_local(0, bad, 2, 5, &err), -EINVAL);
+    EXPECT_NE(std::string(err.message).find("copy 1"), std::string::npos) << err.message;
+    EXPECT_EQ(counters.kernel_launches.load() + counters.copy_async.load(), 0) << "nothing started";
+
+    rt_->fail_async = true;
+    rt_->copy_delay_ms = 20;
+    std::vector<ferry_local_copy_t> copies;
+    for (size_t k = 0; k < 8; ++k)
+        copies.push_back({reinterpret_cast<uint64_t>(dst.data()) + k * 4096,
+                          reinterpret_cast<uint64_t>(src.data()) + k * 4096, 4096});
+    ASSERT_EQ(t_->copy_local(0, copies.data(), copies.size(), 9, &err), 0) << err.message;
+    auto got = collect(1);
+    ASSERT_EQ(got.count(9), 1u);
+    EXPECT_LT(got[9].status, 0) << "the fault is reported, once";
+    EXPECT_EQ(counters.bytes_landed.load(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(BatchedCopy, GpuIpcKernel, ::testing::Bool(),
                          [](const auto &info) { return info.param ? "batched" : "per_op"; });
 
