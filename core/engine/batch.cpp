@@ -152,6 +152,11 @@ size_t Engine::Impl::drain(size_t t) {
         };
         for (size_t i = 0; i < *n; ++i) {
             out[i].message[sizeof out[i].message - 1] = '\0';
+            if (out[i].user_data & 2) {  // a pack's gather or scatter (staging_gather.cpp)
+                pack_copied(*reinterpret_cast<StagedPack *>(out[i].user_data & ~uint64_t{3}), out[i].status,
+                            out[i].status ? cat(transports[t]->name(), ": ", out[i].message) : std::string());
+                continue;
+            }
             if (out[i].user_data & 1) {  // one slice of a staged GPU op (staging.cpp)
                 auto &slice = *reinterpret_cast<StagedSlice *>(out[i].user_data & ~uint64_t{1});
                 stage_wire_done(slice, out[i].status,

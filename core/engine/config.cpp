@@ -53,6 +53,7 @@ constexpr EngineKey kEngineKeys[] = {
     {"control_log_interval_ms", "10000", "100..3600000", "repeated control-server warnings: one line, then one count per interval"},
     {"gpu_staging_max_bytes", "67108864", "0..1099511627776", "pinned host memory GPU staging may lend out at once, both ends (0 disables staging)"},
     {"gpu_staging_slice_bytes", "4194304", "a power of two, 4096..gpu_staging_max_bytes", "bytes one staging copy moves"},
+    {"gpu_staging_gather_max_op_bytes", "1048576 or gpu_staging_slice_bytes/4, the smaller", "0..gpu_staging_slice_bytes/2", "GPU ops up to this size to one peer share a pinned slice, gathered into it (and scattered out of it) in one copy-kernel launch (0: a slice per op)"},
     {"metrics_port", "off", "off, or a port 0..65535 (0: any free one)", "serve Prometheus metrics (ops, failures, bytes, latency by transport and operation; staging) at http://<metrics_bind_ip>:<port>/metrics (docs/METRICS.md)"},
     {"metrics_bind_ip", "local_ip", "an address of this host", "address the metrics endpoint binds"},
     {"max_failover_attempts", "2", "0..16", "an op that fails on a broken path (connection reset or refused, a stall, a device down; never a bounds, access or authentication refusal) is posted again on another path to the same peer this many times; 0 fails it at once (docs/FAILOVER.md)"},
@@ -272,6 +273,13 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
                 return fail(-EINVAL, cat("config key 'gpu_staging_slice_bytes' = '", value,
                                          "'; use a power of two from 4096 to 1073741824, e.g. 4194304"));
             s.gpu_staging_slice_bytes = *v;
+        } else if (key == "gpu_staging_gather_max_op_bytes") {
+            auto v = parse_unsigned(key, value, 1ull << 29);
+            if (!v)
+                return fail(-EINVAL, cat("config key 'gpu_staging_gather_max_op_bytes' = '", value,
+                                         "'; use 0 (a slice per op) or a byte count up to half of "
+                                         "gpu_staging_slice_bytes, e.g. 1048576"));
+            s.gpu_staging_gather_max_op_bytes = *v;
         } else if (key == "metrics_port") {
             if (value != "off") {
                 auto v = parse_unsigned(key, value, 65535);
@@ -313,6 +321,10 @@ Result<EngineSettings> parse_engine_settings(const Config &config) {
         return fail(-EINVAL, cat("gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes,
                                  ") is larger than gpu_staging_max_bytes (", s.gpu_staging_max_bytes,
                                  "): no slice could ever be lent; raise the bound or shrink the slice"));
+    if (s.gpu_staging_gather_max_op_bytes && *s.gpu_staging_gather_max_op_bytes > s.gpu_staging_slice_bytes / 2)
+        return fail(-EINVAL, cat("gpu_staging_gather_max_op_bytes (", *s.gpu_staging_gather_max_op_bytes,
+                                 ") is more than half of gpu_staging_slice_bytes (", s.gpu_staging_slice_bytes,
+                                 "): no two such ops would share a slice; lower it or grow the slice"));
     if (s.path_cooldown > s.path_cooldown_max)
         return fail(-EINVAL,
                     cat("path_cooldown_ms (", s.path_cooldown.count(), ") is longer than path_cooldown_max_ms (",

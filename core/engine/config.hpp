@@ -1,6 +1,8 @@
 // Engine settings from the flat key/value Config (which YAML files flatten into).
 #pragma once
 
+#include <algorithm>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -42,6 +44,12 @@ struct EngineSettings {
     // lent out at once (0 disables staging) and the slice one copy moves.
     uint64_t gpu_staging_max_bytes = 64ull << 20;
     uint64_t gpu_staging_slice_bytes = 4ull << 20;
+    // GPU ops up to this size to one peer share slices, gathered and scattered in one copy
+    // (0: a slice per op). Unset: 1 MiB, or a quarter of the slice when that is less.
+    std::optional<uint64_t> gpu_staging_gather_max_op_bytes;
+    uint64_t gather_max_op_bytes() const {
+        return gpu_staging_gather_max_op_bytes.value_or(std::min<uint64_t>(1ull << 20, gpu_staging_slice_bytes / 4));
+    }
     // Registered host memory: ask for transparent huge pages (advise), and merge the pages
     // already there into huge pages now (collapse). Off: the caller's memory is left alone.
     enum class HugePages { Off, Advise, Collapse } huge_pages = HugePages::Off;

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "control/control_client.hpp"
@@ -136,6 +137,9 @@ struct StagedSlice {
     uint64_t handle = 0;  // the slice's registration with the op's transport
     uint64_t offset = 0;
     uint64_t length = 0;
+    // Set when the pinned buffer is shared by the small ops of a pack: `buf` is this op's part
+    // of it, and the pack's buffer goes back once its last slice ended.
+    std::shared_ptr<struct StagedPack> pack;
 };
 
 struct StagedOp {
@@ -157,6 +161,33 @@ struct StagedOp {
     std::string message;            // the first failure
     std::list<StagedSlice> slices;  // in flight; a slice's address (low bit set) is its user_data
 };
+
+// Small GPU ops of one submit to one (transport, peer), in one direction, sharing one pinned
+// slice (staging_gather.cpp): a WRITE pack is gathered out of the GPU with one copy (one
+// copy-kernel launch where a GPU transport offers copy_local), then put on the wire as one
+// submit; a READ pack is read off the wire as one submit, then scattered with one copy. Each op
+// keeps its own StagedOp and completes on its own; the buffer goes back after the last.
+struct StagedPack {
+    std::vector<std::shared_ptr<StagedOp>> ops;
+    std::vector<uint64_t> offsets;  // of each op in the buffer
+    size_t transport = 0;
+    uint64_t peer = 0;
+    uint32_t kind = 0;
+    int device = -1;
+    bool read = false;
+    void *buf = nullptr;
+    uint64_t handle = 0;
+    std::atomic<size_t> live{0};                   // slices still holding part of buf
+    std::vector<StagedSlice *> slices;             // one per op, once the buffer is lent
+    std::function<void(int, std::string)> copied;  // the gather or scatter under way ended
+
+    std::mutex mutex;                   // READ: guards the two below
+    size_t wire_left = 0;               // wire transfers not yet ended
+    std::vector<StagedSlice *> landed;  // slices whose bytes arrived, for the scatter
+};
+
+// Waits for a pinned slice: a staged op, or a pack.
+using StagingWaiter = std::variant<std::shared_ptr<StagedOp>, std::shared_ptr<StagedPack>>;
 
 struct Batch;
 
@@ -347,7 +378,11 @@ struct Engine::Impl {
     std::mutex slice_handles_mutex;
     std::map<std::pair<void *, size_t>, uint64_t> slice_handles;  // (slice, transport) -> registration
     std::mutex staging_waiters_mutex;
-    std::deque<std::shared_ptr<StagedOp>> staging_waiters;  // ops waiting for a pinned slice
+    std::deque<StagingWaiter> staging_waiters;  // ops and packs waiting for a pinned slice
+    // Per memory kind: the transport whose copy_local gathers and scatters packs (nullopt: the
+    // staging runtime copies them, one call each), looked up once.
+    std::mutex gather_mutex;
+    std::map<uint32_t, std::optional<size_t>> gather_transport;
     std::atomic<bool> stopping{false};
 
     // Batch notifications go out on their own thread (notify.cpp), so that a slow receiver
@@ -392,6 +427,8 @@ struct Engine::Impl {
 
     // staging.cpp
     GpuStager *stager(uint32_t kind, std::string &why);
+    // A slice's registration with the transport that carries it, made once per (slice, transport).
+    Result<uint64_t> slice_handle(void *buf, size_t transport);
     // Starts moving a staged op's slices; never blocks on a GPU copy.
     // True when it took a slice or queued itself for one (so a slice given back was used).
     bool stage_start(const std::shared_ptr<StagedOp> &op);
@@ -401,6 +438,24 @@ struct Engine::Impl {
     void stage_wire_done(StagedSlice &slice, int code, std::string_view message);
     // Deregisters every slice from the transports and stops the copies (engine teardown).
     void stop_staging();
+
+    // staging_gather.cpp
+    // Starts the staged ops of one submit: small ones to one (transport, peer) share slices.
+    void stage_post(std::vector<std::shared_ptr<StagedOp>> &ops);
+    // Lends a pack its slice and starts it; true when it took a slice or queued for one.
+    bool pack_start(const std::shared_ptr<StagedPack> &pack);
+    // A pack's gather (WRITE) ended: its ops go on the wire.
+    void pack_gathered(const std::shared_ptr<StagedPack> &pack, int status, const std::string &message);
+    // A packed READ slice's wire transfer ended; the last one starts the scatter.
+    void pack_wire_done(StagedSlice &slice, int code, std::string_view message);
+    // The transport whose copy_local copies packs of memory `kind`, if any.
+    std::optional<size_t> gather_transport_for(uint32_t kind);
+    // A pack's gather or scatter ended (user_data with bit 1 set, or the staging runtime's).
+    static void pack_copied(StagedPack &pack, int status, const std::string &message);
+    // Copies a pack's parts (gather or scatter) and calls pack.copied once.
+    void pack_copy(const std::shared_ptr<StagedPack> &pack, std::vector<ferry_local_copy_t> copies);
+    // A slice ended: its op takes the outcome, the buffer goes back, the op moves on.
+    void stage_slice_over(StagedSlice &slice, int status, std::string_view why);
 
     // submit.cpp: checks what is known locally, posts what is routable now, defers the rest.
     // Never waits on the network.

@@ -255,7 +255,7 @@ void Engine::Impl::post(Posting &posting) {
             }
         }
     }
-    for (auto &st : posting.staged) stage_start(st);  // GPU copies are started here, never waited for
+    if (!posting.staged.empty()) stage_post(posting.staged);  // GPU copies are started here, never waited for
 }
 
 }  // namespace ferry

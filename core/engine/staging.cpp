@@ -21,34 +21,33 @@ constexpr unsigned kSlicesPerOp = 4;
 
 GpuStager *Engine::Impl::stager(uint32_t kind, std::string &why) { return staging->stager(kind, why); }
 
-namespace {
-
-// The slice's registration with the transport that carries it, made once per (slice, transport).
-Result<uint64_t> slice_handle(Engine::Impl &im, void *buf, size_t transport) {
-    std::lock_guard lock(im.slice_handles_mutex);
+Result<uint64_t> Engine::Impl::slice_handle(void *buf, size_t transport) {
+    std::lock_guard lock(slice_handles_mutex);
     auto key = std::make_pair(buf, transport);
-    if (auto it = im.slice_handles.find(key); it != im.slice_handles.end()) return it->second;
-    ferry_mem_region_t region{reinterpret_cast<uintptr_t>(buf), im.staging->slice_bytes(), FERRY_MEM_HOST, -1, 0, 0};
-    auto h = im.transports[transport]->register_mem(region);
+    if (auto it = slice_handles.find(key); it != slice_handles.end()) return it->second;
+    ferry_mem_region_t region{reinterpret_cast<uintptr_t>(buf), staging->slice_bytes(), FERRY_MEM_HOST, -1, 0, 0};
+    auto h = transports[transport]->register_mem(region);
     if (!h) return std::unexpected(h.error());
-    im.slice_handles.emplace(key, *h);
+    slice_handles.emplace(key, *h);
     return *h;
 }
-
-}  // namespace
 
 void Engine::Impl::stage_retry_waiters() {
     // First come, first served: the oldest waiter gets the slice given back; one that no longer
     // needs it (it failed meanwhile) passes it on to the next.
     for (;;) {
-        std::shared_ptr<StagedOp> op;
+        StagingWaiter next;
         {
             std::lock_guard lock(staging_waiters_mutex);
             if (staging_waiters.empty()) return;
-            op = std::move(staging_waiters.front());
+            next = std::move(staging_waiters.front());
             staging_waiters.pop_front();
         }
-        if (stage_start(op)) return;
+        if (auto *op = std::get_if<std::shared_ptr<StagedOp>>(&next) ? &std::get<0>(next) : nullptr) {
+            if (stage_start(*op)) return;
+        } else if (pack_start(std::get<1>(next))) {
+            return;
+        }
     }
 }
 
@@ -78,7 +77,7 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
                 op.message = buf.error().message;
                 break;
             }
-            auto handle = slice_handle(*this, *buf, op.transport);
+            auto handle = slice_handle(*buf, op.transport);
             if (!handle) {
                 op.code = handle.error().code;
                 op.message = "staging GPU memory: " + handle.error().message;
@@ -86,7 +85,7 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
                 break;
             }
             uint64_t len = std::min(staging->slice_bytes(), op.length - op.next);
-            op.slices.push_back(StagedSlice{keep, *buf, *handle, op.next, len});
+            op.slices.push_back(StagedSlice{keep, *buf, *handle, op.next, len, nullptr});
             started.push_back(&op.slices.back());
             op.next += len;
             ++op.in_flight;
@@ -151,26 +150,13 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
 
 // A slice's wire transfer ended (or, for a WRITE, its copy out of the GPU failed).
 void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view message) {
-    std::shared_ptr<StagedOp> keep = s.op;  // the slice goes away below; the op stays
-    StagedOp &op = *keep;
-    auto slice_over = [this, keep, &s](int status, std::string_view why) {
-        StagedOp &op = *keep;
-        void *buf = s.buf;
-        {
-            std::lock_guard lock(op.mutex);
-            if (status != 0 && op.code == 0) {
-                op.code = status;
-                op.message = why.empty() ? strerror(-status) : std::string(why);
-            }
-            if (status == 0) op.done += s.length;
-            --op.in_flight;
-            op.slices.remove_if([&](const StagedSlice &x) { return &x == &s; });
-        }
-        staging->release(buf);  // wakes the waiting ops
-        stage_start(keep);
-    };
+    StagedOp &op = *s.op;
+    if (op.read && s.pack) {  // scattered with the rest of its pack
+        pack_wire_done(s, code, message);
+        return;
+    }
     if (code != 0 || !op.read) {
-        slice_over(code, message);
+        stage_slice_over(s, code, message);
         return;
     }
     {
@@ -178,15 +164,36 @@ void Engine::Impl::stage_wire_done(StagedSlice &s, int code, std::string_view me
         if (op.code != 0 || stopping.load()) code = op.code ? op.code : -ECANCELED;
     }
     if (code != 0) {  // another slice failed: this one's bytes must not reach the GPU
-        slice_over(code, "");
+        stage_slice_over(s, code, "");
         return;
     }
     // Received into pinned memory: copy it to the GPU; the slice ends when that copy does.
     auto r = staging->copy(op.kind, op.device, op.gpu + s.offset, s.buf, s.length,
-                           [slice_over](int status, const std::string &why) {
-                               slice_over(status, status ? "staging GPU memory: " + why : std::string());
+                           [this, &s](int status, const std::string &why) {
+                               stage_slice_over(s, status, status ? "staging GPU memory: " + why : std::string());
                            });
-    if (!r) slice_over(r.error().code, "staging GPU memory: " + r.error().message);
+    if (!r) stage_slice_over(s, r.error().code, "staging GPU memory: " + r.error().message);
+}
+
+void Engine::Impl::stage_slice_over(StagedSlice &s, int status, std::string_view why) {
+    std::shared_ptr<StagedOp> keep = s.op;  // the slice goes away below; the op stays
+    std::shared_ptr<StagedPack> pack = s.pack;
+    void *buf = s.buf;
+    StagedOp &op = *keep;
+    {
+        std::lock_guard lock(op.mutex);
+        if (status != 0 && op.code == 0) {
+            op.code = status;
+            op.message = why.empty() ? strerror(-status) : std::string(why);
+        }
+        if (status == 0) op.done += s.length;
+        --op.in_flight;
+        op.slices.remove_if([&](const StagedSlice &x) { return &x == &s; });
+    }
+    // Wakes the waiting ops.
+    if (!pack) staging->release(buf);
+    else if (pack->live.fetch_sub(1) == 1) staging->release(pack->buf);
+    stage_start(keep);
 }
 
 void Engine::Impl::release_staged_ops() {

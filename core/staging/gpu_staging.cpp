@@ -104,14 +104,16 @@ public:
         Scope scope(*this, device);
         free_host_(ptr);
     }
-    Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) override {
+    Result<void *> copy_async(int device, std::span<const CopyRange> copies) override {
         Scope scope(*this, device);
         if (!scope.ok) return fail(-ENODEV, scope.error);
         void *stream = stream_for(device);
         if (!stream) return fail(-ENODEV, scope.error.empty() ? "cuStreamCreate failed" : scope.error);
-        if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes, stream);
-            rc != 0)
-            return fail(-EIO, text(rc, "cuMemcpyAsync"));
+        for (const CopyRange &c : copies)
+            if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(c.dst), reinterpret_cast<uintptr_t>(c.src), c.bytes,
+                                       stream);
+                rc != 0)
+                return fail(-EIO, text(rc, "cuMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;
         if (int rc = event_create_(&event, kDisableTiming); rc != 0) return fail(-EIO, text(rc, "cuEventCreate"));
@@ -311,13 +313,14 @@ public:
         Scope scope(*this, device);
         host_free_(ptr);
     }
-    Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) override {
+    Result<void *> copy_async(int device, std::span<const CopyRange> copies) override {
         Scope scope(*this, device);
         void *stream = stream_for(device);
         if (!stream) return fail(-ENODEV, "hipStreamCreateWithFlags failed");
         constexpr int kHipMemcpyDefault = 4;
-        if (int rc = memcpy_async_(dst, src, bytes, kHipMemcpyDefault, stream); rc != 0)
-            return fail(-EIO, text(rc, "hipMemcpyAsync"));
+        for (const CopyRange &c : copies)
+            if (int rc = memcpy_async_(c.dst, c.src, c.bytes, kHipMemcpyDefault, stream); rc != 0)
+                return fail(-EIO, text(rc, "hipMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;
         if (int rc = event_create_(&event, kDisableTiming); rc != 0)

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "ferry/result.hpp"
@@ -25,10 +26,19 @@ public:
     virtual std::optional<int> device_of(const void *ptr) = 0;
     virtual Result<void *> alloc_pinned(int device, size_t bytes) = 0;
     virtual void free_pinned(int device, void *ptr) = 0;
-    // Starts a copy (either direction, device memory <-> pinned host memory) on the device's
-    // non-blocking stream and records an event after it; returns the event. Copies started on
-    // one device run in the order they were started.
-    virtual Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) = 0;
+    struct CopyRange {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    };
+    // Starts copies (either direction, device memory <-> pinned host memory) on the device's
+    // non-blocking stream and records one event after the last; returns the event. Copies
+    // started on one device run in the order they were started.
+    virtual Result<void *> copy_async(int device, std::span<const CopyRange> copies) = 0;
+    Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) {
+        CopyRange c{dst, src, bytes};
+        return copy_async(device, std::span(&c, 1));
+    }
     // Blocks until the event's copies are done, then frees the event: ok or the runtime's error.
     virtual Result<void> wait(int device, void *event) = 0;
 

@@ -158,6 +158,11 @@ StagingService::Lane *StagingService::lane(uint32_t kind, int device, GpuStager 
 }
 
 Result<void> StagingService::copy(uint32_t kind, int device, void *dst, const void *src, uint64_t bytes, Done done) {
+    GpuStager::CopyRange c{dst, src, bytes};
+    return copy(kind, device, std::span(&c, 1), std::move(done));
+}
+
+Result<void> StagingService::copy(uint32_t kind, int device, std::span<const GpuStager::CopyRange> copies, Done done) {
     std::string why;
     GpuStager *s = stager(kind, why);
     if (!s) return fail(-ENOTSUP, "GPU staging: " + why);
@@ -165,13 +170,20 @@ Result<void> StagingService::copy(uint32_t kind, int device, void *dst, const vo
     if (!l) return fail(-ECANCELED, "GPU staging: the engine is shutting down");
     std::lock_guard lock(l->m);
     if (l->stop) return fail(-ECANCELED, "GPU staging: the engine is shutting down");
-    auto event = s->copy_async(device, dst, src, bytes);
+    auto event = s->copy_async(device, copies);
     {
         std::lock_guard sl(mutex_);
-        ++copies_;
+        copies_ += copies.size();
         if (!event) ++copy_failures_;
     }
-    if (!event) return std::unexpected(event.error());
+    if (!event) {
+        // Copies before the failed one may be queued already: the caller hears of the failure
+        // only once none of them can still write.
+        if (copies.size() > 1)
+            if (auto fence = s->copy_async(device, std::span<const GpuStager::CopyRange>()); fence)
+                (void)s->wait(device, *fence);
+        return std::unexpected(event.error());
+    }
     l->queue.push_back({*event, std::move(done)});
     l->cv.notify_one();
     return {};
@@ -179,7 +191,8 @@ Result<void> StagingService::copy(uint32_t kind, int device, void *dst, const vo
 
 StagingStats StagingService::stats() {
     std::lock_guard lock(mutex_);
-    return StagingStats{max_bytes_, slice_bytes_, lent_, peak_, acquire_refused_, copies_, copy_failures_};
+    return StagingStats{max_bytes_, slice_bytes_,   lent_,    peak_,         acquire_refused_,
+                        copies_,    copy_failures_, gathers_, gathered_ops_, gathers_by_transport_};
 }
 
 void StagingService::stop() {

@@ -60,6 +60,15 @@ public:
     // Starts a copy of `bytes` from src to dst (one of them device memory of (kind, device), the
     // other pinned); `done` runs later on the device's completion thread, in start order.
     Result<void> copy(uint32_t kind, int device, void *dst, const void *src, uint64_t bytes, Done done);
+    // Starts several copies behind one completion: `done` runs once, after the last.
+    Result<void> copy(uint32_t kind, int device, std::span<const GpuStager::CopyRange> copies, Done done);
+    // Counts a pack's gather or scatter of `ops` small ops through one slice (the engine's own).
+    void count_gather(size_t ops, bool by_transport) {
+        std::lock_guard lock(mutex_);
+        ++gathers_;
+        gathered_ops_ += ops;
+        gathers_by_transport_ += by_transport;
+    }
 
     StagingStats stats();
     // Refuses new copies and slices, waits for the started copies (their `done` runs), joins
@@ -87,7 +96,8 @@ private:
     std::unordered_map<void *, Slice> slices_;
     std::map<std::pair<uint32_t, int>, std::vector<void *>> free_;
     std::map<std::pair<uint32_t, int>, std::unique_ptr<Lane>> lanes_;
-    uint64_t lent_ = 0, peak_ = 0, acquire_refused_ = 0, copies_ = 0, copy_failures_ = 0;
+    uint64_t lent_ = 0, peak_ = 0, acquire_refused_ = 0, copies_ = 0, copy_failures_ = 0, gathers_ = 0,
+             gathered_ops_ = 0, gathers_by_transport_ = 0;
     bool stopping_ = false;
     std::function<void()> on_release_;
     // Runs on_release for plugins' releases, off their threads.

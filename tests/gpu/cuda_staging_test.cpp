@@ -25,11 +25,11 @@ class CudaStagingTest : public test::CudaEngineTest {
 protected:
     // GB/s of `rounds` batches of `ops` ops of `block` bytes from `local` to/from the peer.
     static double rate(Engine &e, Opcode op, uint8_t *local, SegmentId seg, uint64_t remote, uint64_t block, int ops,
-                       int rounds) {
+                       int rounds, const std::string &transport = "") {
         std::vector<Request> reqs;
         uint64_t slots = std::max<uint64_t>(1, (128u << 20) / block);  // the peer's 128 MiB
         for (int k = 0; k < ops; ++k)
-            reqs.push_back({op, local + k * block, seg, remote + (k % slots) * block, block, ""});
+            reqs.push_back({op, local + k * block, seg, remote + (k % slots) * block, block, transport});
         if (!run(e, reqs)) return 0;  // warm-up
         auto t0 = std::chrono::steady_clock::now();
         for (int r = 0; r < rounds; ++r)
@@ -130,6 +130,98 @@ TEST_F(CudaStagingTest, InitiatorStagingAgainstHostToHostFigures) {
                     op == Opcode::Read ? "READ" : "WRITE", g, st.peak_lent_bytes, st.max_bytes, st.acquire_refused);
         EXPECT_LE(st.peak_lent_bytes, st.max_bytes);
     }
+    cudaFree(dev);
+}
+
+// KV-sized GPU ops over tcp.so and shm.so: packed into shared slices and gathered/scattered by
+// cuda_ipc.so's copy kernel (copy_local), byte-verified, then figures against host -> host and
+// against a slice per op (gpu_staging_gather_max_op_bytes=0) in the same run (printed).
+TEST_F(CudaStagingTest, SmallGpuOpsGatheredByTheCopyKernelAgainstHostToHostFigures) {
+    constexpr uint64_t kPeer = 128 << 20, kLocal = 256 << 20;
+    PeerProcess peer({"--size", std::to_string(kPeer)});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto gather = Engine::create({{"plugins", "cuda_ipc,tcp,shm"}});
+    ASSERT_TRUE(gather) << gather.error().message;
+    auto per_op = Engine::create({{"plugins", "cuda_ipc,tcp,shm"}, {"gpu_staging_gather_max_op_bytes", "0"}});
+    ASSERT_TRUE(per_op) << per_op.error().message;
+    bool has_ipc = false;
+    for (auto &t : (*gather)->transports()) has_ipc |= t.name == "cuda_ipc";
+    if (!has_ipc) GTEST_SKIP() << "SKIPPED: cuda_ipc.so did not load here, so no copy kernel gathers";
+    uint8_t *dev = nullptr;
+    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&dev), kLocal));
+    std::vector<uint8_t> host(kLocal);
+    for (Engine *e : {gather->get(), per_op->get()}) {
+        ASSERT_TRUE(e->register_memory(dev, kLocal, {MemoryKind::Cuda, 0}));
+        ASSERT_TRUE(e->register_memory(host.data(), kLocal));
+    }
+    auto seg = (*gather)->open_segment(peer.segment);
+    auto seg2 = (*per_op)->open_segment(peer.segment);
+    ASSERT_TRUE(seg && seg2);
+
+    for (std::string transport : {"tcp", "shm"}) {
+        bool loaded = false;
+        for (auto &t : (*gather)->transports()) loaded |= t.name == transport;
+        if (!loaded) {
+            std::printf("SKIPPED: %s.so is not loaded here\n", transport.c_str());
+            continue;
+        }
+        // Exactness: 256 ops of 64 KiB at permuted places, out and back.
+        constexpr uint64_t kOp = 64 << 10, kOps = 256;
+        std::vector<uint8_t> src(kOps * kOp), back(kOps * kOp, 0);
+        for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 29 + transport.size());
+        CUDA_OR_DIE(cudaMemcpy(dev, src.data(), src.size(), cudaMemcpyHostToDevice));
+        std::vector<Request> writes, reads;
+        for (uint64_t k = 0; k < kOps; ++k) {
+            uint64_t at = peer.base + ((k * 37) % kOps) * kOp;
+            writes.push_back({Opcode::Write, dev + k * kOp, *seg, at, kOp, transport});
+            reads.push_back({Opcode::Read, dev + k * kOp, *seg, at, kOp, transport});
+        }
+        const auto before = (*gather)->staging_stats();
+        ASSERT_TRUE(run(**gather, writes));
+        CUDA_OR_DIE(cudaMemset(dev, 0, src.size()));
+        ASSERT_TRUE(run(**gather, reads));
+        CUDA_OR_DIE(cudaMemcpy(back.data(), dev, back.size(), cudaMemcpyDeviceToHost));
+        ASSERT_TRUE(back == src) << transport << ": every op went out and came back to its place";
+        const auto after = (*gather)->staging_stats();
+        EXPECT_EQ(after.gathered_ops - before.gathered_ops, 2 * kOps);
+        EXPECT_GT(after.gathers_by_transport, before.gathers_by_transport) << "cuda_ipc.so's kernel gathered them";
+
+        for (auto [block, ops] : {std::pair<uint64_t, int>{64 << 10, 256}, {16 << 10, 1024}, {256 << 10, 256}}) {
+            for (Opcode op : {Opcode::Write, Opcode::Read}) {
+                double h = rate(**gather, op, host.data(), *seg, peer.base, block, ops, 20, transport);
+                double g = rate(**gather, op, dev, *seg, peer.base, block, ops, 20, transport);
+                double p = rate(**per_op, op, dev, *seg2, peer.base, block, ops, 20, transport);
+                std::printf("%s %s %" PRIu64
+                            " KiB x %d: host->host %.2f GB/s, GPU gathered %.2f GB/s (%.2fx), "
+                            "GPU a slice per op %.2f GB/s (%.2fx)\n",
+                            transport.c_str(), op == Opcode::Read ? "READ" : "WRITE", block >> 10, ops, h, g,
+                            h > 0 ? g / h : 0.0, p, h > 0 ? p / h : 0.0);
+            }
+        }
+        // GPU -> GPU: the target serves its GPU memory through its own staging, op by op.
+        PeerProcess gpeer({std::to_string(64 << 20), "0", transport}, FERRY_GPU_TEST_PEER_BIN);
+        std::istringstream ready(gpeer.ready_line);
+        std::string word, segment, a0, a1;
+        ready >> word >> segment >> a0 >> a1;
+        if (word != "READY") {
+            std::printf("SKIPPED: GPU peer over %s did not start: %s\n", transport.c_str(), gpeer.ready_line.c_str());
+            continue;
+        }
+        uint64_t r0 = std::stoull(a0, nullptr, 16), r1 = std::stoull(a1, nullptr, 16);
+        auto gseg = (*gather)->open_segment(segment);
+        auto gseg2 = (*per_op)->open_segment(segment);
+        ASSERT_TRUE(gseg && gseg2);
+        for (auto [block, ops] : {std::pair<uint64_t, int>{64 << 10, 256}, {16 << 10, 1024}}) {
+            for (Opcode op : {Opcode::Write, Opcode::Read}) {
+                uint64_t at = op == Opcode::Read ? r0 : r1;
+                double g = rate(**gather, op, dev, *gseg, at, block, ops, 10, transport);
+                double p = rate(**per_op, op, dev, *gseg2, at, block, ops, 10, transport);
+                std::printf("GPU->GPU %s %s %" PRIu64 " KiB x %d: gathered %.2f GB/s, a slice per op %.2f GB/s\n",
+                            transport.c_str(), op == Opcode::Read ? "READ" : "WRITE", block >> 10, ops, g, p);
+            }
+        }
+    }
+    EXPECT_EQ((*gather)->staging_stats().lent_bytes, 0u);
     cudaFree(dev);
 }
 

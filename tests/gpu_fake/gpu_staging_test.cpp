@@ -234,6 +234,110 @@ TEST_F(GpuStagingTest, AFailedGpuCopyFailsItsOpWithTheRuntimesErrorAndReturnsThe
     cuda().free(dev);
 }
 
+// KV-sized ops: 256 small ops of odd lengths at odd offsets share pinned slices, gathered out
+// of the GPU (WRITE) and scattered into it (READ) one copy per slice, not per op.
+TEST_F(GpuStagingTest, SmallOpsShareSlicesGatheredAndScatteredOneCopyPerSlice) {
+    constexpr uint64_t kPeer = 8 << 20, kOps = 256, kStride = kPeer / kOps;
+    PeerProcess peer({"--size", std::to_string(kPeer)});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = make(1 << 20, 4 << 20);  // ops up to 256 KiB share slices
+    ASSERT_TRUE(engine);
+    char *dev = cuda().alloc(kPeer);
+    ASSERT_NE(dev, nullptr);
+    ASSERT_TRUE(engine->register_memory(dev, kPeer, {MemoryKind::Cuda, 0}));
+    auto seg = engine->open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    ASSERT_TRUE(run(*engine, {{Opcode::Write, dev, *seg, peer.base, 1, ""}})) << "connected";
+    const auto before = engine->staging_stats();
+
+    // Op k: GPU bytes at k*kStride + k%13, to the peer at a permuted stride + k%7.
+    struct Piece {
+        uint64_t gpu, peer, len;
+    };
+    std::vector<Piece> pieces;
+    for (uint64_t k = 0; k < kOps; ++k)
+        pieces.push_back({k * kStride + k % 13, ((k * 97) % kOps) * kStride + k % 7, 1 + (k * 7919) % (kStride - 16)});
+    std::vector<uint8_t> src(kPeer);
+    for (uint64_t i = 0; i < kPeer; ++i) src[i] = static_cast<uint8_t>(i * 31 + 11);
+    cuda().put(dev, src.data(), kPeer);
+    auto want = pattern(kPeer);
+    std::vector<Request> writes, reads;
+    for (auto p : pieces) {
+        writes.push_back({Opcode::Write, dev + p.gpu, *seg, peer.base + p.peer, p.len, ""});
+        reads.push_back({Opcode::Read, dev + p.gpu, *seg, peer.base + p.peer, p.len, ""});
+        memcpy(want.data() + p.peer, src.data() + p.gpu, p.len);
+    }
+    want[0] = src[0];  // the connecting write
+    auto r = run(*engine, writes);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(peer.command("sum"), sum_line(want)) << "every part of every pack landed where its op said";
+
+    std::vector<uint8_t> zero(kPeer, 0);
+    cuda().put(dev, zero.data(), kPeer);
+    r = run(*engine, reads);
+    ASSERT_TRUE(r) << r.error().message;
+    auto got = cuda().get(dev, kPeer);
+    for (uint64_t k = 0; k < kOps; ++k) {
+        const auto &p = pieces[k];
+        ASSERT_EQ(0, memcmp(got.data() + p.gpu, want.data() + p.peer, p.len)) << "READ op " << k;
+        if (k + 1 < kOps)  // nothing between the parts was written
+            ASSERT_EQ(got[p.gpu + p.len], 0) << "after op " << k;
+    }
+
+    auto st = engine->staging_stats();
+    uint64_t bytes = 0;
+    for (auto p : pieces) bytes += p.len;
+    EXPECT_EQ(st.gathered_ops - before.gathered_ops, 2 * kOps) << "every op went through a shared slice";
+    EXPECT_LE(st.gathers - before.gathers, 2 * (bytes / (1 << 20) + 2)) << "one gather or scatter per full slice";
+    EXPECT_GE(st.gathers - before.gathers, 2 * (bytes / (1 << 20)));
+    EXPECT_EQ(st.lent_bytes, 0u) << "every pack gave its slice back";
+    EXPECT_LE(st.peak_lent_bytes, st.max_bytes);
+    cuda().free(dev);
+}
+
+// A gather whose GPU copy fails fails the ops of its pack, and only once nothing of them can
+// land; ops of other packs of the batch still arrive, and the slices all come back.
+TEST_F(GpuStagingTest, AFailedGatherFailsItsPacksOpsAndOnlyThose) {
+    constexpr uint64_t kPeer = 4 << 20, kOp = 64 << 10, kOps = kPeer / kOp;
+    PeerProcess peer({"--size", std::to_string(kPeer)});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto engine = make(1 << 20, 4 << 20);  // 16 ops of 64 KiB per slice: 4 packs
+    ASSERT_TRUE(engine);
+    char *dev = cuda().alloc(kPeer);
+    ASSERT_TRUE(engine->register_memory(dev, kPeer, {MemoryKind::Cuda, 0}));
+    auto seg = engine->open_segment(peer.segment);
+    ASSERT_TRUE(seg);
+    ASSERT_TRUE(run(*engine, {{Opcode::Read, dev, *seg, peer.base, 1, ""}})) << "connected";
+    std::vector<uint8_t> src(kPeer);
+    for (uint64_t i = 0; i < kPeer; ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+    cuda().put(dev, src.data(), kPeer);
+    std::vector<Request> writes;
+    for (uint64_t k = 0; k < kOps; ++k)
+        writes.push_back({Opcode::Write, dev + k * kOp, *seg, peer.base + k * kOp, kOp, ""});
+    cuda().fail_copy(20);  // a copy of the second pack's gather
+    auto b = engine->submit(writes);
+    ASSERT_TRUE(b) << b.error().message;
+    auto w = engine->wait(*b, std::chrono::seconds(30));
+    ASSERT_FALSE(w);
+    EXPECT_NE(w.error().message.find("staging GPU memory"), std::string::npos) << w.error().message;
+    size_t failed = 0;
+    std::vector<bool> op_failed(kOps);
+    for (uint64_t k = 0; k < kOps; ++k) {
+        auto s = engine->status(*b, k);
+        ASSERT_TRUE(s);
+        op_failed[k] = s->state == OpState::Failed;
+        failed += op_failed[k];
+    }
+    (void)engine->free_batch(*b);
+    EXPECT_EQ(failed, 16u) << "exactly the ops of the failed pack";
+    auto want = pattern(kPeer);
+    for (uint64_t k = 0; k < kOps; ++k)
+        if (!op_failed[k]) memcpy(want.data() + k * kOp, src.data() + k * kOp, kOp);
+    EXPECT_EQ(peer.command("sum"), sum_line(want)) << "the other packs' ops landed; the failed ones wrote nothing";
+    EXPECT_EQ(engine->staging_stats().lent_bytes, 0u);
+    cuda().free(dev);
+}
+
 // Before: submit ran each staged WRITE's GPU copy synchronously (cuMemcpy) and so took at least
 // as long as the copy. Now submit only starts it.
 TEST_F(GpuStagingTest, SubmitReturnsWithoutWaitingForAGpuCopy) {
@@ -327,6 +431,14 @@ TEST(GpuStagingConfig, BadStagingKeysAreRefusedWithTheirFix) {
     ASSERT_TRUE(d);
     EXPECT_EQ(d->gpu_staging_max_bytes, 64u << 20);
     EXPECT_EQ(d->gpu_staging_slice_bytes, 4u << 20);
+    EXPECT_EQ(d->gather_max_op_bytes(), 1u << 20);
+    auto small = parse_engine_settings({{"gpu_staging_slice_bytes", "65536"}});
+    ASSERT_TRUE(small);
+    EXPECT_EQ(small->gather_max_op_bytes(), 16u << 10) << "unset, it follows a smaller slice";
+    EXPECT_NE(bad({{"gpu_staging_gather_max_op_bytes", "3000000"}}).find("more than half of gpu_staging_slice_bytes"),
+              std::string::npos);
+    EXPECT_NE(bad({{"gpu_staging_gather_max_op_bytes", "many"}}).find("gpu_staging_gather_max_op_bytes"),
+              std::string::npos);
 }
 
 // The ABI 1.1 host table as a plugin sees it: bounded slices, copies whose done runs later on
