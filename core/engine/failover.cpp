@@ -20,7 +20,9 @@
 namespace ferry {
 
 bool Engine::Impl::fail_over(OpRecord &op, size_t transport, int code, std::string_view message) {
-    if (op.forced || op.staged || op.attempts >= settings.max_failover_attempts || !ferry_is_path_error(code) ||
+    // A staged GPU op comes here only once every slice of it has ended (staging.cpp), so none of
+    // its bytes can still land: it is posted again whole, staged anew if its next path is too.
+    if (op.forced || op.attempts >= settings.max_failover_attempts || !ferry_is_path_error(code) ||
         connector_stopping.load(std::memory_order_relaxed))
         return false;
     if (std::chrono::steady_clock::now() - op.batch->submitted >= settings.failover_deadline) return false;
@@ -40,6 +42,7 @@ bool Engine::Impl::fail_over(OpRecord &op, size_t transport, int code, std::stri
     ++op.attempts;
     op.history += cat(op.history.empty() ? "" : "; ", "attempt ", unsigned{op.attempts}, ": ", why);
     op.transport.store(kNoTransport, std::memory_order_relaxed);
+    op.staged.reset();
     Request rq;
     rq.opcode = op.opcode;
     rq.local = op.local;

@@ -101,6 +101,9 @@ bool Engine::Impl::stage_start(const std::shared_ptr<StagedOp> &keep) {
             op.code = -ECANCELED;
             op.message = "the engine is shutting down";
         }
+        // A broken path: every slice has ended, so the op may be posted again on another one
+        // (failover.cpp); else it ends here.
+        if (op.code != 0 && fail_over(*op.record, op.transport, op.code, op.message)) return false;
         complete(*op.record, op.code, op.message);
         return false;
     }

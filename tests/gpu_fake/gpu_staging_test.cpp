@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/config.hpp"
+#include "fault/cutting_proxy.hpp"
 #include "ferry/engine.hpp"
 #include "ferry/ferry.h"
 #include "peer_pattern.hpp"
@@ -335,6 +336,70 @@ TEST_F(GpuStagingTest, AFailedGatherFailsItsPacksOpsAndOnlyThose) {
         if (!op_failed[k]) memcpy(want.data() + k * kOp, src.data() + k * kOp, kOp);
     EXPECT_EQ(peer.command("sum"), sum_line(want)) << "the other packs' ops landed; the failed ones wrote nothing";
     EXPECT_EQ(engine->staging_stats().lent_bytes, 0u);
+    cuda().free(dev);
+}
+
+// Failover of staged ops: tcp.so to the peer goes through a relay that resets it mid-batch;
+// the staged ops it broke (large ones a slice at a time, small ones packed) are posted again
+// over shm.so once each had ended, and every byte lands; READs bring them back.
+TEST_F(GpuStagingTest, StagedOpsCutMidBatchFailOverToShmWithEveryByte) {
+    constexpr uint64_t kBig = 1 << 20, kBigOps = 24, kSmall = 16 << 10, kSmallOps = 64;
+    constexpr uint64_t kSize = kBig * kBigOps + kSmall * kSmallOps;
+    const uint16_t tcp_port = ferry_fault::free_port();
+    ferry_fault::CuttingProxy proxy(tcp_port, 6 << 20, ferry_fault::CuttingProxy::Cut::Reset);
+    PeerProcess peer({"--size", std::to_string(kSize), "--managed", "--option", "plugins=tcp,shm", "--option",
+                      "tcp.port=" + std::to_string(tcp_port), "--option",
+                      "tcp.advertise_port=" + std::to_string(proxy.port())});
+    ASSERT_TRUE(peer.ok) << peer.error;
+    auto e = Engine::create({{"plugins", "tcp,shm"},
+                             {"protocols", "tcp,shm"},
+                             {"path_cooldown_ms", "300"},
+                             {"gpu_staging_slice_bytes", "262144"},
+                             {"gpu_staging_max_bytes", "4194304"}});
+    if (!e && e.error().message.find("shm") != std::string::npos) GTEST_SKIP() << "SKIPPED: " << e.error().message;
+    ASSERT_TRUE(e) << e.error().message;
+    auto &engine = *e;
+    char *dev = cuda().alloc(kSize);
+    ASSERT_NE(dev, nullptr);
+    ASSERT_TRUE(engine->register_memory(dev, kSize, {MemoryKind::Cuda, 0}));
+    auto seg = engine->open_segment(peer.segment);
+    ASSERT_TRUE(seg) << seg.error().message;
+    std::vector<uint8_t> src(kSize);
+    for (uint64_t i = 0; i < kSize; ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 4093);
+    cuda().put(dev, src.data(), kSize);
+    std::vector<Request> writes, reads;
+    for (uint64_t k = 0; k < kBigOps; ++k) {
+        writes.push_back({Opcode::Write, dev + k * kBig, *seg, peer.base + k * kBig, kBig, ""});
+        reads.push_back({Opcode::Read, dev + k * kBig, *seg, peer.base + k * kBig, kBig, ""});
+    }
+    for (uint64_t k = 0; k < kSmallOps; ++k) {
+        uint64_t at = kBig * kBigOps + k * kSmall;
+        writes.push_back({Opcode::Write, dev + at, *seg, peer.base + at, kSmall, ""});
+        reads.push_back({Opcode::Read, dev + at, *seg, peer.base + at, kSmall, ""});
+    }
+    auto r = run(*engine, writes);
+    ASSERT_TRUE(r) << "the staged ops the cut broke were posted again: " << r.error().message;
+    EXPECT_TRUE(proxy.cut_done()) << "the relay cut tcp.so under the batch";
+    EXPECT_EQ(peer.command("sum"), sum_line(src)) << "every byte of every op landed";
+    auto s = engine->stats();
+    uint64_t failovers = 0, shm_done = 0, done = 0;
+    for (const auto &t : s.transports) {
+        if (t.transport == "tcp") failovers = t.failovers;
+        if (t.transport == "shm") shm_done = t.write.done;
+        done += t.write.done;
+    }
+    EXPECT_GT(failovers, 0u) << "staged ops moved off the cut path";
+    EXPECT_GE(shm_done, failovers) << "and completed over shm.so";
+    EXPECT_EQ(done, kBigOps + kSmallOps) << "each op completed exactly once";
+
+    std::vector<uint8_t> zero(kSize, 0);
+    cuda().put(dev, zero.data(), kSize);
+    r = run(*engine, reads);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_TRUE(cuda().get(dev, kSize) == src) << "READ brought every byte back";
+    EXPECT_EQ(engine->staging_stats().lent_bytes, 0u);
+    std::printf("%" PRIu64 " staged ops failed over from tcp to shm\n", failovers);
+    ASSERT_TRUE(engine->unregister_memory(dev));
     cuda().free(dev);
 }
 
