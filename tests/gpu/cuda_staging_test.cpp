@@ -138,7 +138,7 @@ TEST_F(CudaStagingTest, InitiatorStagingAgainstHostToHostFigures) {
 // against a slice per op (gpu_staging_gather_max_op_bytes=0) in the same run (printed).
 TEST_F(CudaStagingTest, SmallGpuOpsGatheredByTheCopyKernelAgainstHostToHostFigures) {
     constexpr uint64_t kPeer = 128 << 20, kLocal = 256 << 20;
-    PeerProcess peer({"--size", std::to_string(kPeer)});
+    PeerProcess peer({"--size", std::to_string(kPeer), "--managed", "--option", "plugins=tcp,shm"});  // shm: managed memory
     ASSERT_TRUE(peer.ok) << peer.error;
     auto gather = Engine::create({{"plugins", "cuda_ipc,tcp,shm"}});
     ASSERT_TRUE(gather) << gather.error().message;
@@ -177,9 +177,11 @@ TEST_F(CudaStagingTest, SmallGpuOpsGatheredByTheCopyKernelAgainstHostToHostFigur
             reads.push_back({Opcode::Read, dev + k * kOp, *seg, at, kOp, transport});
         }
         const auto before = (*gather)->staging_stats();
-        ASSERT_TRUE(run(**gather, writes));
+        auto w = run(**gather, writes);
+        ASSERT_TRUE(w) << transport << ": " << w.error().message;
         CUDA_OR_DIE(cudaMemset(dev, 0, src.size()));
-        ASSERT_TRUE(run(**gather, reads));
+        w = run(**gather, reads);
+        ASSERT_TRUE(w) << transport << ": " << w.error().message;
         CUDA_OR_DIE(cudaMemcpy(back.data(), dev, back.size(), cudaMemcpyDeviceToHost));
         ASSERT_TRUE(back == src) << transport << ": every op went out and came back to its place";
         const auto after = (*gather)->staging_stats();
