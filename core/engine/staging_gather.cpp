@@ -37,6 +37,17 @@ void end_unstarted(Engine::Impl &im, const std::shared_ptr<StagedOp> &op, int co
     im.stage_start(op);  // nothing in flight: it completes
 }
 
+// The wire transfer of each part of a lent pack: user_data is the part's slice (bit 0 set).
+std::vector<ferry_xfer_op_t> wire_ops(const StagedPack &p, uint32_t opcode) {
+    std::vector<ferry_xfer_op_t> x(p.slices.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const StagedOp &op = *p.ops[i];
+        x[i] = {opcode,        0,         reinterpret_cast<uintptr_t>(p.slices[i]->buf), p.handle, op.remote_addr,
+                op.remote_mem, op.length, reinterpret_cast<uintptr_t>(p.slices[i]) | 1};
+    }
+    return x;
+}
+
 }  // namespace
 
 void Engine::Impl::stage_post(std::vector<std::shared_ptr<StagedOp>> &ops) {
@@ -122,12 +133,7 @@ bool Engine::Impl::pack_start(const std::shared_ptr<StagedPack> &keep) {
         std::lock_guard lock(p.mutex);
         p.wire_left = n;
     }
-    std::vector<ferry_xfer_op_t> x(n);
-    for (size_t i = 0; i < n; ++i) {
-        const StagedOp &op = *p.ops[i];
-        x[i] = {FERRY_OP_READ, 0,         reinterpret_cast<uintptr_t>(p.slices[i]->buf), p.handle, op.remote_addr,
-                op.remote_mem, op.length, reinterpret_cast<uintptr_t>(p.slices[i]) | 1};
-    }
+    auto x = wire_ops(p, FERRY_OP_READ);
     if (auto r = transports[p.transport]->submit(p.peer, x); !r)
         for (StagedSlice *s : p.slices) stage_wire_done(*s, r.error().code, r.error().message);
     return true;
@@ -142,12 +148,7 @@ void Engine::Impl::pack_gathered(const std::shared_ptr<StagedPack> &keep, int st
     }
     if (status == 0) {
         // Copied out of the GPU: every part goes on the wire in one submit.
-        std::vector<ferry_xfer_op_t> x(p.slices.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-            const StagedOp &op = *p.ops[i];
-            x[i] = {FERRY_OP_WRITE, 0,         reinterpret_cast<uintptr_t>(p.slices[i]->buf), p.handle, op.remote_addr,
-                    op.remote_mem,  op.length, reinterpret_cast<uintptr_t>(p.slices[i]) | 1};
-        }
+        auto x = wire_ops(p, FERRY_OP_WRITE);
         auto r = transports[p.transport]->submit(p.peer, x);
         if (r) return;
         status = r.error().code;
