@@ -138,7 +138,8 @@ TEST_F(CudaStagingTest, InitiatorStagingAgainstHostToHostFigures) {
 // against a slice per op (gpu_staging_gather_max_op_bytes=0) in the same run (printed).
 TEST_F(CudaStagingTest, SmallGpuOpsGatheredByTheCopyKernelAgainstHostToHostFigures) {
     constexpr uint64_t kPeer = 128 << 20, kLocal = 256 << 20;
-    PeerProcess peer({"--size", std::to_string(kPeer), "--managed", "--option", "plugins=tcp,shm"});  // shm: managed memory
+    PeerProcess peer(
+        {"--size", std::to_string(kPeer), "--managed", "--option", "plugins=tcp,shm"});  // shm: managed memory
     ASSERT_TRUE(peer.ok) << peer.error;
     auto gather = Engine::create({{"plugins", "cuda_ipc,tcp,shm"}});
     ASSERT_TRUE(gather) << gather.error().message;
