@@ -126,12 +126,7 @@ int IpcTransport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_l
         auto *remote = reinterpret_cast<void *>(r.addr[b]);
         plan[i] = {read ? local : remote, read ? remote : local, l.length[a], l.device, 0};
     }
-    // queue_plan gives every run it queues this group, and the last one its completion.
-    issuing_group_ = std::make_shared<BlockGroup>();
-    issuing_group_->user_data = user_data;
-    int rc = queue_plan(plan, err);
-    issuing_group_.reset();
-    return rc;
+    return queue_group(plan, user_data, err);
 }
 
 }  // namespace ferry_gpu

@@ -100,6 +100,10 @@ int IpcTransport::copy_local(int device, const ferry_local_copy_t *copies, size_
         plan[i] = {reinterpret_cast<void *>(c.dst), reinterpret_cast<const void *>(c.src), c.length, device, 0};
     }
     std::lock_guard lock(mu_);
+    return queue_group(plan, user_data, err);
+}
+
+int IpcTransport::queue_group(std::vector<Planned> &plan, uint64_t user_data, ferry_error_t *err) {
     // queue_plan gives every run it queues this group, and the last one its completion.
     issuing_group_ = std::make_shared<BlockGroup>();
     issuing_group_->user_data = user_data;

@@ -167,6 +167,8 @@ private:
     // engines. Fails before anything is queued, else queues all (a failure of one op then
     // completes it with its error).
     int queue_plan(std::vector<Planned> &plan, ferry_error_t *err);
+    // queue_plan with one completion, `user_data`, for all of the plan (mu_ held).
+    int queue_group(std::vector<Planned> &plan, uint64_t user_data, ferry_error_t *err);
     // An op failed before anything of it was queued: its completion, or its block group's.
     void fail_unqueued(uint64_t user_data, int status, const std::string &message);
     // Marks the block lists that use region handle `mem` stale (mu_ held).
