@@ -2,7 +2,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <chrono>
 #include <map>
 #include <optional>

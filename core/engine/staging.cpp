@@ -43,7 +43,7 @@ void Engine::Impl::stage_retry_waiters() {
             next = std::move(staging_waiters.front());
             staging_waiters.pop_front();
         }
-        if (auto *op = std::get_if<std::shared_ptr<StagedOp>>(&next) ? &std::get<0>(next) : nullptr) {
+        if (auto *op = std::get_if<std::shared_ptr<StagedOp>>(&next)) {
             if (stage_start(*op)) return;
         } else if (pack_start(std::get<1>(next))) {
             return;

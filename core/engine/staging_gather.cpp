@@ -219,11 +219,7 @@ void Engine::Impl::pack_copy(const std::shared_ptr<StagedPack> &keep, std::vecto
         gather_transport[p.kind] = std::nullopt;
     }
     staging->count_gather(copies.size(), false);
-    std::vector<GpuStager::CopyRange> ranges(copies.size());
-    for (size_t i = 0; i < copies.size(); ++i)
-        ranges[i] = {reinterpret_cast<void *>(copies[i].dst), reinterpret_cast<const void *>(copies[i].src),
-                     copies[i].length};
-    auto r = staging->copy(p.kind, p.device, ranges,
+    auto r = staging->copy(p.kind, p.device, copies,
                            [keep](int status, const std::string &message) { pack_copied(*keep, status, message); });
     if (!r) pack_copied(p, r.error().code, r.error().message);
 }

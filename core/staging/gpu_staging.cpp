@@ -110,9 +110,7 @@ public:
         void *stream = stream_for(device);
         if (!stream) return fail(-ENODEV, scope.error.empty() ? "cuStreamCreate failed" : scope.error);
         for (const CopyRange &c : copies)
-            if (int rc = memcpy_async_(reinterpret_cast<uintptr_t>(c.dst), reinterpret_cast<uintptr_t>(c.src), c.bytes,
-                                       stream);
-                rc != 0)
+            if (int rc = memcpy_async_(c.dst, c.src, c.length, stream); rc != 0)
                 return fail(-EIO, text(rc, "cuMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;
@@ -319,7 +317,9 @@ public:
         if (!stream) return fail(-ENODEV, "hipStreamCreateWithFlags failed");
         constexpr int kHipMemcpyDefault = 4;
         for (const CopyRange &c : copies)
-            if (int rc = memcpy_async_(c.dst, c.src, c.bytes, kHipMemcpyDefault, stream); rc != 0)
+            if (int rc = memcpy_async_(reinterpret_cast<void *>(c.dst), reinterpret_cast<const void *>(c.src), c.length,
+                                       kHipMemcpyDefault, stream);
+                rc != 0)
                 return fail(-EIO, text(rc, "hipMemcpyAsync"));
         void *event = nullptr;
         constexpr unsigned kDisableTiming = 2;

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "ferry/plugin.h"
 #include "ferry/result.hpp"
 
 namespace ferry {
@@ -26,17 +27,15 @@ public:
     virtual std::optional<int> device_of(const void *ptr) = 0;
     virtual Result<void *> alloc_pinned(int device, size_t bytes) = 0;
     virtual void free_pinned(int device, void *ptr) = 0;
-    struct CopyRange {
-        void *dst;
-        const void *src;
-        size_t bytes;
-    };
+    // One copy: `length` bytes from `src` to `dst` (the plugin ABI's copy_local entry, so a
+    // pack's copies go to a GPU transport or to the runtime as they are).
+    using CopyRange = ferry_local_copy_t;
     // Starts copies (either direction, device memory <-> pinned host memory) on the device's
     // non-blocking stream and records one event after the last; returns the event. Copies
     // started on one device run in the order they were started.
     virtual Result<void *> copy_async(int device, std::span<const CopyRange> copies) = 0;
     Result<void *> copy_async(int device, void *dst, const void *src, size_t bytes) {
-        CopyRange c{dst, src, bytes};
+        CopyRange c{reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes};
         return copy_async(device, std::span(&c, 1));
     }
     // Blocks until the event's copies are done, then frees the event: ok or the runtime's error.

@@ -158,7 +158,7 @@ StagingService::Lane *StagingService::lane(uint32_t kind, int device, GpuStager 
 }
 
 Result<void> StagingService::copy(uint32_t kind, int device, void *dst, const void *src, uint64_t bytes, Done done) {
-    GpuStager::CopyRange c{dst, src, bytes};
+    GpuStager::CopyRange c{reinterpret_cast<uintptr_t>(dst), reinterpret_cast<uintptr_t>(src), bytes};
     return copy(kind, device, std::span(&c, 1), std::move(done));
 }
 
