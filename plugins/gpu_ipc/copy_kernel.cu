@@ -49,10 +49,10 @@ __device__ void copy_words(const unsigned char *src, unsigned char *dst, unsigne
     for (unsigned long long j = head + words * width + threadIdx.x; j < len; j += step) dst[j] = src[j];
 }
 
-// 512 threads a block (gpu_runtime.hpp's kCopyKernelThreads): the compilers may plan registers
-// for that instead of 1024.
-extern "C" __global__ void __launch_bounds__(512)
-    ferry_copy_table(const CopyOp *ops, unsigned n, unsigned long long chunks) {
+// Copies the chunks of `ops` (`n` entries, `chunks` chunks in all) that fall to this block.
+// `Op` is CopyOp or InlineCopyOp: the same fields, narrower in the launch-parameter table.
+template <typename Op>
+__device__ void copy_table(const Op *ops, unsigned n, unsigned long long chunks) {
     for (unsigned long long c = blockIdx.x; c < chunks; c += gridDim.x) {
         // The op holding chunk c: the last entry whose first chunk is <= c (the same answer in
         // every thread, from the same cached lines). Where every op is one chunk (KV blocks of up
@@ -64,16 +64,51 @@ extern "C" __global__ void __launch_bounds__(512)
             if (ops[mid].first_chunk <= c) lo = mid;
             else hi = mid - 1;
         }
-        const CopyOp op = ops[lo];
-        const unsigned long long offset = (c - op.first_chunk) << FERRY_COPY_CHUNK_SHIFT;
-        unsigned long long len = op.bytes - offset;
+        const unsigned long long op_src = ops[lo].src, op_dst = ops[lo].dst;
+        const unsigned long long offset = (c - ops[lo].first_chunk) << FERRY_COPY_CHUNK_SHIFT;
+        unsigned long long len = ops[lo].bytes - offset;
         if (len > (1ull << FERRY_COPY_CHUNK_SHIFT)) len = 1ull << FERRY_COPY_CHUNK_SHIFT;
-        const unsigned char *src = reinterpret_cast<const unsigned char *>(op.src) + offset;
-        unsigned char *dst = reinterpret_cast<unsigned char *>(op.dst) + offset;
-        const unsigned long long apart = op.src ^ op.dst;
+        const unsigned char *src = reinterpret_cast<const unsigned char *>(op_src) + offset;
+        unsigned char *dst = reinterpret_cast<unsigned char *>(op_dst) + offset;
+        const unsigned long long apart = op_src ^ op_dst;
         if ((apart & 15) == 0) copy_words<Word16>(src, dst, len);
         else if ((apart & 7) == 0) copy_words<unsigned long long>(src, dst, len);
         else if ((apart & 3) == 0) copy_words<unsigned int>(src, dst, len);
         else copy_words<unsigned char>(src, dst, len);
     }
 }
+
+// 512 threads a block (gpu_runtime.hpp's kCopyKernelThreads): the compilers may plan registers
+// for that instead of 1024.
+extern "C" __global__ void __launch_bounds__(512)
+    ferry_copy_table(const CopyOp *ops, unsigned n, unsigned long long chunks) {
+    copy_table(ops, n, chunks);
+}
+
+#ifdef FERRY_COPY_KERNEL_INLINE
+// The table carried in the launch's own parameters (CUDA 12.1 drivers take up to 32,764 bytes
+// of them on Volta and newer): the launch brings it to the GPU, so no copy of a table precedes
+// the kernel on its stream, and the host's buffer is free again once the launch returned.
+// __grid_constant__ lets the kernel read it where the launch put it (the constant bank) instead
+// of a private copy per thread. One kernel per table size, so a small batch sends little.
+struct InlineCopyOp {  // gpu_runtime.hpp's InlineCopyOp
+    unsigned long long src, dst;
+    unsigned bytes, first_chunk;
+};
+
+template <unsigned N>
+struct InlineTable {  // gpu_runtime.hpp's InlineTableHead, then N entries
+    unsigned n, chunks;
+    InlineCopyOp ops[N];
+};
+
+#define FERRY_COPY_INLINE_KERNEL(N)                                                                  \
+    extern "C" __global__ void __launch_bounds__(512)                                              \
+        ferry_copy_inline_##N(const __grid_constant__ InlineTable<N> table) {                      \
+        copy_table(table.ops, table.n, table.chunks);                                              \
+    }
+FERRY_COPY_INLINE_KERNEL(64)
+FERRY_COPY_INLINE_KERNEL(256)
+FERRY_COPY_INLINE_KERNEL(1024)
+#undef FERRY_COPY_INLINE_KERNEL
+#endif

@@ -24,6 +24,34 @@ struct IpcHandle {
 using Stream = void *;
 using Event = void *;
 
+// The batch copy kernel (copy_kernel.cu): one launch copies a whole table of ops, each op cut
+// into chunks of 2^kCopyChunkShift bytes that the launch's thread blocks take in turn. The table
+// lives in device memory; the transport fills it in pinned host memory and copies it over on the
+// launch's stream. Its layout is the kernel's `CopyOp`.
+struct CopyTableEntry {
+    uint64_t src, dst, bytes;
+    uint64_t first_chunk;  // the op's first chunk in the launch: entries are sorted by it
+};
+static_assert(sizeof(CopyTableEntry) == 32);
+inline constexpr uint32_t kCopyChunkShift = 16;      // 64 KiB chunks
+inline constexpr uint32_t kCopyKernelThreads = 512;  // threads per block
+inline constexpr const char *kCopyKernelName = "ferry_copy_table";
+
+// The same kernel with its table in the launch's parameters (copy_kernel.cu's InlineTable<N>):
+// no table copy ahead of it on the stream. Entries are narrower (an op of up to 4 GiB, up to
+// 2^32 chunks a launch), and one kernel per table size in kInlineTableSizes, the smallest that
+// holds a launch's entries going.
+struct InlineCopyOp {
+    uint64_t src, dst;
+    uint32_t bytes, first_chunk;
+};
+static_assert(sizeof(InlineCopyOp) == 24);
+struct InlineTableHead {
+    uint32_t n, chunks;
+};
+inline constexpr uint32_t kInlineTableSizes[] = {64, 256, 1024};
+inline constexpr uint32_t kInlineTableOps = 1024;  // the largest of them
+
 class Runtime {
 public:
     virtual ~Runtime() = default;
@@ -103,20 +131,23 @@ public:
         error = "this runtime has no copy kernel";
         return -ENOSYS;
     }
+    // Whether `device` (its copy kernel loaded) also runs the kernel that takes its table in the
+    // launch's parameters; where not, `why` says why (once asked, the answer is kept).
+    virtual bool copy_kernel_inline(int device, std::string &why) {
+        (void)device;
+        why = "this runtime passes the copy kernel's table in device memory only";
+        return false;
+    }
+    // Queues that kernel on `stream` of the current device: `head` then head.n (at most
+    // kInlineTableOps) entries at `ops`, on `blocks` thread blocks. The launch takes its own
+    // copy of them: the caller's buffer is free once this returned.
+    virtual int copy_kernel_launch_inline(int device, const InlineTableHead &head, const InlineCopyOp *ops,
+                                          uint32_t blocks, Stream stream, std::string &error) {
+        (void)device, (void)head, (void)ops, (void)blocks, (void)stream;
+        error = "this runtime passes the copy kernel's table in device memory only";
+        return -ENOSYS;
+    }
 };
-
-// The batch copy kernel (copy_kernel.cu): one launch copies a whole table of ops, each op cut
-// into chunks of 2^kCopyChunkShift bytes that the launch's thread blocks take in turn. The table
-// lives in device memory; the transport fills it in pinned host memory and copies it over on the
-// launch's stream. Its layout is the kernel's `CopyOp`.
-struct CopyTableEntry {
-    uint64_t src, dst, bytes;
-    uint64_t first_chunk;  // the op's first chunk in the launch: entries are sorted by it
-};
-static_assert(sizeof(CopyTableEntry) == 32);
-inline constexpr uint32_t kCopyChunkShift = 16;      // 64 KiB chunks
-inline constexpr uint32_t kCopyKernelThreads = 512;  // threads per block
-inline constexpr const char *kCopyKernelName = "ferry_copy_table";
 
 // Defined by the backend the plugin is built with.
 std::unique_ptr<Runtime> make_runtime();

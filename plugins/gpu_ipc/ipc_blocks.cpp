@@ -55,6 +55,7 @@ int IpcTransport::create_block_list(uint32_t side, uint64_t peer, const ferry_bl
                             std::to_string(bl.device) + ": a block list names memory of one GPU; make one per GPU");
         bl.addr[i] = addr;
         bl.length[i] = b.length;
+        bl.max_length = std::max(bl.max_length, b.length);
         bl.mems.push_back(b.mem);
     }
     std::sort(bl.mems.begin(), bl.mems.end());
@@ -79,7 +80,6 @@ void IpcTransport::stale_block_lists(uint64_t mem) {
 int IpcTransport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_list, const uint32_t *local_index,
                                 uint64_t remote_list, const uint32_t *remote_index, size_t n, uint64_t user_data,
                                 ferry_error_t *err) {
-    std::vector<Planned> plan(n);
     std::lock_guard lock(mu_);
     if (!peers_.count(peer)) return fail(err, -ENOENT, "unknown peer " + std::to_string(peer));
     auto li = block_lists_.find(local_list), ri = block_lists_.find(remote_list);
@@ -110,18 +110,38 @@ int IpcTransport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_l
                 "device " + std::to_string(l.device) + " has no peer access to device " + std::to_string(r.device));
     }
     const size_t nl = l.addr.size(), nr = r.addr.size();
-    for (size_t i = 0; i < n; ++i) {
+    auto bad_pair = [&](size_t i) {
         const uint32_t a = local_index[i], b = remote_index[i];
         if (a >= nl || b >= nr)
             return fail(err, -EINVAL,
                         "pair " + std::to_string(i) + ": block index " + std::to_string(a >= nl ? a : b) +
                             " is past the end of the " + (a >= nl ? "local" : "remote") + " list of " +
                             std::to_string(a >= nl ? nl : nr) + " blocks");
-        if (l.length[a] != r.length[b])
-            return fail(err, -EINVAL,
-                        "pair " + std::to_string(i) + ": local block " + std::to_string(a) + " has " +
-                            std::to_string(l.length[a]) + " bytes, remote block " + std::to_string(b) + " " +
-                            std::to_string(r.length[b]) + "; a pair moves blocks of one length");
+        return fail(err, -EINVAL,
+                    "pair " + std::to_string(i) + ": local block " + std::to_string(a) + " has " +
+                        std::to_string(l.length[a]) + " bytes, remote block " + std::to_string(b) + " " +
+                        std::to_string(r.length[b]) + "; a pair moves blocks of one length");
+    };
+    // Every block small and the launch able to carry its table (KV pages): each pair becomes its
+    // launch entry in one pass, with no plan between.
+    if (n >= 2 && kernel_.max_op_bytes && l.max_length <= kernel_.max_op_bytes && kernel_ready(l.device) &&
+        kernel_inline_[l.device]) {
+        inline_ops_.resize(n);
+        uint32_t chunk = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const uint32_t a = local_index[i], b = remote_index[i];
+            if (a >= nl || b >= nr || l.length[a] != r.length[b]) return bad_pair(i);
+            if (i % kInlineTableOps == 0) chunk = 0;
+            const uint64_t local = l.addr[a], remote = r.addr[b], bytes = l.length[a];
+            inline_ops_[i] = {read ? remote : local, read ? local : remote, static_cast<uint32_t>(bytes), chunk};
+            chunk += static_cast<uint32_t>((bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift);
+        }
+        return queue_inline_group(n, l.device, user_data, err);
+    }
+    std::vector<Planned> plan(n);
+    for (size_t i = 0; i < n; ++i) {
+        const uint32_t a = local_index[i], b = remote_index[i];
+        if (a >= nl || b >= nr || l.length[a] != r.length[b]) return bad_pair(i);
         auto *local = reinterpret_cast<void *>(l.addr[a]);
         auto *remote = reinterpret_cast<void *>(r.addr[b]);
         plan[i] = {read ? local : remote, read ? remote : local, l.length[a], l.device, 0};

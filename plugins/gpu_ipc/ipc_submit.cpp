@@ -152,6 +152,27 @@ int IpcTransport::queue_plan(std::vector<Planned> &plan, ferry_error_t *err) {
         if (copies < end) issue_copies(plan.data() + copies, end - copies, device, queued);
         begin = end;
     }
+    publish(queued);
+    return 0;
+}
+
+int IpcTransport::queue_inline_group(size_t n, int device, uint64_t user_data, ferry_error_t *err) {
+    DeviceGuard guard(*rt_);
+    std::string e;
+    std::vector<Stream> *streams = nullptr;
+    if (int rc = streams_for(device, streams, e)) return fail(err, rc, e);
+    if (int rc = rt_->set_device(device, e)) return fail(err, rc, e);
+    issuing_group_ = std::make_shared<BlockGroup>();
+    issuing_group_->user_data = user_data;
+    std::vector<Pending> queued;
+    for (size_t a = 0; a < n; a += kKernelTableOps)
+        launch_inline(a, std::min(kKernelTableOps, n - a), device, (*streams)[0], nullptr, queued);
+    publish(queued);
+    issuing_group_.reset();
+    return 0;
+}
+
+void IpcTransport::publish(std::vector<Pending> &queued) {
     if (issuing_group_) {
         // Before the runs are visible to the completion side, which may report them at once.
         if (!queued.empty()) queued.back().reports_group = true;
@@ -167,7 +188,6 @@ int IpcTransport::queue_plan(std::vector<Planned> &plan, ferry_error_t *err) {
     }
     pending_cv_.notify_all();
     if (!queued.empty() && poll_window_.count() > 0) cq_.signal();  // the engine's wait polls from the start
-    return 0;
 }
 
 void IpcTransport::issue_copies(const Planned *ops, size_t n, int device, std::vector<Pending> &queued) {
@@ -193,14 +213,81 @@ bool IpcTransport::kernel_ready(int device) {
     auto t0 = Clock::now();
     int rc = rt_->copy_kernel_load(device, e);
     kernel_state_[device] = rc;
-    if (rc == 0)
-        log_.log(FERRY_LOG_INFO,
-                 "copy kernel ready on device %d in %.1f ms: ops of up to %" PRIu64
-                 " bytes are copied by one kernel launch per batch, on at most %s thread blocks",
-                 device, std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), kernel_.max_op_bytes,
-                 kernel_.max_blocks ? std::to_string(kernel_.max_blocks).c_str() : "one per 64 KiB chunk of");
-    else log_.log(FERRY_LOG_WARN, "no copy kernel on device %d, copying op by op: %s", device, e.c_str());
-    return rc == 0;
+    if (rc != 0) {
+        log_.log(FERRY_LOG_WARN, "no copy kernel on device %d, copying op by op: %s", device, e.c_str());
+        return false;
+    }
+    std::string why = "cuda_ipc.kernel_table_in_launch is off";
+    const bool in_launch = kernel_.table_in_launch && rt_->copy_kernel_inline(device, why);
+    kernel_inline_[device] = in_launch;
+    log_.log(FERRY_LOG_INFO,
+             "copy kernel ready on device %d in %.1f ms: ops of up to %" PRIu64
+             " bytes are copied by one kernel launch per batch, on at most %s thread blocks; %s%s",
+             device, std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), kernel_.max_op_bytes,
+             kernel_.max_blocks ? std::to_string(kernel_.max_blocks).c_str() : "one per 64 KiB chunk of",
+             in_launch ? "each launch carries its table" : "each launch's table is copied before it: ",
+             in_launch ? "" : why.c_str());
+    return true;
+}
+
+uint32_t IpcTransport::launch_blocks(uint64_t chunks) const {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(kernel_.max_blocks ? std::min<uint64_t>(kernel_.max_blocks, chunks) : chunks, 65535));
+}
+
+void IpcTransport::issue_inline_run(const Planned *ops, size_t n, int device, Stream stream,
+                                    std::vector<Pending> &queued) {
+    inline_ops_.resize(n);
+    uint32_t chunk = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (i % kInlineTableOps == 0) chunk = 0;
+        inline_ops_[i] = {reinterpret_cast<uintptr_t>(ops[i].src), reinterpret_cast<uintptr_t>(ops[i].dst),
+                          static_cast<uint32_t>(ops[i].bytes), chunk};
+        chunk += static_cast<uint32_t>((ops[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift);
+    }
+    launch_inline(0, n, device, stream, ops, queued);
+}
+
+void IpcTransport::launch_inline(size_t first, size_t n, int device, Stream stream, const Planned *ops,
+                                 std::vector<Pending> &queued) {
+    const InlineCopyOp *entries = inline_ops_.data() + first;
+    std::string e;
+    size_t done = 0;
+    while (done < n && kernel_inline_[device]) {
+        const size_t m = std::min<size_t>(kInlineTableOps, n - done);
+        const InlineCopyOp &last = entries[done + m - 1];
+        const InlineTableHead head{
+            static_cast<uint32_t>(m),
+            last.first_chunk + static_cast<uint32_t>((uint64_t{last.bytes} + (uint64_t{1} << kCopyChunkShift) - 1) >>
+                                                     kCopyChunkShift)};
+        if (rt_->copy_kernel_launch_inline(device, head, entries + done, launch_blocks(head.chunks), stream, e)) {
+            log_.log(FERRY_LOG_WARN,
+                     "copy kernel with its table in the launch failed to start on device %d; copying each launch's "
+                     "table before it from now on: %s",
+                     device, e.c_str());
+            kernel_inline_[device] = false;
+            break;
+        }
+        done += m;
+    }
+    if (done > 0) {
+        Pending run;
+        if (!issuing_group_) {  // a block transfer's runs report through their group instead
+            run.user_data.reserve(done);
+            for (size_t i = 0; i < done; ++i) run.user_data.push_back(ops[i].user_data);
+        }
+        finish_run(std::move(run), stream, queued);
+    }
+    if (done == n) return;
+    // The rest go the table-copying way: as planned ops (a block transfer's, rebuilt from the
+    // entries, report through their group).
+    std::vector<Planned> rest;
+    if (ops) rest.assign(ops + done, ops + n);
+    else
+        for (size_t i = done; i < n; ++i)
+            rest.push_back({reinterpret_cast<void *>(entries[i].dst), reinterpret_cast<const void *>(entries[i].src),
+                            entries[i].bytes, device, 0});
+    issue_kernel_run(rest.data(), rest.size(), device, stream, queued);
 }
 
 int IpcTransport::acquire_table(int device, TableSlot &slot, std::string &error) {
@@ -226,6 +313,7 @@ void IpcTransport::recycle_locked(Pending &run) {
 
 void IpcTransport::issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream,
                                     std::vector<Pending> &queued) {
+    if (kernel_inline_[device]) return issue_inline_run(ops, n, device, stream, queued);
     std::string e;
     Pending run;
     int rc = acquire_table(device, run.table, e);
@@ -237,8 +325,7 @@ void IpcTransport::issue_kernel_run(const Planned *ops, size_t n, int device, St
                         chunks};
             chunks += (ops[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
         }
-        const auto blocks = static_cast<uint32_t>(
-            std::min<uint64_t>(kernel_.max_blocks ? std::min<uint64_t>(kernel_.max_blocks, chunks) : chunks, 65535));
+        const uint32_t blocks = launch_blocks(chunks);
         rc = rt_->copy_async(run.table.device_table, run.table.host, n * sizeof(CopyTableEntry), stream, e);
         if (rc == 0) {
             rc = rt_->copy_kernel_launch(device, run.table.device_table, static_cast<uint32_t>(n), chunks, blocks,

@@ -51,10 +51,12 @@ inline constexpr size_t kKernelTableOps = 4096;
 // Which ops the copy kernel (copy_kernel.cu) takes instead of the copy engines: those of up to
 // max_op_bytes, when a submit has at least two of them for one device; each launch on at most
 // max_blocks thread blocks (0: one per 64 KiB chunk), which bounds the SMs it takes from the
-// application's kernels. max_op_bytes 0: never.
+// application's kernels. max_op_bytes 0: never. table_in_launch: where the runtime and GPU
+// allow, each launch carries its table in its parameters (no table copy ahead of it).
 struct KernelPolicy {
     uint64_t max_op_bytes = 0;
     uint32_t max_blocks = 0;
+    bool table_in_launch = true;
 };
 
 class IpcTransport {
@@ -142,6 +144,7 @@ private:
         uint32_t access = 0;           // remote: the rights every block's region grants
         std::vector<uint64_t> addr;    // per block
         std::vector<uint64_t> length;  // per block
+        uint64_t max_length = 0;       // of its blocks
         std::vector<uint64_t> mems;    // the region handles it uses, sorted
         bool stale = false;            // one of them was deregistered or released since
     };
@@ -163,6 +166,21 @@ private:
     // Queues ops of one device (at most kKernelTableOps) as one copy kernel launch; where that
     // cannot start, the copy engines take them, and the device's kernel is off from then on.
     void issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
+    // The same with the tables in the launches: fills inline_ops_ from the ops, then launch_inline.
+    void issue_inline_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
+    // Launches inline_ops_[first, first + n) (first chunks counted from each kInlineTableOps
+    // piece's start), a piece a launch, behind one event; `ops`: the planned ops they came from,
+    // or null for a block transfer's. Where a launch cannot start, the rest go the table-copy
+    // way, as do later ones on that device.
+    void launch_inline(size_t first, size_t n, int device, Stream stream, const Planned *ops,
+                       std::vector<Pending> &queued);
+    // A block transfer whose n entries submit_blocks wrote into inline_ops_: their launches on the
+    // device's first stream, one completion, `user_data`, for all (mu_ held).
+    int queue_inline_group(size_t n, int device, uint64_t user_data, ferry_error_t *err);
+    // Hands queued runs to the completion side (a group's last one reports it).
+    void publish(std::vector<Pending> &queued);
+    // Thread blocks for a launch of `chunks` chunks: the cap, or one a chunk.
+    uint32_t launch_blocks(uint64_t chunks) const;
     // Queues planned ops (checked, in any order) by device: the copy kernel or the copy
     // engines. Fails before anything is queued, else queues all (a failure of one op then
     // completes it with its error).
@@ -212,7 +230,9 @@ private:
     std::atomic<uint64_t> next_stream_{0};
     bool copy_batch_ = false;  // the runtime's batched copy, until it first fails
     const KernelPolicy kernel_;
-    std::map<int, int> kernel_state_;  // device -> 0: the copy kernel runs there, < 0: it does not
+    std::map<int, int> kernel_state_;       // device -> 0: the copy kernel runs there, < 0: it does not
+    std::map<int, bool> kernel_inline_;     // device -> its launches carry their tables
+    std::vector<InlineCopyOp> inline_ops_;  // an inline launch's entries, built here (mu_ held)
     std::map<uint64_t, BlockList> block_lists_;
     std::shared_ptr<BlockGroup> issuing_group_;  // set while submit_blocks or copy_local queues its runs
 

@@ -27,6 +27,7 @@ struct Options {
     size_t streams = 4;
     uint64_t kernel_max_op_bytes = 1 << 20;
     uint64_t kernel_max_blocks = 16;
+    bool kernel_table_in_launch = true;
 };
 
 constexpr auto kOptions = ferry_plugin::make_options<Options>(
@@ -42,7 +43,13 @@ constexpr auto kOptions = ferry_plugin::make_options<Options>(
         "kernel_max_blocks", "16", 0, 65535,
         "thread blocks (of 512 threads) per copy kernel launch, which bounds the SMs (CUs) it takes from the "
         "application's own kernels; 0: one per 64 KiB chunk",
-        ferry_plugin::store<&Options::kernel_max_blocks>, "0 (one per 64 KiB chunk) or 1 to 65535"));
+        ferry_plugin::store<&Options::kernel_max_blocks>, "0 (one per 64 KiB chunk) or 1 to 65535"),
+    ferry_plugin::bool_option<Options>(
+        "kernel_table_in_launch", "true",
+        "the copy kernel's table of ops travels in its launch's parameters, so no table copy precedes each launch "
+        "on the stream (cuda_ipc.so with a CUDA 12.1 or newer driver on a Volta or newer GPU); hip_ipc.so, older "
+        "drivers and false copy the table to the device before each launch",
+        ferry_plugin::store<&Options::kernel_table_in_launch>));
 
 // The kit's Transport shape around IpcTransport: the ABI's calls are IpcTransport's methods.
 class Transport : public IpcTransport {
@@ -76,7 +83,8 @@ public:
         std::string reason;
         rt->probe(available, reason);
         if (!available) return fail(err, -ENODEV, reason);
-        KernelPolicy kernel{opts.kernel_max_op_bytes, static_cast<uint32_t>(opts.kernel_max_blocks)};
+        KernelPolicy kernel{opts.kernel_max_op_bytes, static_cast<uint32_t>(opts.kernel_max_blocks),
+                            opts.kernel_table_in_launch};
         auto *t = new Transport(std::move(rt), host, kName, streams, poll_window(), kernel);
         if (int rc = t->start(err)) {
             delete t;

@@ -38,6 +38,7 @@ constexpr uint64_t kGap = 4096;  // before region 0 in the peer's allocation
 struct Setting {
     const char *name;
     const char *max_op_bytes, *max_blocks;
+    const char *table_in_launch = "true";  // false: each launch's table copied before it
 };
 
 class CopyKernel : public test::CudaEngineTest, public ::testing::WithParamInterface<Setting> {
@@ -46,7 +47,8 @@ protected:
         return Engine::create({{"plugins", "cuda_ipc"},
                                {"log_level", "info"},
                                {"cuda_ipc.kernel_max_op_bytes", GetParam().max_op_bytes},
-                               {"cuda_ipc.kernel_max_blocks", GetParam().max_blocks}});
+                               {"cuda_ipc.kernel_max_blocks", GetParam().max_blocks},
+                               {"cuda_ipc.kernel_table_in_launch", GetParam().table_in_launch}});
     }
     bool kernel_on() const { return strcmp(GetParam().max_op_bytes, "0") != 0; }
 
@@ -234,7 +236,9 @@ TEST_P(CopyKernel, APeerKilledWhileBatchesAreInFlightEndsEveryOpOnce) {
 
 INSTANTIATE_TEST_SUITE_P(Settings, CopyKernel,
                          ::testing::Values(Setting{"off", "0", "16"}, Setting{"one_block", "1m", "1"},
-                                           Setting{"default_cap", "1m", "16"}, Setting{"uncapped", "1m", "0"}),
+                                           Setting{"default_cap", "1m", "16"}, Setting{"uncapped", "1m", "0"},
+                                           Setting{"table_copied", "1m", "16", "false"},
+                                           Setting{"table_copied_uncapped", "1m", "0", "false"}),
                          [](const auto &info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -17,11 +17,14 @@ inline thread_local Dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__ inline  // one definition in every test file that includes this
 #define __device__
 #define __launch_bounds__(threads)
+#define __grid_constant__
 #define FERRY_COPY_KERNEL_ON_HOST
+#define FERRY_COPY_KERNEL_INLINE
 #include "copy_kernel.cu"
 #undef __global__
 #undef __device__
 #undef __launch_bounds__
+#undef __grid_constant__
 
 // One launch of `blocks` blocks of `threads` threads on a table in host memory.
 inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
@@ -32,6 +35,18 @@ inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t bloc
             blockIdx = {b, 1, 1};
             threadIdx = {t, 1, 1};
             ferry_copy_table(static_cast<const CopyOp *>(table), n, chunks);
+        }
+}
+
+// The same for a table carried in the launch (the inline kernels' body, on their entries).
+inline void launch_inline(const void *ops, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
+    gridDim = {blocks, 1, 1};
+    blockDim = {threads, 1, 1};
+    for (unsigned b = 0; b < blocks; ++b)
+        for (unsigned t = 0; t < threads; ++t) {
+            blockIdx = {b, 1, 1};
+            threadIdx = {t, 1, 1};
+            copy_table(static_cast<const InlineCopyOp *>(ops), n, chunks);
         }
 }
 

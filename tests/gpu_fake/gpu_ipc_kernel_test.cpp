@@ -20,6 +20,42 @@ protected:
     void expect_all_ok(const std::map<uint64_t, ferry_completion_t> &got) {
         for (auto &[u, c] : got) EXPECT_EQ(c.status, 0) << "op " << u << ": " << c.message;
     }
+    // Lengths of 1, 3 and 4097 bytes, ops straddling 16-byte lines, a chunk boundary plus one,
+    // source and destination misaligned alike and apart; READ and WRITE. Nothing outside the
+    // ops may change.
+    void odd_ops_land_exactly() {
+        const size_t lens[] = {1, 3, 4097, 15, 16, 17, (64 << 10) + 1, 131071, 300000};
+        const size_t shifts[][2] = {{0, 0}, {1, 1}, {3, 7}, {8, 0}, {13, 5}, {4, 12}};
+        for (ferry_opcode_t opcode : {FERRY_OP_WRITE, FERRY_OP_READ}) {
+            std::fill(dst.begin(), dst.end(), opcode == FERRY_OP_WRITE ? 0xee : 0x00);
+            if (opcode == FERRY_OP_READ)
+                for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<uint8_t>(i * 13 + 5);
+            std::vector<uint8_t> before_src = src, before_dst = dst;
+            std::vector<ferry_xfer_op_t> ops;
+            size_t at = 0;
+            for (auto len : lens)
+                for (auto &sh : shifts) {
+                    ops.push_back(op(opcode, at + sh[0], at + sh[1] + 64, len, ops.size()));
+                    at += len + 256;
+                }
+            ASSERT_LT(at, src.size());
+            counters.kernel_ops = 0;
+            ASSERT_EQ(submit_ops(ops), 0);
+            expect_all_ok(collect(ops.size()));
+            EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(ops.size()));
+            std::vector<uint8_t> want_src = before_src, want_dst = before_dst;
+            for (auto &o : ops) {
+                size_t s_off = o.local_addr - reinterpret_cast<uint64_t>(src.data());
+                size_t d_off = o.remote_addr - reinterpret_cast<uint64_t>(dst.data());
+                if (opcode == FERRY_OP_WRITE) memcpy(&want_dst[d_off], &before_src[s_off], o.length);
+                else memcpy(&want_src[s_off], &before_dst[d_off], o.length);
+            }
+            EXPECT_TRUE(want_dst == dst) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": destination region";
+            EXPECT_TRUE(want_src == src) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": source region";
+            src = before_src;
+        }
+        EXPECT_EQ(counters.bad_tables.load(), 0);
+    }
 };
 
 TEST_P(GpuIpcKernel, SmallOpsOfABatchGoToOneLaunch) {
@@ -39,42 +75,7 @@ TEST_P(GpuIpcKernel, SmallOpsOfABatchGoToOneLaunch) {
     EXPECT_EQ(counters.kernel_loads.load(), 1);
 }
 
-TEST_P(GpuIpcKernel, OddAddressesAndLengthsLandExactlyAndNothingBeside) {
-    // Lengths of 1, 3 and 4097 bytes, ops straddling 16-byte lines, a chunk boundary plus one,
-    // source and destination misaligned alike and apart; READ and WRITE. Nothing outside the
-    // ops may change.
-    const size_t lens[] = {1, 3, 4097, 15, 16, 17, (64 << 10) + 1, 131071, 300000};
-    const size_t shifts[][2] = {{0, 0}, {1, 1}, {3, 7}, {8, 0}, {13, 5}, {4, 12}};
-    for (ferry_opcode_t opcode : {FERRY_OP_WRITE, FERRY_OP_READ}) {
-        std::fill(dst.begin(), dst.end(), opcode == FERRY_OP_WRITE ? 0xee : 0x00);
-        if (opcode == FERRY_OP_READ)
-            for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<uint8_t>(i * 13 + 5);
-        std::vector<uint8_t> before_src = src, before_dst = dst;
-        std::vector<ferry_xfer_op_t> ops;
-        size_t at = 0;
-        for (auto len : lens)
-            for (auto &sh : shifts) {
-                ops.push_back(op(opcode, at + sh[0], at + sh[1] + 64, len, ops.size()));
-                at += len + 256;
-            }
-        ASSERT_LT(at, src.size());
-        counters.kernel_ops = 0;
-        ASSERT_EQ(submit_ops(ops), 0);
-        expect_all_ok(collect(ops.size()));
-        EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(ops.size()));
-        std::vector<uint8_t> want_src = before_src, want_dst = before_dst;
-        for (auto &o : ops) {
-            size_t s_off = o.local_addr - reinterpret_cast<uint64_t>(src.data());
-            size_t d_off = o.remote_addr - reinterpret_cast<uint64_t>(dst.data());
-            if (opcode == FERRY_OP_WRITE) memcpy(&want_dst[d_off], &before_src[s_off], o.length);
-            else memcpy(&want_src[s_off], &before_dst[d_off], o.length);
-        }
-        EXPECT_TRUE(want_dst == dst) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": destination region";
-        EXPECT_TRUE(want_src == src) << (opcode == FERRY_OP_WRITE ? "WRITE" : "READ") << ": source region";
-        src = before_src;
-    }
-    EXPECT_EQ(counters.bad_tables.load(), 0);
-}
+TEST_P(GpuIpcKernel, OddAddressesAndLengthsLandExactlyAndNothingBeside) { odd_ops_land_exactly(); }
 
 TEST_P(GpuIpcKernel, LargeOpsKeepTheCopyEnginesBesideTheKernel) {
     std::vector<ferry_xfer_op_t> ops;
@@ -247,6 +248,108 @@ TEST_P(GpuIpcKernel, CopyLocalRefusesBadCopiesWithNothingStartedAndReportsAFault
     EXPECT_LT(got[9].status, 0) << "the fault is reported, once";
     EXPECT_EQ(counters.bytes_landed.load(), 0);
 }
+
+// The kernel that takes its table in the launch's parameters (cuda_ipc.so on Volta and newer
+// with a CUDA 12.1 driver): no table to copy or keep, a launch per kInlineTableOps ops.
+class GpuIpcKernelTableInLaunch : public GpuIpcKernel {
+protected:
+    void SetUp() override { make({}, kPolicy, true, true); }
+};
+
+TEST_P(GpuIpcKernelTableInLaunch, SmallOpsOfABatchGoToOneLaunchWithNoTableCopy) {
+    constexpr size_t kOps = 256, kLen = 64 << 10;
+    ASSERT_EQ(submit(kOps, kLen), 0);
+    expect_all_ok(collect(kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), kOps * kLen));
+    EXPECT_EQ(counters.inline_launches.load(), 1);
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.last_inline_ops.load(), kOps);
+    EXPECT_EQ(counters.copy_async.load(), 0) << "no table copy, and no copy per op";
+    EXPECT_EQ(counters.tables.load(), 0) << "no table memory";
+    EXPECT_EQ(counters.events_recorded.load(), 1);
+    EXPECT_EQ(counters.last_chunks.load(), kOps);
+    EXPECT_EQ(counters.last_blocks.load(), kPolicy.max_blocks);
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, OddAddressesAndLengthsLandExactlyAndNothingBeside) {
+    odd_ops_land_exactly();
+    EXPECT_EQ(counters.inline_launches.load(), 2) << "one for the WRITE batch, one for the READ one";
+    EXPECT_EQ(counters.tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, ManyOpsTakeALaunchPerInlineTableBehindOneEventPerRun) {
+    constexpr size_t kOps = kKernelTableOps + 904, kLen = 1024;
+    ASSERT_EQ(submit(kOps, kLen), 0);
+    expect_all_ok(collect(kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), kOps * kLen));
+    EXPECT_EQ(counters.inline_launches.load(), static_cast<int>(kKernelTableOps / kInlineTableOps + 1));
+    EXPECT_EQ(counters.last_inline_ops.load(), 904u);
+    EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(kOps));
+    EXPECT_EQ(counters.events_recorded.load(), 2) << "one per kKernelTableOps ops, as with tables";
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, LaunchesQueuedBehindSlowStreamsKeepTheirOwnTables) {
+    // The transport builds every launch's entries in one buffer: each launch must have taken
+    // its own copy, or the kernels that run late copy the last submit's ranges.
+    rt_->copy_delay_ms = 20;
+    constexpr size_t kOps = 8, kLen = 32 << 10;
+    for (size_t k = 0; k < 6; ++k) {
+        std::vector<ferry_xfer_op_t> ops;
+        for (size_t i = 0; i < kOps; ++i) {
+            size_t off = (k * kOps + i) * kLen;
+            ops.push_back(op(FERRY_OP_WRITE, off, off, kLen, k * kOps + i));
+        }
+        ASSERT_EQ(submit_ops(ops), 0);
+    }
+    expect_all_ok(collect(6 * kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 6 * kOps * kLen));
+    EXPECT_EQ(counters.inline_launches.load(), 6);
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, ARefusedLaunchHandsTheRestToTableCopiesForGood) {
+    rt_->fail_kernel_launch_at = 1;  // the second launch of the first submit
+    constexpr size_t kOps = 3000, kLen = 2048;
+    ASSERT_EQ(submit(kOps, kLen), 0);
+    expect_all_ok(collect(kOps));
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), kOps * kLen));
+    EXPECT_EQ(counters.inline_launches.load(), 1) << "the first went, the second was refused";
+    EXPECT_EQ(counters.tables.load(), 1) << "the other ops went in one table-copy launch";
+    EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(kOps));
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(submit(64, 4096, kOps), 0);
+    expect_all_ok(collect(64));
+    EXPECT_EQ(counters.inline_launches.load(), 1) << "no inline launch on that device from then on";
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+    EXPECT_EQ(counters.bad_tables.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, AKernelThatFaultsFailsEveryOpOfItsRunOnlyOnceItEnded) {
+    rt_->fail_async = true;
+    rt_->copy_delay_ms = 50;
+    constexpr size_t kOps = 32;
+    ASSERT_EQ(submit(kOps, 8192), 0);
+    auto got = collect(kOps);
+    ASSERT_EQ(got.size(), kOps);
+    for (auto &[u, c] : got) EXPECT_LT(c.status, 0) << "op " << u;
+    EXPECT_EQ(counters.inline_launches.load(), 1);
+    EXPECT_EQ(counters.bytes_landed.load(), 0);
+}
+
+TEST_P(GpuIpcKernelTableInLaunch, OffByPolicyTheTableIsCopied) {
+    make({}, KernelPolicy{1 << 20, 16, false}, true, true);
+    ASSERT_EQ(submit(64, 4096), 0);
+    expect_all_ok(collect(64));
+    EXPECT_EQ(counters.inline_launches.load(), 0);
+    EXPECT_EQ(counters.kernel_launches.load(), 1);
+    EXPECT_EQ(counters.tables.load(), 1);
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 64 * 4096));
+}
+
+INSTANTIATE_TEST_SUITE_P(BatchedCopy, GpuIpcKernelTableInLaunch, ::testing::Bool(),
+                         [](const auto &info) { return info.param ? "batched" : "per_op"; });
 
 INSTANTIATE_TEST_SUITE_P(BatchedCopy, GpuIpcKernel, ::testing::Bool(),
                          [](const auto &info) { return info.param ? "batched" : "per_op"; });

@@ -84,14 +84,17 @@ struct Counters {
     std::atomic<int> copy_async{0}, copy_batch{0}, events_recorded{0}, stream_waits{0}, bytes_landed{0};
     // The copy kernel: loads asked, launches queued, tables made, ops run through it, tables
     // whose chunk numbering did not add up, and the last launch's shape.
+    // Of the launches, those that carried their table (no table copy), and the last one's size.
     std::atomic<int> kernel_loads{0}, kernel_launches{0}, tables{0}, kernel_ops{0}, bad_tables{0};
-    std::atomic<uint32_t> last_blocks{0};
+    std::atomic<int> inline_launches{0};
+    std::atomic<uint32_t> last_blocks{0}, last_inline_ops{0};
     std::atomic<uint64_t> last_chunks{0};
     void reset() {
         for (auto *a : {&copy_async, &copy_batch, &events_recorded, &stream_waits, &bytes_landed, &kernel_loads,
-                        &kernel_launches, &tables, &kernel_ops, &bad_tables})
+                        &kernel_launches, &tables, &kernel_ops, &bad_tables, &inline_launches})
             *a = 0;
         last_blocks = 0;
+        last_inline_ops = 0;
         last_chunks = 0;
     }
 };
@@ -105,6 +108,7 @@ public:
     std::atomic<bool> fail_async{false};  // copies queued from now on fail on the "GPU"
     std::atomic<int> copy_delay_ms{0};
     std::atomic<bool> kernel{false};             // the runtime has the copy kernel
+    std::atomic<bool> kernel_inline{false};      // and the one that takes its table in the launch
     std::atomic<int> fail_kernel_launch_at{-1};  // this launch (0-based) is refused
 
     // While held, event_wait (the completion thread's) blocks before it looks at the event.
@@ -244,6 +248,41 @@ public:
         });
         return 0;
     }
+    bool copy_kernel_inline(int, std::string &why) override {
+        if (!kernel_inline) why = "not in this test runtime";
+        return kernel_inline;
+    }
+    // As the driver does, the launch copies its parameters when it is queued: the kernel reads
+    // that copy when it runs, whatever the caller's buffer holds by then.
+    int copy_kernel_launch_inline(int, const InlineTableHead &head, const InlineCopyOp *ops, uint32_t blocks, Stream s,
+                                  std::string &error) override {
+        if (c_.kernel_launches++ == fail_kernel_launch_at) return error = "launch refused (injected)", -EIO;
+        if (head.n == 0 || head.n > kInlineTableOps) return error = "bad inline table size", -EINVAL;
+        ++c_.inline_launches;
+        c_.last_blocks = blocks;
+        c_.last_chunks = head.chunks;
+        c_.last_inline_ops = head.n;
+        std::vector<InlineCopyOp> table(ops, ops + head.n);
+        bool failing = fail_async;
+        int delay = copy_delay_ms;
+        static_cast<TestStream *>(s)->push([=, this, table = std::move(table)] {
+            wait_copy_gate();
+            if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+            uint64_t next = 0;
+            for (const auto &e : table) {
+                if (e.first_chunk != next) ++c_.bad_tables;
+                next += (e.bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+            }
+            if (next != head.chunks || blocks == 0) ++c_.bad_tables;
+            if (failing) return;
+            ferry_copy_kernel_host::launch_inline(table.data(), head.n, head.chunks, blocks, kCopyKernelThreads);
+            for (const auto &e : table) {
+                c_.bytes_landed += static_cast<int>(e.bytes);
+                ++c_.kernel_ops;
+            }
+        });
+        return 0;
+    }
 
 private:
     void queue_copy(void *dst, const void *src, size_t bytes, Stream s) {
@@ -276,12 +315,15 @@ protected:
     void SetUp() override { make({}); }
     // The transport under test, with the given poll window and copy kernel policy (IpcTransport);
     // `kernel`: whether the runtime has the copy kernel.
-    void make(std::chrono::microseconds poll_window, KernelPolicy policy = {}, bool kernel = false) {
+    // `kernel_inline`: whether it also has the one that takes its table in the launch.
+    void make(std::chrono::microseconds poll_window, KernelPolicy policy = {}, bool kernel = false,
+              bool kernel_inline = false) {
         t_.reset();  // the one SetUp made, when a test makes its own
         counters.reset();
         auto rt = std::make_unique<TestRuntime>(counters, GetParam());
         rt_ = rt.get();
         rt_->kernel = kernel;
+        rt_->kernel_inline = kernel_inline;
         t_ = std::make_unique<IpcTransport>(std::move(rt), nullptr, "test_ipc", kStreams, poll_window, policy);
         ferry_error_t err{};
         ASSERT_EQ(t_->start(&err), 0) << err.message;

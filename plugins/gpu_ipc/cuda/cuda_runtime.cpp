@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -15,7 +16,8 @@
 
 namespace ferry_gpu {
 #ifndef FERRY_CUDA_NO_COPY_KERNEL
-extern const char kCopyKernelPtx[];  // copy_kernel.cu as PTX (embed_text.py)
+extern const char kCopyKernelPtx[];        // copy_kernel.cu as PTX (embed_text.py)
+extern const char kCopyKernelInlinePtx[];  // its kernels that take their table in the launch
 #endif
 namespace {
 
@@ -261,7 +263,8 @@ public:
 
     ~CudaRuntime() override {
         for (auto &[device, k] : kernels_)
-            if (k.module && unload_) unload_(k.module);
+            for (CUmodule m : {k.module, k.inline_module})
+                if (m && unload_) unload_(m);
     }
 
     int copy_kernel_load(int device, std::string &error) override {
@@ -298,9 +301,41 @@ public:
             unload_(k.module);
             return -ENOTSUP;
         }
+        load_inline(k);
         kernels_[device] = k;
         return 0;
 #endif
+    }
+    bool copy_kernel_inline(int device, std::string &why) override {
+        auto it = kernels_.find(device);
+        if (it == kernels_.end() || !it->second.fn) return why = "the copy kernel is not loaded", false;
+        why = it->second.inline_error;
+        return it->second.inline_fn[0] != nullptr;
+    }
+    int copy_kernel_launch_inline(int device, const InlineTableHead &head, const InlineCopyOp *ops, uint32_t blocks,
+                                  Stream stream, std::string &error) override {
+        auto it = kernels_.find(device);
+        if (it == kernels_.end() || !it->second.inline_fn[0] || head.n == 0 || head.n > kInlineTableOps) {
+            error = "no copy kernel for " + std::to_string(head.n) + " entries in its launch on device " +
+                    std::to_string(device);
+            return -ENOSYS;
+        }
+        size_t size = 0;
+        while (kInlineTableSizes[size] < head.n) ++size;
+        // The kernel's one parameter, InlineTable<N>: the head, then the entries (the driver
+        // reads N of them; those past head.n are never looked at).
+        inline_params_.resize(sizeof head + sizeof(InlineCopyOp) * kInlineTableSizes[size]);
+        std::memcpy(inline_params_.data(), &head, sizeof head);
+        std::memcpy(inline_params_.data() + sizeof head, ops, sizeof(InlineCopyOp) * head.n);
+        void *params[] = {inline_params_.data()};
+        CUresult rc = launch_(it->second.inline_fn[size], blocks, 1, 1, kCopyKernelThreads, 1, 1, 0,
+                              static_cast<CUstream>(stream), params, nullptr);
+        if (rc != CUDA_SUCCESS) {
+            error = "cuLaunchKernel(ferry_copy_inline_" + std::to_string(kInlineTableSizes[size]) + ", " +
+                    std::to_string(blocks) + " blocks): " + driver_error(rc);
+            return rc == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
+        }
+        return 0;
     }
     int table_alloc(size_t bytes, void *&host, void *&device_table, std::string &error) override {
         void *h = nullptr, *d = nullptr;
@@ -341,7 +376,41 @@ private:
     struct Kernel {
         CUmodule module = nullptr;
         CUfunction fn = nullptr;
+        // The kernels that take their table in the launch (one per kInlineTableSizes), or why not.
+        CUmodule inline_module = nullptr;
+        CUfunction inline_fn[std::size(kInlineTableSizes)] = {};
+        std::string inline_error;
     };
+
+    // Large launch parameters need a CUDA 12.1 driver and a Volta or newer GPU: where the module
+    // does not load, the table is copied before each launch instead, and inline_error says why.
+    void load_inline(Kernel &k) {
+#ifdef FERRY_CUDA_NO_COPY_KERNEL
+        k.inline_error = "this cuda_ipc.so was built without its copy kernel";
+#else
+        char log[2048] = "";
+        CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+        void *values[] = {log, reinterpret_cast<void *>(static_cast<uintptr_t>(sizeof log))};
+        if (CUresult rc = load_(&k.inline_module, kCopyKernelInlinePtx, 2, opts, values); rc != CUDA_SUCCESS) {
+            k.inline_module = nullptr;
+            k.inline_error =
+                "cuModuleLoadDataEx (the copy kernels that take their table in the launch's parameters, "
+                "which need a CUDA 12.1 driver and a Volta or newer GPU): " +
+                driver_error(rc) + (log[0] ? std::string(": ") + log : std::string());
+            return;
+        }
+        for (size_t i = 0; i < std::size(kInlineTableSizes); ++i) {
+            const std::string name = "ferry_copy_inline_" + std::to_string(kInlineTableSizes[i]);
+            if (CUresult rc = get_function_(&k.inline_fn[i], k.inline_module, name.c_str()); rc != CUDA_SUCCESS) {
+                k.inline_error = "cuModuleGetFunction(" + name + "): " + driver_error(rc);
+                unload_(k.inline_module);
+                k.inline_module = nullptr;
+                for (auto &f : k.inline_fn) f = nullptr;
+                return;
+            }
+        }
+#endif
+    }
 
     template <typename Fn>
     int driver_call(const char *name, Fn &out, std::string &error) {
@@ -376,7 +445,8 @@ private:
     ModuleUnload unload_ = nullptr;
     LaunchKernel launch_ = nullptr;
     GetErrorString error_string_ = nullptr;
-    std::map<int, Kernel> kernels_;  // device -> the kernel loaded there
+    std::map<int, Kernel> kernels_;       // device -> the kernel loaded there
+    std::vector<uint8_t> inline_params_;  // an inline launch's parameter, built under the transport's lock
 #if CUDA_VERSION >= 12080
     bool batch_looked_up_ = false;
     MemcpyBatch batch_ = nullptr;
