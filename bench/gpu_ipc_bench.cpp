@@ -4,6 +4,7 @@
 //   gpu_ipc_bench [--sizes-mib 1,16,64,256 | --sizes-kib 64,256,1024] [--batch 8[,64,256]]
 //                 [--bytes-gib 16 | --seconds S] [--rounds 3] [--op write|read] [--breakdown]
 //                 [--copy-engines] [--blocks] [--inflight N] [--option cuda_ipc.streams=N]
+//                 [--blocks-only S]
 //
 // Beside them, for blocks the copy kernel takes (cuda_ipc.kernel_max_op_bytes), the ceiling: a
 // raw gather kernel (raw_gather_kernel.cu) on the same blocks in one process, one launch per
@@ -12,7 +13,9 @@
 // (kernel_max_op_bytes=0), the copy-engine path, in the same alternation. --blocks adds the
 // same blocks moved through block tables (create_block_table once per cell, then submit_blocks
 // of every block by index, in a strided order: a paged cache's blocks are never in sequence),
-// the path with no per-op work in the engine, with the same --inflight.
+// the path with no per-op work in the engine, with the same --inflight. --blocks-only S moves
+// each cell's blocks through block tables for S seconds and nothing else (the run to profile:
+// no baseline shares its samples), printing their GB/s.
 //
 // --inflight N keeps N batches in flight (the next submitted once the oldest ended and was
 // freed), as a serving engine does that overlaps its layers' transfers; the raw gather kernel
@@ -121,6 +124,7 @@ int main(int argc, char **argv) {
     int target_gpu = 0, rounds = 3;
     unsigned inflight = 1;
     bool breakdown = false, copy_engines = false, blocks = false;
+    double blocks_only = 0;
     ferry::Config options = {{"plugins", "cuda_ipc"}};
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -139,6 +143,7 @@ int main(int argc, char **argv) {
         else if (a == "--breakdown") breakdown = true;
         else if (a == "--copy-engines") copy_engines = true;
         else if (a == "--blocks") blocks = true;
+        else if (a == "--blocks-only" && i + 1 < argc) blocks = true, blocks_only = std::atof(argv[++i]);
         else if (a == "--inflight" && i + 1 < argc) inflight = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
         else if (a == "--option" && i + 1 < argc && strchr(argv[i + 1], '=')) {
             std::string kv = argv[++i];
@@ -151,6 +156,7 @@ int main(int argc, char **argv) {
                 "                     [--breakdown (raw variants on the same mapping, Ferry's host time)]\n"
                 "                     [--copy-engines (also Ferry with its copy kernel off)]\n"
                 "                     [--blocks (also Ferry through block tables: submit_blocks by index)]\n"
+                "                     [--blocks-only S (block tables alone, S seconds a cell: to profile)]\n"
                 "                     [--inflight N (batches in flight; the raw kernel's launches too)]\n"
                 "                     [--option key=value (initiator engine, e.g. cuda_ipc.streams=1)]\n");
             return 2;
@@ -408,6 +414,19 @@ int main(int argc, char **argv) {
                 blocks_batch();  // the first goes as ops and prepares the tables' path
                 blocks_batch();
                 blocks_settle();
+                if (blocks_only > 0) {
+                    uint64_t n = 0;
+                    auto b0 = Clock::now();
+                    while (std::chrono::duration<double>(Clock::now() - b0).count() < blocks_only) blocks_batch(), ++n;
+                    blocks_settle();
+                    double bs = std::chrono::duration<double>(Clock::now() - b0).count();
+                    std::printf("| %" PRIu64 " KiB | %" PRIu64 " | block tables only: %.1f GB/s, %.2f us a batch |\n",
+                                block >> 10, batch, static_cast<double>(block) * batch * n / bs / 1e9, bs * 1e6 / n);
+                    std::fflush(stdout);
+                    (void)(*engine)->destroy_block_table(local_table),
+                        (void)(*engine)->destroy_block_table(remote_table);
+                    continue;
+                }
             }
             one_batch();  // warm-up: maps the peer's allocation, creates streams and events
             if (ce) one_batch_on(*ce, ce_reqs);
