@@ -178,15 +178,19 @@ void IpcTransport::publish(std::vector<Pending> &queued) {
         if (!queued.empty()) queued.back().reports_group = true;
         else push_completion(issuing_group_->user_data, issuing_group_->status, issuing_group_->message);
     }
+    bool was_empty = false;
     {
         std::lock_guard pl(pending_mu_);
+        was_empty = pending_.empty();
         for (auto &q : queued) {
             q.seq = next_seq_++;
             pending_.push_back(std::move(q));
         }
         if (!queued.empty() && poll_window_.count() > 0) poll_until_ = Clock::now() + poll_window_;
     }
-    pending_cv_.notify_all();
+    // Only an empty queue has the completion thread waiting for runs (behind others it waits
+    // for the head's event, or stands back for the poll window, whose end it sees itself).
+    if (was_empty && !queued.empty()) pending_cv_.notify_all();
     if (!queued.empty() && poll_window_.count() > 0) cq_.signal();  // the engine's wait polls from the start
 }
 
