@@ -164,5 +164,24 @@ TEST_P(GpuIpcBatch, WithinThePollWindowTheFdStaysReadableUntilTheRunIsReported) 
     EXPECT_FALSE(readable(t_->completion_fd())) << "nothing in flight: the host may sleep again";
 }
 
+TEST_P(GpuIpcBatch, WithinThePollWindowTheCompletionThreadStandsBackAndReportsOnceTheWindowEnded) {
+    make(std::chrono::milliseconds(1500));
+    ASSERT_EQ(submit(4, 4096), 0);
+    // The copies end within milliseconds; nobody polls.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(counters.event_waits.load(), 0) << "within the window the run is left to poll()";
+    // A host that stopped polling still hears of the run, from the completion thread, once the
+    // window ended.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (counters.event_waits.load() == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_GE(counters.event_waits.load(), 1) << "the completion thread took the run after the window";
+    EXPECT_EQ(poll_for(*t_, 4).size(), 4u);
+    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 4 * 4096));
+    std::vector<ferry_completion_t> more(8);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(t_->poll(more.data(), more.size()), 0) << "reported once";
+}
+
 INSTANTIATE_TEST_SUITE_P(CopyPath, GpuIpcBatch, ::testing::Values(false, true),
                          [](const auto &info) { return info.param ? "BatchedCopy" : "CopyByCopy"; });

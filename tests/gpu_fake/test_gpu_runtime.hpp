@@ -82,6 +82,7 @@ struct TestEvent {
 
 struct Counters {
     std::atomic<int> copy_async{0}, copy_batch{0}, events_recorded{0}, stream_waits{0}, bytes_landed{0};
+    std::atomic<int> event_waits{0};  // the completion thread's waits for an event
     // The copy kernel: loads asked, launches queued, tables made, ops run through it, tables
     // whose chunk numbering did not add up, and the last launch's shape.
     // Of the launches, those that carried their table (no table copy), and the last one's size.
@@ -90,8 +91,8 @@ struct Counters {
     std::atomic<uint32_t> last_blocks{0}, last_inline_ops{0};
     std::atomic<uint64_t> last_chunks{0};
     void reset() {
-        for (auto *a : {&copy_async, &copy_batch, &events_recorded, &stream_waits, &bytes_landed, &kernel_loads,
-                        &kernel_launches, &tables, &kernel_ops, &bad_tables, &inline_launches})
+        for (auto *a : {&copy_async, &copy_batch, &events_recorded, &stream_waits, &bytes_landed, &event_waits,
+                        &kernel_loads, &kernel_launches, &tables, &kernel_ops, &bad_tables, &inline_launches})
             *a = 0;
         last_blocks = 0;
         last_inline_ops = 0;
@@ -175,6 +176,7 @@ public:
         return ev->state;
     }
     int event_wait(Event e, std::string &error) override {
+        ++c_.event_waits;
         {
             std::unique_lock g(gate_mu_);
             gate_cv_.wait(g, [&] { return !hold_waits_; });
