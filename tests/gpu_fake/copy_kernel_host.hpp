@@ -26,28 +26,27 @@ inline thread_local Dim3 threadIdx, blockIdx, blockDim, gridDim;
 #undef __launch_bounds__
 #undef __grid_constant__
 
-// One launch of `blocks` blocks of `threads` threads on a table in host memory.
-inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
+// Runs `body` as every thread of `blocks` blocks of `threads` threads, one after another.
+template <class Body>
+void run_grid(uint32_t blocks, uint32_t threads, Body body) {
     gridDim = {blocks, 1, 1};
     blockDim = {threads, 1, 1};
     for (unsigned b = 0; b < blocks; ++b)
         for (unsigned t = 0; t < threads; ++t) {
             blockIdx = {b, 1, 1};
             threadIdx = {t, 1, 1};
-            ferry_copy_table(static_cast<const CopyOp *>(table), n, chunks);
+            body();
         }
+}
+
+// One launch on a table in host memory.
+inline void launch(const void *table, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
+    run_grid(blocks, threads, [&] { ferry_copy_table(static_cast<const CopyOp *>(table), n, chunks); });
 }
 
 // The same for a table carried in the launch (the inline kernels' body, on their entries).
 inline void launch_inline(const void *ops, uint32_t n, uint64_t chunks, uint32_t blocks, uint32_t threads) {
-    gridDim = {blocks, 1, 1};
-    blockDim = {threads, 1, 1};
-    for (unsigned b = 0; b < blocks; ++b)
-        for (unsigned t = 0; t < threads; ++t) {
-            blockIdx = {b, 1, 1};
-            threadIdx = {t, 1, 1};
-            copy_table(static_cast<const InlineCopyOp *>(ops), n, chunks);
-        }
+    run_grid(blocks, threads, [&] { copy_table(static_cast<const InlineCopyOp *>(ops), n, chunks); });
 }
 
 }  // namespace ferry_copy_kernel_host

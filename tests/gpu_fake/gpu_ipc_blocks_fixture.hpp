@@ -164,6 +164,18 @@ protected:
                 << "pair " << i << " (local block " << li[i] << ", remote block " << ri[i] << ")";
         }
     }
+    // n blocks of `len`, local ones backwards against remote ones in a strided order: one
+    // completion, every pair where its indices say.
+    void move_permuted_exactly(ferry_opcode_t opcode, size_t n, size_t len) {
+        auto blocks = uniform(n, len);
+        const uint64_t l = local_list(blocks), r = remote_list(blocks);
+        const auto li = reversed(n), ri = strided(n, 13);
+        const auto was = opcode == FERRY_OP_WRITE ? src : dst;
+        ferry_error_t err{};
+        ASSERT_EQ(move(opcode, l, li, r, ri, &err), 0) << err.message;
+        expect_ok();
+        expect_pairs(opcode, blocks, li, blocks, ri, was);
+    }
     void expect_nothing_started() {
         EXPECT_EQ(counters.kernel_launches.load(), 0);
         EXPECT_EQ(counters.copy_async.load(), 0);

@@ -21,16 +21,7 @@ TEST_P(GpuIpcBlocksInLaunch, PairsLandWhereTheirIndicesSayInLaunchesOfTheirOwnAn
     for (size_t blocks_n : {size_t{2}, size_t{256}, size_t{kInlineTableOps} + 1, kKernelTableOps + 904}) {
         counters.reset();
         const size_t len = blocks_n > 256 ? 1024 : 64 << 10;
-        auto blocks = uniform(blocks_n, len);
-        const uint64_t l = local_list(blocks), r = remote_list(blocks);
-        const auto li = reversed(blocks_n), ri = strided(blocks_n, 13);
-        for (ferry_opcode_t opcode : {FERRY_OP_WRITE, FERRY_OP_READ}) {
-            const auto was = opcode == FERRY_OP_WRITE ? src : dst;
-            ferry_error_t err{};
-            ASSERT_EQ(move(opcode, l, li, r, ri, &err), 0) << err.message;
-            expect_ok();
-            expect_pairs(opcode, blocks, li, blocks, ri, was);
-        }
+        for (ferry_opcode_t opcode : {FERRY_OP_WRITE, FERRY_OP_READ}) move_permuted_exactly(opcode, blocks_n, len);
         size_t launches = 0;  // runs of up to kKernelTableOps pairs, a launch per kInlineTableOps of a run
         for (size_t a = 0; a < blocks_n; a += kKernelTableOps)
             launches += (std::min(kKernelTableOps, blocks_n - a) + kInlineTableOps - 1) / kInlineTableOps;
@@ -42,8 +33,6 @@ TEST_P(GpuIpcBlocksInLaunch, PairsLandWhereTheirIndicesSayInLaunchesOfTheirOwnAn
                   static_cast<int>(2 * ((blocks_n + kKernelTableOps - 1) / kKernelTableOps)))
             << "an event per kKernelTableOps pairs";
         EXPECT_EQ(counters.bad_tables.load(), 0);
-        t_->destroy_block_list(l, nullptr);
-        t_->destroy_block_list(r, nullptr);
     }
 }
 
@@ -99,14 +88,7 @@ TEST_P(GpuIpcBlocksInLaunch, ABadPairPastTheFirstLaunchIsRefusedWithNothingStart
 TEST_P(GpuIpcBlocksInLaunch, ARefusedLaunchHandsTheRestToTableCopiesWithOneCompletion) {
     rt_->fail_kernel_launch_at = 2;  // the third of five launches
     constexpr size_t kBlocks = kKernelTableOps + 904;
-    auto blocks = uniform(kBlocks, 1024);
-    const uint64_t l = local_list(blocks), r = remote_list(blocks);
-    const auto li = reversed(kBlocks), ri = strided(kBlocks, 13);
-    const auto was = src;
-    ferry_error_t err{};
-    ASSERT_EQ(move(FERRY_OP_WRITE, l, li, r, ri, &err), 0) << err.message;
-    expect_ok();
-    expect_pairs(FERRY_OP_WRITE, blocks, li, blocks, ri, was);
+    move_permuted_exactly(FERRY_OP_WRITE, kBlocks, 1024);
     EXPECT_EQ(counters.inline_launches.load(), 2);
     EXPECT_EQ(counters.kernel_launches.load(), 5)
         << "two carrying their tables, the refused one, then a table-copying launch per run";

@@ -354,15 +354,8 @@ TEST_P(GpuIpcBlocks, ListsDestroyedWhileTheirTransferIsInFlightLeaveItToComplete
 }
 
 TEST_P(GpuIpcBlocks, MorePairsThanATableHoldsTakeSeveralLaunchesAndOneCompletion) {
-    constexpr size_t kBlocks = kKernelTableOps + 904, kLen = 1024;
-    auto blocks = uniform(kBlocks, kLen);
-    const uint64_t l = local_list(blocks), r = remote_list(blocks);
-    const auto li = reversed(kBlocks), ri = strided(kBlocks, 13);
-    const auto was = src;
-    ferry_error_t err{};
-    ASSERT_EQ(move(FERRY_OP_WRITE, l, li, r, ri, &err), 0) << err.message;
-    expect_ok();
-    expect_pairs(FERRY_OP_WRITE, blocks, li, blocks, ri, was);
+    constexpr size_t kBlocks = kKernelTableOps + 904;
+    move_permuted_exactly(FERRY_OP_WRITE, kBlocks, 1024);
     EXPECT_EQ(counters.kernel_launches.load(), 2);
     EXPECT_EQ(counters.kernel_ops.load(), static_cast<int>(kBlocks));
     EXPECT_EQ(counters.events_recorded.load(), 2);

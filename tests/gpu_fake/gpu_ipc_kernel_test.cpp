@@ -20,6 +20,21 @@ protected:
     void expect_all_ok(const std::map<uint64_t, ferry_completion_t> &got) {
         for (auto &[u, c] : got) EXPECT_EQ(c.status, 0) << "op " << u << ": " << c.message;
     }
+    // Slow streams: six submits of 8 ops are queued before the first kernel runs; all land.
+    void six_submits_behind_slow_streams_land() {
+        rt_->copy_delay_ms = 20;
+        constexpr size_t kOps = 8, kLen = 32 << 10;
+        for (size_t k = 0; k < 6; ++k) {
+            std::vector<ferry_xfer_op_t> ops;
+            for (size_t i = 0; i < kOps; ++i) {
+                size_t off = (k * kOps + i) * kLen;
+                ops.push_back(op(FERRY_OP_WRITE, off, off, kLen, k * kOps + i));
+            }
+            ASSERT_EQ(submit_ops(ops), 0);
+        }
+        expect_all_ok(collect(6 * kOps));
+        EXPECT_EQ(0, memcmp(dst.data(), src.data(), 6 * kOps * kLen));
+    }
     // Lengths of 1, 3 and 4097 bytes, ops straddling 16-byte lines, a chunk boundary plus one,
     // source and destination misaligned alike and apart; READ and WRITE. Nothing outside the
     // ops may change.
@@ -124,18 +139,7 @@ TEST_P(GpuIpcKernel, ManyOpsTakeOneLaunchPerTableAndTablesAreReused) {
 TEST_P(GpuIpcKernel, ATableIsNotRewrittenBeforeItsKernelRan) {
     // Slow streams: several submits are queued before the first kernel runs. Each needs a
     // table of its own; a table rewritten early would copy the wrong ranges.
-    rt_->copy_delay_ms = 20;
-    constexpr size_t kOps = 8, kLen = 32 << 10;
-    for (size_t k = 0; k < 6; ++k) {
-        std::vector<ferry_xfer_op_t> ops;
-        for (size_t i = 0; i < kOps; ++i) {
-            size_t off = (k * kOps + i) * kLen;
-            ops.push_back(op(FERRY_OP_WRITE, off, off, kLen, k * kOps + i));
-        }
-        ASSERT_EQ(submit_ops(ops), 0);
-    }
-    expect_all_ok(collect(6 * kOps));
-    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 6 * kOps * kLen));
+    six_submits_behind_slow_streams_land();
     EXPECT_GE(counters.tables.load(), 2);
     EXPECT_EQ(counters.bad_tables.load(), 0);
 }
@@ -293,18 +297,7 @@ TEST_P(GpuIpcKernelTableInLaunch, ManyOpsTakeALaunchPerInlineTableBehindOneEvent
 TEST_P(GpuIpcKernelTableInLaunch, LaunchesQueuedBehindSlowStreamsKeepTheirOwnTables) {
     // The transport builds every launch's entries in one buffer: each launch must have taken
     // its own copy, or the kernels that run late copy the last submit's ranges.
-    rt_->copy_delay_ms = 20;
-    constexpr size_t kOps = 8, kLen = 32 << 10;
-    for (size_t k = 0; k < 6; ++k) {
-        std::vector<ferry_xfer_op_t> ops;
-        for (size_t i = 0; i < kOps; ++i) {
-            size_t off = (k * kOps + i) * kLen;
-            ops.push_back(op(FERRY_OP_WRITE, off, off, kLen, k * kOps + i));
-        }
-        ASSERT_EQ(submit_ops(ops), 0);
-    }
-    expect_all_ok(collect(6 * kOps));
-    EXPECT_EQ(0, memcmp(dst.data(), src.data(), 6 * kOps * kLen));
+    six_submits_behind_slow_streams_land();
     EXPECT_EQ(counters.inline_launches.load(), 6);
     EXPECT_EQ(counters.bad_tables.load(), 0);
 }
