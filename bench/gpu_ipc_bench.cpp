@@ -9,7 +9,8 @@
 // Beside them, for blocks the copy kernel takes (cuda_ipc.kernel_max_op_bytes), the ceiling: a
 // raw gather kernel (raw_gather_kernel.cu) on the same blocks in one process, one launch per
 // batch, on as many thread blocks as cuda_ipc.so's cap (cuda_ipc.kernel_max_blocks) and
-// uncapped. --copy-engines adds a second initiator engine with the kernel off
+// uncapped; with --target-gpu N it writes GPU N's memory from GPU 0 through peer access (the
+// link's ceiling). --copy-engines adds a second initiator engine with the kernel off
 // (kernel_max_op_bytes=0), the copy-engine path, in the same alternation. --blocks adds the
 // same blocks moved through block tables (create_block_table once per cell, then submit_blocks
 // of every block by index, in a strided order: a paged cache's blocks are never in sequence),
@@ -227,7 +228,13 @@ int main(int argc, char **argv) {
     CUDA_OR_DIE(cudaSetDevice(target_gpu));  // the baseline's destination sits where the target's memory does
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&scratch), span));
     CUDA_OR_DIE(cudaSetDevice(0));
-    if (target_gpu != 0) cudaDeviceEnablePeerAccess(target_gpu, 0), cudaGetLastError();
+    // Across GPUs the raw gather kernel writes the target GPU's buffer through peer access.
+    bool peer_access = target_gpu == 0;
+    if (target_gpu != 0) {
+        cudaError_t rc = cudaDeviceEnablePeerAccess(target_gpu, 0);
+        peer_access = rc == cudaSuccess || rc == cudaErrorPeerAccessAlreadyEnabled;
+        cudaGetLastError();
+    }
     CUDA_OR_DIE(cudaMemset(local, 1, span));
     if (auto r = (*engine)->register_memory(local, span, {ferry::MemoryKind::Cuda, 0, ferry::kRemoteRead}); !r) {
         std::fprintf(stderr, "%s\n", r.error().message.c_str());
@@ -251,7 +258,9 @@ int main(int argc, char **argv) {
 #ifndef FERRY_BENCH_NO_RAW_KERNEL
     gpu_raw::GatherKernel gather;
     if (!gather.error.empty()) std::printf("raw gather kernel unavailable: %s\n", gather.error.c_str());
-    const bool have_gather = gather.error.empty() && target_gpu == 0;
+    const bool have_gather = gather.error.empty() && peer_access;
+    if (gather.error.empty() && !peer_access)
+        std::printf("raw gather kernel left out: no peer access from GPU 0 to GPU %d\n", target_gpu);
 #else
     const bool have_gather = false;
     std::printf("raw gather kernel: not built (no nvcc)\n");
@@ -455,7 +464,7 @@ int main(int argc, char **argv) {
                 f.push_back(static_cast<double>(block) * batch * batches / secs / 1e9);
                 r.push_back(baseline_gbps(scratch, target_gpu, local, block, batch, batches));
 #ifndef FERRY_BENCH_NO_RAW_KERNEL
-                if (have_gather && target_gpu == 0) {
+                if (have_gather) {
                     kc.push_back(gather.run(scratch, local, block, batch, batches, kernel_cap, inflight));
                     ku.push_back(gather.run(scratch, local, block, batch, batches, 0, inflight));
                 }
