@@ -5,13 +5,15 @@
 // offset in it, so sub-buffers of one allocation work. An importer opens each allocation once
 // and shares the mapping among all regions in it. Copies run asynchronously on a pool of
 // streams per device. The small ops of one submit on one device go to the copy kernel
-// (copy_kernel.cu), one launch per kKernelTableOps of them, followed by one event; the others
-// are cut into contiguous runs (one per stream for large ops, all on one stream for small ones;
-// at most kMaxRunOps ops each), each run queued with the runtime's batched copy where it has
-// one and followed by one event. A completion thread waits on those events in submission order
+// (copy_kernel.cu), one run per kKernelTableOps of them followed by one event (a launch whose
+// table is copied before it, or, where the launch can carry it, a launch per kInlineTableOps);
+// the others are cut into contiguous runs (one per stream for large ops, all on one stream for
+// small ones; at most kMaxRunOps ops each), each run queued with the runtime's batched copy
+// where it has one and followed by one event. A completion thread waits on those events in submission order
 // and reports each run's ops at once, with one eventfd signal. Every runtime call restores the
 // caller's current device. Block lists (ipc_blocks.cpp) name KV pages once: a transfer of them
-// by index is planned from resolved addresses and reported with one completion.
+// by index is planned from resolved addresses (or written straight into launch entries) and
+// reported with one completion.
 #pragma once
 
 #include <atomic>
@@ -45,7 +47,8 @@ inline constexpr uint32_t kEndpointMagic = 0x46475049;  // "FGPI"
 inline constexpr size_t kMaxRunOps = 64;
 // Ops of at least this size on average are spread over the device's streams, smaller ones not.
 inline constexpr uint64_t kSpreadOpBytes = 4 << 20;
-// Most ops in one launch of the copy kernel (its table: 128 KiB, pinned and on the device).
+// Most ops in one run of the copy kernel behind one event, and in one launch whose table is
+// copied (128 KiB, pinned and on the device).
 inline constexpr size_t kKernelTableOps = 4096;
 
 // Which ops the copy kernel (copy_kernel.cu) takes instead of the copy engines: those of up to
