@@ -97,7 +97,7 @@ struct InlineCopyOp {  // gpu_runtime.hpp's InlineCopyOp
 };
 
 template <unsigned N>
-struct InlineTable {  // gpu_runtime.hpp's InlineTableHead, then N entries
+struct InlineTable {  // gpu_runtime.hpp's InlineLaunch, its first N entries
     unsigned n, chunks;
     InlineCopyOp ops[N];
 };

@@ -46,11 +46,26 @@ struct InlineCopyOp {
     uint32_t bytes, first_chunk;
 };
 static_assert(sizeof(InlineCopyOp) == 24);
-struct InlineTableHead {
-    uint32_t n, chunks;
-};
 inline constexpr uint32_t kInlineTableSizes[] = {64, 256, 1024};
 inline constexpr uint32_t kInlineTableOps = 1024;  // the largest of them
+
+// Chunks of 2^kCopyChunkShift bytes an op of `bytes` is cut into.
+inline constexpr uint64_t copy_chunks(uint64_t bytes) {
+    return (bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+}
+
+// One launch's parameter as the kernel takes it (InlineTable<N> for the smallest N of
+// kInlineTableSizes that holds n entries: the driver reads that prefix of it), built in place
+// so the launch passes it as it is.
+struct InlineLaunch {
+    uint32_t n = 0, chunks = 0;
+    InlineCopyOp ops[kInlineTableOps];
+    void add(uint64_t src, uint64_t dst, uint64_t bytes) {  // n < kInlineTableOps, bytes < 4 GiB
+        ops[n++] = {src, dst, static_cast<uint32_t>(bytes), chunks};
+        chunks += static_cast<uint32_t>(copy_chunks(bytes));
+    }
+};
+static_assert(offsetof(InlineLaunch, ops) == 8, "copy_kernel.cu's InlineTable<N>: n, chunks, then the entries");
 
 class Runtime {
 public:
@@ -138,12 +153,12 @@ public:
         why = "this runtime passes the copy kernel's table in device memory only";
         return false;
     }
-    // Queues that kernel on `stream` of the current device: `head` then head.n (at most
-    // kInlineTableOps) entries at `ops`, on `blocks` thread blocks. The launch takes its own
-    // copy of them: the caller's buffer is free once this returned.
-    virtual int copy_kernel_launch_inline(int device, const InlineTableHead &head, const InlineCopyOp *ops,
-                                          uint32_t blocks, Stream stream, std::string &error) {
-        (void)device, (void)head, (void)ops, (void)blocks, (void)stream;
+    // Queues that kernel on `stream` of the current device: `launch` (1 to kInlineTableOps
+    // entries) on `blocks` thread blocks. The launch takes its own copy of it: the caller's
+    // buffer is free once this returned.
+    virtual int copy_kernel_launch_inline(int device, const InlineLaunch &launch, uint32_t blocks, Stream stream,
+                                          std::string &error) {
+        (void)device, (void)launch, (void)blocks, (void)stream;
         error = "this runtime passes the copy kernel's table in device memory only";
         return -ENOSYS;
     }

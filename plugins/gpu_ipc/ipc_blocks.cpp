@@ -126,15 +126,12 @@ int IpcTransport::submit_blocks(uint64_t peer, uint32_t opcode, uint64_t local_l
     // launch entry in one pass, with no plan between.
     if (n >= 2 && kernel_.max_op_bytes && l.max_length <= kernel_.max_op_bytes && kernel_ready(l.device) &&
         kernel_inline_[l.device]) {
-        inline_ops_.resize(n);
-        uint32_t chunk = 0;
+        inline_begin(n);
         for (size_t i = 0; i < n; ++i) {
             const uint32_t a = local_index[i], b = remote_index[i];
             if (a >= nl || b >= nr || l.length[a] != r.length[b]) return bad_pair(i);
-            if (i % kInlineTableOps == 0) chunk = 0;
-            const uint64_t local = l.addr[a], remote = r.addr[b], bytes = l.length[a];
-            inline_ops_[i] = {read ? remote : local, read ? local : remote, static_cast<uint32_t>(bytes), chunk};
-            chunk += static_cast<uint32_t>((bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift);
+            const uint64_t local = l.addr[a], remote = r.addr[b];
+            inline_launches_[i / kInlineTableOps].add(read ? remote : local, read ? local : remote, l.length[a]);
         }
         return queue_inline_group(n, l.device, user_data, err);
     }

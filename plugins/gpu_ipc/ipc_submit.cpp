@@ -221,7 +221,7 @@ bool IpcTransport::kernel_ready(int device) {
         log_.log(FERRY_LOG_WARN, "no copy kernel on device %d, copying op by op: %s", device, e.c_str());
         return false;
     }
-    std::string why = "cuda_ipc.kernel_table_in_launch is off";
+    std::string why = std::string(name_) + ".kernel_table_in_launch is off";
     const bool in_launch = kernel_.table_in_launch && rt_->copy_kernel_inline(device, why);
     kernel_inline_[device] = in_launch;
     log_.log(FERRY_LOG_INFO,
@@ -239,32 +239,28 @@ uint32_t IpcTransport::launch_blocks(uint64_t chunks) const {
         std::min<uint64_t>(kernel_.max_blocks ? std::min<uint64_t>(kernel_.max_blocks, chunks) : chunks, 65535));
 }
 
+void IpcTransport::inline_begin(size_t n) {
+    inline_launches_.resize((n + kInlineTableOps - 1) / kInlineTableOps);
+    for (auto &l : inline_launches_) l.n = l.chunks = 0;
+}
+
 void IpcTransport::issue_inline_run(const Planned *ops, size_t n, int device, Stream stream,
                                     std::vector<Pending> &queued) {
-    inline_ops_.resize(n);
-    uint32_t chunk = 0;
-    for (size_t i = 0; i < n; ++i) {
-        if (i % kInlineTableOps == 0) chunk = 0;
-        inline_ops_[i] = {reinterpret_cast<uintptr_t>(ops[i].src), reinterpret_cast<uintptr_t>(ops[i].dst),
-                          static_cast<uint32_t>(ops[i].bytes), chunk};
-        chunk += static_cast<uint32_t>((ops[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift);
-    }
+    inline_begin(n);
+    for (size_t i = 0; i < n; ++i)
+        inline_launches_[i / kInlineTableOps].add(reinterpret_cast<uintptr_t>(ops[i].src),
+                                                  reinterpret_cast<uintptr_t>(ops[i].dst), ops[i].bytes);
     launch_inline(0, n, device, stream, ops, queued);
 }
 
 void IpcTransport::launch_inline(size_t first, size_t n, int device, Stream stream, const Planned *ops,
                                  std::vector<Pending> &queued) {
-    const InlineCopyOp *entries = inline_ops_.data() + first;
+    static_assert(kKernelTableOps % kInlineTableOps == 0, "a run starts a launch");
     std::string e;
     size_t done = 0;
     while (done < n && kernel_inline_[device]) {
-        const size_t m = std::min<size_t>(kInlineTableOps, n - done);
-        const InlineCopyOp &last = entries[done + m - 1];
-        const InlineTableHead head{
-            static_cast<uint32_t>(m),
-            last.first_chunk + static_cast<uint32_t>((uint64_t{last.bytes} + (uint64_t{1} << kCopyChunkShift) - 1) >>
-                                                     kCopyChunkShift)};
-        if (rt_->copy_kernel_launch_inline(device, head, entries + done, launch_blocks(head.chunks), stream, e)) {
+        const InlineLaunch &launch = inline_launches_[(first + done) / kInlineTableOps];
+        if (rt_->copy_kernel_launch_inline(device, launch, launch_blocks(launch.chunks), stream, e)) {
             log_.log(FERRY_LOG_WARN,
                      "copy kernel with its table in the launch failed to start on device %d; copying each launch's "
                      "table before it from now on: %s",
@@ -272,7 +268,7 @@ void IpcTransport::launch_inline(size_t first, size_t n, int device, Stream stre
             kernel_inline_[device] = false;
             break;
         }
-        done += m;
+        done += launch.n;
     }
     if (done > 0) {
         Pending run;
@@ -288,9 +284,11 @@ void IpcTransport::launch_inline(size_t first, size_t n, int device, Stream stre
     std::vector<Planned> rest;
     if (ops) rest.assign(ops + done, ops + n);
     else
-        for (size_t i = done; i < n; ++i)
-            rest.push_back({reinterpret_cast<void *>(entries[i].dst), reinterpret_cast<const void *>(entries[i].src),
-                            entries[i].bytes, device, 0});
+        for (size_t i = first + done; i < first + n; ++i) {
+            const InlineCopyOp &op = inline_launches_[i / kInlineTableOps].ops[i % kInlineTableOps];
+            rest.push_back(
+                {reinterpret_cast<void *>(op.dst), reinterpret_cast<const void *>(op.src), op.bytes, device, 0});
+        }
     issue_kernel_run(rest.data(), rest.size(), device, stream, queued);
 }
 
@@ -327,7 +325,7 @@ void IpcTransport::issue_kernel_run(const Planned *ops, size_t n, int device, St
         for (size_t i = 0; i < n; ++i) {
             table[i] = {reinterpret_cast<uintptr_t>(ops[i].src), reinterpret_cast<uintptr_t>(ops[i].dst), ops[i].bytes,
                         chunks};
-            chunks += (ops[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+            chunks += copy_chunks(ops[i].bytes);
         }
         const uint32_t blocks = launch_blocks(chunks);
         rc = rt_->copy_async(run.table.device_table, run.table.host, n * sizeof(CopyTableEntry), stream, e);

@@ -169,16 +169,20 @@ private:
     // Queues ops of one device (at most kKernelTableOps) as one copy kernel launch; where that
     // cannot start, the copy engines take them, and the device's kernel is off from then on.
     void issue_kernel_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
-    // The same with the tables in the launches: fills inline_ops_ from the ops, then launch_inline.
+    // inline_launches_ made ready for n entries, added in order: entry i to launch
+    // i / kInlineTableOps (mu_ held).
+    void inline_begin(size_t n);
+    // The same with the tables in the launches: fills inline_launches_ from the ops, then
+    // launch_inline.
     void issue_inline_run(const Planned *ops, size_t n, int device, Stream stream, std::vector<Pending> &queued);
-    // Launches inline_ops_[first, first + n) (first chunks counted from each kInlineTableOps
-    // piece's start), a piece a launch, behind one event; `ops`: the planned ops they came from,
+    // Launches entries [first, first + n) of inline_launches_ (first: a multiple of
+    // kKernelTableOps), a launch each, behind one event; `ops`: the planned ops they came from,
     // or null for a block transfer's. Where a launch cannot start, the rest go the table-copy
     // way, as do later ones on that device.
     void launch_inline(size_t first, size_t n, int device, Stream stream, const Planned *ops,
                        std::vector<Pending> &queued);
-    // A block transfer whose n entries submit_blocks wrote into inline_ops_: their launches on the
-    // device's first stream, one completion, `user_data`, for all (mu_ held).
+    // A block transfer whose n entries submit_blocks wrote into inline_launches_: their launches
+    // on the device's first stream, one completion, `user_data`, for all (mu_ held).
     int queue_inline_group(size_t n, int device, uint64_t user_data, ferry_error_t *err);
     // Hands queued runs to the completion side (a group's last one reports it).
     void publish(std::vector<Pending> &queued);
@@ -233,9 +237,9 @@ private:
     std::atomic<uint64_t> next_stream_{0};
     bool copy_batch_ = false;  // the runtime's batched copy, until it first fails
     const KernelPolicy kernel_;
-    std::map<int, int> kernel_state_;       // device -> 0: the copy kernel runs there, < 0: it does not
-    std::map<int, bool> kernel_inline_;     // device -> its launches carry their tables
-    std::vector<InlineCopyOp> inline_ops_;  // an inline launch's entries, built here (mu_ held)
+    std::map<int, int> kernel_state_;            // device -> 0: the copy kernel runs there, < 0: it does not
+    std::map<int, bool> kernel_inline_;          // device -> its launches carry their tables
+    std::vector<InlineLaunch> inline_launches_;  // launches' parameters, built in place (mu_ held)
     std::map<uint64_t, BlockList> block_lists_;
     std::shared_ptr<BlockGroup> issuing_group_;  // set while submit_blocks or copy_local queues its runs
 

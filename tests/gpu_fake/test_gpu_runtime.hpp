@@ -238,7 +238,7 @@ public:
             uint64_t next = 0;
             for (uint32_t i = 0; i < n; ++i) {
                 if (t[i].first_chunk != next) ++c_.bad_tables;
-                next += (t[i].bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+                next += copy_chunks(t[i].bytes);
             }
             if (next != chunks || blocks == 0) ++c_.bad_tables;
             if (failing) return;  // a faulting kernel stops here: nothing lands
@@ -256,15 +256,16 @@ public:
     }
     // As the driver does, the launch copies its parameters when it is queued: the kernel reads
     // that copy when it runs, whatever the caller's buffer holds by then.
-    int copy_kernel_launch_inline(int, const InlineTableHead &head, const InlineCopyOp *ops, uint32_t blocks, Stream s,
+    int copy_kernel_launch_inline(int, const InlineLaunch &launch, uint32_t blocks, Stream s,
                                   std::string &error) override {
         if (c_.kernel_launches++ == fail_kernel_launch_at) return error = "launch refused (injected)", -EIO;
-        if (head.n == 0 || head.n > kInlineTableOps) return error = "bad inline table size", -EINVAL;
+        if (launch.n == 0 || launch.n > kInlineTableOps) return error = "bad inline table size", -EINVAL;
         ++c_.inline_launches;
         c_.last_blocks = blocks;
-        c_.last_chunks = head.chunks;
-        c_.last_inline_ops = head.n;
-        std::vector<InlineCopyOp> table(ops, ops + head.n);
+        c_.last_chunks = launch.chunks;
+        c_.last_inline_ops = launch.n;
+        const uint32_t chunks = launch.chunks;
+        std::vector<InlineCopyOp> table(launch.ops, launch.ops + launch.n);
         bool failing = fail_async;
         int delay = copy_delay_ms;
         static_cast<TestStream *>(s)->push([=, this, table = std::move(table)] {
@@ -273,11 +274,12 @@ public:
             uint64_t next = 0;
             for (const auto &e : table) {
                 if (e.first_chunk != next) ++c_.bad_tables;
-                next += (e.bytes + (uint64_t{1} << kCopyChunkShift) - 1) >> kCopyChunkShift;
+                next += copy_chunks(e.bytes);
             }
-            if (next != head.chunks || blocks == 0) ++c_.bad_tables;
+            if (next != chunks || blocks == 0) ++c_.bad_tables;
             if (failing) return;
-            ferry_copy_kernel_host::launch_inline(table.data(), head.n, head.chunks, blocks, kCopyKernelThreads);
+            ferry_copy_kernel_host::launch_inline(table.data(), static_cast<uint32_t>(table.size()), chunks, blocks,
+                                                  kCopyKernelThreads);
             for (const auto &e : table) {
                 c_.bytes_landed += static_cast<int>(e.bytes);
                 ++c_.kernel_ops;

@@ -312,22 +312,18 @@ public:
         why = it->second.inline_error;
         return it->second.inline_fn[0] != nullptr;
     }
-    int copy_kernel_launch_inline(int device, const InlineTableHead &head, const InlineCopyOp *ops, uint32_t blocks,
-                                  Stream stream, std::string &error) override {
+    int copy_kernel_launch_inline(int device, const InlineLaunch &launch, uint32_t blocks, Stream stream,
+                                  std::string &error) override {
         auto it = kernels_.find(device);
-        if (it == kernels_.end() || !it->second.inline_fn[0] || head.n == 0 || head.n > kInlineTableOps) {
-            error = "no copy kernel for " + std::to_string(head.n) + " entries in its launch on device " +
+        if (it == kernels_.end() || !it->second.inline_fn[0] || launch.n == 0 || launch.n > kInlineTableOps) {
+            error = "no copy kernel for " + std::to_string(launch.n) + " entries in its launch on device " +
                     std::to_string(device);
             return -ENOSYS;
         }
         size_t size = 0;
-        while (kInlineTableSizes[size] < head.n) ++size;
-        // The kernel's one parameter, InlineTable<N>: the head, then the entries (the driver
-        // reads N of them; those past head.n are never looked at).
-        inline_params_.resize(sizeof head + sizeof(InlineCopyOp) * kInlineTableSizes[size]);
-        std::memcpy(inline_params_.data(), &head, sizeof head);
-        std::memcpy(inline_params_.data() + sizeof head, ops, sizeof(InlineCopyOp) * head.n);
-        void *params[] = {inline_params_.data()};
+        while (kInlineTableSizes[size] < launch.n) ++size;
+        // The kernel's one parameter: the driver copies the InlineTable<N> prefix of `launch`.
+        void *params[] = {const_cast<InlineLaunch *>(&launch)};
         CUresult rc = launch_(it->second.inline_fn[size], blocks, 1, 1, kCopyKernelThreads, 1, 1, 0,
                               static_cast<CUstream>(stream), params, nullptr);
         if (rc != CUDA_SUCCESS) {
@@ -445,8 +441,7 @@ private:
     ModuleUnload unload_ = nullptr;
     LaunchKernel launch_ = nullptr;
     GetErrorString error_string_ = nullptr;
-    std::map<int, Kernel> kernels_;       // device -> the kernel loaded there
-    std::vector<uint8_t> inline_params_;  // an inline launch's parameter, built under the transport's lock
+    std::map<int, Kernel> kernels_;  // device -> the kernel loaded there
 #if CUDA_VERSION >= 12080
     bool batch_looked_up_ = false;
     MemcpyBatch batch_ = nullptr;
