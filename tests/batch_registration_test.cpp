@@ -72,8 +72,11 @@ protected:
     }
 
     static constexpr size_t kRanges = 16;
-    std::unique_ptr<Engine> target, initiator;
+    // Before the engines, so it is freed after them: the target's tcp.so thread may still be in
+    // the sendmsg of a READ's reply (ASan checks its buffer once the call returned) when the
+    // initiator already saw the READ complete and the test ended.
     std::vector<uint8_t> memory, local = std::vector<uint8_t>(kSize);
+    std::unique_ptr<Engine> target, initiator;
     SegmentId seg = 0;
 };
 

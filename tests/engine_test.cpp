@@ -60,8 +60,10 @@ protected:
         return w ? Error{} : w.error();
     }
 
-    std::unique_ptr<Engine> target, initiator;
+    // Before the engines, so it is freed after them: the target may still be in the sendmsg of
+    // a READ's reply when the initiator saw the READ complete and the test ended.
     std::vector<uint8_t> remote, local;
+    std::unique_ptr<Engine> target, initiator;
     SegmentId seg = 0;
 };
 
