@@ -378,16 +378,25 @@ int main(int argc, char **argv) {
             ferry::BlockTableId local_table = 0, remote_table = 0;
             std::vector<uint32_t> local_index, remote_index;
             std::vector<ferry::BatchId> block_flying;
+            // Where the host's time goes per block transfer (--blocks-only): submitting, waiting
+            // for the oldest in flight, freeing it.
+            double blocks_submit_us = 0, blocks_wait_us = 0, blocks_free_us = 0;
             auto blocks_batch = [&] {
                 while (block_flying.size() >= inflight) {
+                    auto t0 = Clock::now();
                     if (!(*engine)->wait(block_flying.front())) {
                         std::fprintf(stderr, "block transfer failed\n");
                         std::exit(1);
                     }
+                    auto t1 = Clock::now();
                     (void)(*engine)->free_batch(block_flying.front());
+                    blocks_wait_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+                    blocks_free_us += std::chrono::duration<double, std::micro>(Clock::now() - t1).count();
                     block_flying.erase(block_flying.begin());
                 }
+                auto t0 = Clock::now();
                 auto b = (*engine)->submit_blocks(opcode, local_table, local_index, remote_table, remote_index);
+                blocks_submit_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
                 if (!b) {
                     std::fprintf(stderr, "submit_blocks failed: %s\n", b.error().message.c_str());
                     std::exit(1);
@@ -425,12 +434,26 @@ int main(int argc, char **argv) {
                 blocks_settle();
                 if (blocks_only > 0) {
                     uint64_t n = 0;
+                    blocks_submit_us = blocks_wait_us = blocks_free_us = 0;
                     auto b0 = Clock::now();
                     while (std::chrono::duration<double>(Clock::now() - b0).count() < blocks_only) blocks_batch(), ++n;
                     blocks_settle();
                     double bs = std::chrono::duration<double>(Clock::now() - b0).count();
-                    std::printf("| %" PRIu64 " KiB | %" PRIu64 " | block tables only: %.1f GB/s, %.2f us a batch |\n",
-                                block >> 10, batch, static_cast<double>(block) * batch * n / bs / 1e9, bs * 1e6 / n);
+                    std::printf(
+                        "| %" PRIu64 " KiB | %" PRIu64
+                        " | block tables only: %.1f GB/s, %.2f us a batch (submit %.2f, wait %.2f, free %.2f) |\n",
+                        block >> 10, batch, static_cast<double>(block) * batch * n / bs / 1e9, bs * 1e6 / n,
+                        blocks_submit_us / n, blocks_wait_us / n, blocks_free_us / n);
+#ifndef FERRY_BENCH_NO_RAW_KERNEL
+                    // The raw kernel on the same cap and inflight, its table in device memory and
+                    // in the launch: what the launch form costs apart from the engine.
+                    if (have_gather)
+                        std::printf("| %" PRIu64 " KiB | %" PRIu64
+                                    " | raw kernel: %.1f GB/s; its table in the launch: %.1f GB/s |\n",
+                                    block >> 10, batch,
+                                    gather.run(scratch, local, block, batch, n, kernel_cap, inflight),
+                                    gather.run(scratch, local, block, batch, n, kernel_cap, inflight, true));
+#endif
                     std::fflush(stdout);
                     (void)(*engine)->destroy_block_table(local_table),
                         (void)(*engine)->destroy_block_table(remote_table);

@@ -48,16 +48,24 @@ public:
         }
         if (int rc = get_(&fn_, m, "raw_gather"); rc != 0)
             error = "cuModuleGetFunction(raw_gather) failed: CUDA driver error " + std::to_string(rc);
+        if (get_(&fn_in_launch_, m, "raw_gather_in_launch") != 0) fn_in_launch_ = nullptr;
     }
     std::string error;
 
     // GB/s of `batches` launches copying `batch` blocks of `block` bytes, src + i*block to
     // dst + i*block, on `blocks` thread blocks (0: one per block copied), `inflight` at a time.
+    // in_launch: the table travels in each launch's parameters (raw_gather_in_launch; batches
+    // of up to 256 blocks), not in device memory; 0 GB/s where that kernel is missing.
     double run(uint8_t *dst, const uint8_t *src, uint64_t block, uint64_t batch, uint64_t batches, uint32_t blocks,
-               unsigned inflight = 1) {
+               unsigned inflight = 1, bool in_launch = false) {
         struct RawOp {
             uint64_t src, dst, bytes;
         };
+        struct RawTable256 {
+            RawOp ops[256];
+            uint32_t n;
+        };
+        if (in_launch && (!fn_in_launch_ || batch > 256)) return 0;
         std::vector<RawOp> ops(batch);
         for (uint64_t i = 0; i < batch; ++i)
             ops[i] = {reinterpret_cast<uintptr_t>(src + i * block), reinterpret_cast<uintptr_t>(dst + i * block),
@@ -73,11 +81,18 @@ public:
         unsigned n = static_cast<unsigned>(batch);
         const unsigned grid = blocks ? std::min<unsigned>(blocks, n) : n;
         void *params[] = {&table, &n};
+        RawTable256 inline_table{};
+        if (in_launch) {
+            std::copy(ops.begin(), ops.end(), inline_table.ops);
+            inline_table.n = n;
+            params[0] = &inline_table;
+        }
+        CUfunction fn = in_launch ? fn_in_launch_ : fn_;
         // Launch k once launch k - inflight has ended.
         auto one = [&](uint64_t k) {
             unsigned i = static_cast<unsigned>(k % inflight);
             CUDA_OR_DIE(cudaEventSynchronize(events[i]));  // never recorded: returns at once
-            if (int rc = launch_(fn_, grid, 1, 1, 512, 1, 1, 0, stream, params, nullptr); rc != 0) {
+            if (int rc = launch_(fn, grid, 1, 1, 512, 1, 1, 0, stream, params, nullptr); rc != 0) {
                 std::fprintf(stderr, "cuLaunchKernel(raw_gather): CUDA driver error %d\n", rc);
                 std::exit(3);
             }
@@ -102,6 +117,7 @@ private:
     CUresult (*launch_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **, void **) = nullptr;
     CUfunction fn_ = nullptr;
+    CUfunction fn_in_launch_ = nullptr;
 };
 
 }  // namespace gpu_raw

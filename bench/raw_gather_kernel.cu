@@ -17,3 +17,20 @@ extern "C" __global__ void raw_gather(const RawOp *ops, unsigned n) {
         for (unsigned long long w = threadIdx.x; w < words; w += blockDim.x) d[w] = s[w];
     }
 }
+
+// The same kernel with its table in the launch's parameters (up to 256 ops, 6 KiB), as
+// cuda_ipc.so passes it: the ceiling of that launch form, to tell a launch's cost from the
+// engine's. Parameters over 4 KiB need compute_70 and a CUDA 12.1 driver.
+struct RawTable256 {
+    RawOp ops[256];
+    unsigned n;
+};
+
+extern "C" __global__ void raw_gather_in_launch(const __grid_constant__ RawTable256 t) {
+    for (unsigned i = blockIdx.x; i < t.n; i += gridDim.x) {
+        const Word16 *s = reinterpret_cast<const Word16 *>(t.ops[i].src);
+        Word16 *d = reinterpret_cast<Word16 *>(t.ops[i].dst);
+        const unsigned long long words = t.ops[i].bytes / 16;
+        for (unsigned long long w = threadIdx.x; w < words; w += blockDim.x) d[w] = s[w];
+    }
+}
