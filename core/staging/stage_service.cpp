@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "util/log.hpp"
 
@@ -191,8 +192,9 @@ Result<void> StagingService::copy(uint32_t kind, int device, std::span<const Gpu
 
 StagingStats StagingService::stats() {
     std::lock_guard lock(mutex_);
-    return StagingStats{max_bytes_, slice_bytes_,   lent_,    peak_,         acquire_refused_,
-                        copies_,    copy_failures_, gathers_, gathered_ops_, gathers_by_transport_};
+    return StagingStats{max_bytes_,    slice_bytes_,           lent_,    peak_,         acquire_refused_,
+                        copies_,       copy_failures_,         gathers_, gathered_ops_, gathers_by_transport_,
+                        served_packs_, served_packed_requests_};
 }
 
 void StagingService::stop() {
@@ -269,6 +271,40 @@ int host_stage_copy(void *ctx, uint32_t kind, int32_t device, uint64_t device_ad
     return 0;
 }
 
+int host_stage_copy_parts(void *ctx, uint32_t kind, int32_t device, const ferry_stage_part_t *parts, size_t n,
+                          void *buf, int to_device, void (*done)(void *, int, const char *), void *arg,
+                          ferry_error_t *err) {
+    auto &svc = service(ctx);
+    const uint64_t slice = svc.slice_bytes();
+    if (!done || n == 0 || !parts) {
+        put_error(err, cat("stage_copy_parts: ", n, " parts with ", done ? "a" : "no",
+                           " done callback; pass at least one part and done"));
+        return -EINVAL;
+    }
+    std::vector<GpuStager::CopyRange> copies(n);
+    auto *base = static_cast<uint8_t *>(buf);
+    for (size_t i = 0; i < n; ++i) {
+        const ferry_stage_part_t &p = parts[i];
+        if (p.length == 0 || p.length > slice || p.buf_offset > slice - p.length) {
+            put_error(err, cat("stage_copy_parts: part ", i, " of ", p.length, " bytes at offset ", p.buf_offset,
+                               " does not fit the ", slice, "-byte buffer (stage_slice_bytes)"));
+            return -EINVAL;
+        }
+        const uintptr_t host = reinterpret_cast<uintptr_t>(base + p.buf_offset);
+        copies[i] = to_device ? GpuStager::CopyRange{p.device_addr, host, p.length}
+                              : GpuStager::CopyRange{host, p.device_addr, p.length};
+    }
+    auto r = svc.copy(kind, device, copies, [done, arg](int status, const std::string &message) {
+        done(arg, status, status ? message.c_str() : nullptr);
+    });
+    if (!r) {
+        put_error(err, r.error().message);
+        return r.error().code;
+    }
+    svc.count_served_pack(n);
+    return 0;
+}
+
 }  // namespace
 
 void StagingService::fill_host_api(ferry_host_api_t &host) {
@@ -286,6 +322,7 @@ void StagingService::fill_host_api(ferry_host_api_t &host) {
     host.stage_acquire = host_stage_acquire;
     host.stage_release = host_stage_release;
     host.stage_copy = host_stage_copy;
+    host.stage_copy_parts = host_stage_copy_parts;
 }
 
 }  // namespace ferry

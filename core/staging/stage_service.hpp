@@ -70,6 +70,13 @@ public:
         gathers_by_transport_ += by_transport;
     }
 
+    // Counts a serving plugin's buffer shared by `parts` small requests (stage_copy_parts).
+    void count_served_pack(size_t parts) {
+        std::lock_guard lock(mutex_);
+        ++served_packs_;
+        served_packed_requests_ += parts;
+    }
+
     StagingStats stats();
     // Refuses new copies and slices, waits for the started copies (their `done` runs), joins
     // the completion threads. Slices stay valid until the destructor.
@@ -97,7 +104,7 @@ private:
     std::map<std::pair<uint32_t, int>, std::vector<void *>> free_;
     std::map<std::pair<uint32_t, int>, std::unique_ptr<Lane>> lanes_;
     uint64_t lent_ = 0, peak_ = 0, acquire_refused_ = 0, copies_ = 0, copy_failures_ = 0, gathers_ = 0,
-             gathered_ops_ = 0, gathers_by_transport_ = 0;
+             gathered_ops_ = 0, gathers_by_transport_ = 0, served_packs_ = 0, served_packed_requests_ = 0;
     bool stopping_ = false;
     std::function<void()> on_release_;
     // Runs on_release for plugins' releases, off their threads.

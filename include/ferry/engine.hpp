@@ -98,17 +98,19 @@ inline constexpr size_t kMaxNotificationBytes = 1u << 20;
 // Pinned host memory the GPU staging lends out (to the plugins serving peers' access to our GPU
 // memory, and to our own initiator-side pipeline), for tests and benches.
 struct StagingStats {
-    uint64_t max_bytes = 0;             // gpu_staging_max_bytes: the bound (0: staging disabled)
-    uint64_t slice_bytes = 0;           // gpu_staging_slice_bytes: one slice
-    uint64_t lent_bytes = 0;            // lent out now
-    uint64_t peak_lent_bytes = 0;       // most lent out at once since the engine started
-    uint64_t acquire_refused = 0;       // slices refused at the bound (the asker waits or fails)
-    uint64_t copies = 0;                // GPU <-> pinned copies started
-    uint64_t copy_failures = 0;         // of those, failed
-    uint64_t gathers = 0;               // initiator slices shared by small ops: gathers and scatters
-    uint64_t gathered_ops = 0;          // small ops moved through them
-    uint64_t gathers_by_transport = 0;  // of the gathers and scatters, those a GPU transport ran
-                                        // (copy_local: cuda_ipc.so's copy kernel)
+    uint64_t max_bytes = 0;               // gpu_staging_max_bytes: the bound (0: staging disabled)
+    uint64_t slice_bytes = 0;             // gpu_staging_slice_bytes: one slice
+    uint64_t lent_bytes = 0;              // lent out now
+    uint64_t peak_lent_bytes = 0;         // most lent out at once since the engine started
+    uint64_t acquire_refused = 0;         // slices refused at the bound (the asker waits or fails)
+    uint64_t copies = 0;                  // GPU <-> pinned copies started
+    uint64_t copy_failures = 0;           // of those, failed
+    uint64_t gathers = 0;                 // initiator slices shared by small ops: gathers and scatters
+    uint64_t gathered_ops = 0;            // small ops moved through them
+    uint64_t gathers_by_transport = 0;    // of the gathers and scatters, those a GPU transport ran
+                                          // (copy_local: cuda_ipc.so's copy kernel)
+    uint64_t served_packs = 0;            // serving: buffers shared by small requests of a peer (tcp.so)
+    uint64_t served_packed_requests = 0;  // the requests moved through them
 };
 
 // Op latency (submit to completion) histogram bounds, in seconds: 10 µs to 10 s.

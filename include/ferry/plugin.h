@@ -79,7 +79,7 @@ extern "C" {
 #endif
 
 #define FERRY_PLUGIN_ABI_MAJOR 1u
-#define FERRY_PLUGIN_ABI_MINOR 6u
+#define FERRY_PLUGIN_ABI_MINOR 7u
 /* abi_version field: major in the high 16 bits, minor in the low 16 bits. */
 #define FERRY_PLUGIN_ABI_VERSION ((FERRY_PLUGIN_ABI_MAJOR << 16) | FERRY_PLUGIN_ABI_MINOR)
 /* Name of the exported symbol for ABI major 1. */
@@ -152,6 +152,13 @@ typedef struct ferry_kv {
     const char *value;
 } ferry_kv_t;
 
+/* One part of a stage_copy_parts call (ABI 1.7). */
+typedef struct ferry_stage_part {
+    uint64_t device_addr; /* inside a region registered with this transport */
+    uint64_t buf_offset;  /* where the part sits in the borrowed buffer */
+    uint64_t length;
+} ferry_stage_part_t;
+
 /* Services the host offers a transport instance. Valid until `destroy` returns. */
 typedef struct ferry_host_api {
     uint32_t struct_size; /* sizeof(ferry_host_api_t) as the host compiled it */
@@ -187,6 +194,18 @@ typedef struct ferry_host_api {
     int (*stage_copy)(void *ctx, uint32_t kind, int32_t device_id, uint64_t device_addr, void *buf, uint64_t bytes,
                       int to_device, void (*done)(void *arg, int status, const char *message), void *arg,
                       ferry_error_t *err);
+
+    /* ---- ABI 1.7: many small requests in one borrowed buffer (read only when struct_size
+     * covers it; NULL where stage_copy is) ----
+     * As stage_copy, for `n` parts of one borrowed buffer: part i moves parts[i].length bytes
+     * between device memory at parts[i].device_addr and buf + parts[i].buf_offset (parts do not
+     * overlap in the buffer and end within stage_slice_bytes). One `done` for all of them, once
+     * none can still write; its status is the first failure. A serving plugin packs small
+     * requests of one region into one buffer with it: one copy call and one completion instead
+     * of one per request. */
+    int (*stage_copy_parts)(void *ctx, uint32_t kind, int32_t device_id, const ferry_stage_part_t *parts, size_t n,
+                            void *buf, int to_device, void (*done)(void *arg, int status, const char *message),
+                            void *arg, ferry_error_t *err);
 } ferry_host_api_t;
 
 /* Bytes of ferry_host_api_t up to and including `member`: a plugin reads a field only when

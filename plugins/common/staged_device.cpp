@@ -216,16 +216,15 @@ void on_copy_done(void *arg, int status, const char *message) {
     }
 }
 
-int StageWindow::copy(const SlicePtr &s, uint64_t device_addr, bool to_device, std::string *why) {
+int StageWindow::start_copy(const SlicePtr &s, bool to_device, std::string *why,
+                            const std::function<int(ferry_error_t *)> &call) {
     {
         std::lock_guard lk(core_->mu);
         s->phase_ = Slice::Phase::Copying;
         s->self_ = s;
     }
     ferry_error_t e{};
-    const ferry_host_api_t *h = stager_.host_;
-    int rc = h->stage_copy(h->ctx, s->kind_, s->device_id_, device_addr, s->buf_, s->len_, to_device ? 1 : 0,
-                           on_copy_done, s.get(), &e);
+    int rc = call(&e);
     if (rc != 0) {
         std::lock_guard lk(core_->mu);
         s->phase_ = Slice::Phase::Held;
@@ -236,10 +235,42 @@ int StageWindow::copy(const SlicePtr &s, uint64_t device_addr, bool to_device, s
     return rc;
 }
 
+int StageWindow::copy(const SlicePtr &s, uint64_t device_addr, bool to_device, std::string *why) {
+    const ferry_host_api_t *h = stager_.host_;
+    return start_copy(s, to_device, why, [&](ferry_error_t *e) {
+        return h->stage_copy(h->ctx, s->kind_, s->device_id_, device_addr, s->buf_, s->len_, to_device ? 1 : 0,
+                             on_copy_done, s.get(), e);
+    });
+}
+
+bool StageWindow::parts_offered() const {
+    const ferry_host_api_t *h = stager_.host_;
+    return stager_.offered_ && h->struct_size >= FERRY_HOST_API_SIZE_UNTIL(stage_copy_parts) &&
+           h->stage_copy_parts != nullptr;
+}
+
+int StageWindow::copy_parts(const SlicePtr &s, const ferry_stage_part_t *parts, size_t n, bool to_device,
+                            std::string *why) {
+    const ferry_host_api_t *h = stager_.host_;
+    return start_copy(s, to_device, why, [&](ferry_error_t *e) {
+        return h->stage_copy_parts(h->ctx, s->kind_, s->device_id_, parts, n, s->buf_, to_device ? 1 : 0, on_copy_done,
+                                   s.get(), e);
+    });
+}
+
+void StageWindow::share(const SlicePtr &s, unsigned holders) {
+    std::lock_guard lk(core_->mu);
+    s->holders_ = holders == 0 ? 1 : holders;
+}
+
 void StageWindow::release(const SlicePtr &s) {
     {
         std::lock_guard lk(core_->mu);
         if (s->phase_ == Slice::Phase::Released) return;
+        if (s->holders_ > 1) {  // another packed request still sends from it
+            --s->holders_;
+            return;
+        }
         if (s->phase_ == Slice::Phase::Copying) {
             s->release_when_copied_ = true;  // on_copy_done gives it back
             return;

@@ -59,6 +59,7 @@ private:
     uint64_t len_ = 0;
     enum class Phase { Held, Copying, Copied, Released } phase_ = Phase::Held;
     bool release_when_copied_ = false;
+    unsigned holders_ = 1;  // owners that each release it once (a buffer of packed parts)
     int status_ = 0;
     std::string message_;
 };
@@ -126,6 +127,13 @@ public:
     // Starts the copy of the slice's bytes to (to_device) or from device_addr. On failure the
     // slice stays held (release it) and *why says why.
     int copy(const SlicePtr &s, uint64_t device_addr, bool to_device, std::string *why);
+    // Whether the host takes many parts in one copy (ABI 1.7 stage_copy_parts).
+    bool parts_offered() const;
+    // Starts one copy of n parts of the slice's buffer (stage_copy_parts); as copy otherwise.
+    int copy_parts(const SlicePtr &s, const ferry_stage_part_t *parts, size_t n, bool to_device, std::string *why);
+    // The slice is held by `holders` owners from now on (one per packed request), each of whom
+    // releases it once; the buffer goes back with the last release.
+    void share(const SlicePtr &s, unsigned holders);
     // Gives the buffer back (at once, or when its running copy ends).
     void release(const SlicePtr &s);
     // Sync owners: blocks until s->copied().
@@ -140,6 +148,8 @@ public:
 
 private:
     void release_locked(Slice &s);
+    int start_copy(const SlicePtr &s, bool to_device, std::string *why,
+                   const std::function<int(ferry_error_t *)> &call);
     Stager &stager_;
     const unsigned depth_;
     std::shared_ptr<WindowCore> core_;

@@ -56,10 +56,15 @@ struct Config {
     unsigned max_handshakes_per_ip = 64;  // >= lanes (64 at most) of one honest peer
     unsigned max_connections = 0;         // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
     unsigned max_connections_per_ip = 256;
+    // Serving GPU memory (server_staged.cpp): READ requests of up to this many bytes that arrive
+    // together on a connection share one staging buffer and one host copy. A KV cache's 16-256
+    // KiB blocks otherwise cost a whole buffer, a copy and its completion each, four in flight.
+    // Capped at a quarter of the host's staging buffer; 0 = a buffer per request.
+    uint64_t staged_pack_max_bytes = 1u << 20;
 };
 
 // Every option: parser, messages and what `ferry-info --options tcp` prints (options.cpp).
-inline constexpr size_t kOptionCount = 19;
+inline constexpr size_t kOptionCount = 20;
 extern const ferry_plugin::OptionTable<Config, kOptionCount> kOptions;
 
 // Parses options into cfg (only on success). Unknown keys and malformed values fail with

@@ -295,9 +295,20 @@ ssize_t ServerConn::read_request_run() {
     // All that was queued is taken: the next bytes raise a new edge (not after a hang-up, whose
     // EOF must still be read).
     if (got == n && static_cast<size_t>(n) < sizeof run && !hup_) readable_ = false;
+    // Device-memory READs of the run are all queued before their copies start, so the small
+    // ones can share staging buffers (server_staged.cpp).
+    stage_hold_ = true;
     for (size_t i = 0; i < k; ++i) {
         memcpy(hdr_, run + i * kHeaderSize, kHeaderSize);
-        if (!on_header()) return -1;
+        if (!on_header()) {
+            stage_hold_ = false;
+            return -1;
+        }
+    }
+    stage_hold_ = false;
+    if (!staged_.empty()) {
+        stage_progress();
+        if (closed_) return -1;
     }
     return got;
 }

@@ -116,6 +116,7 @@ private:
     void stage_rx_filled();                        // the buffer is full: copy it to the device
     void stage_rx_done();                          // the payload is in
     void stage_progress();                         // feed copies, mark items ready, acks
+    bool stage_feed_pack();                        // small READs at feed_ share one buffer
     void stage_fail_read(Resp *head, int code, const std::string &why);
     void stage_release(Resp &r);  // its slice back; it leaves out_
     void stage_pop();             // staged_.front() is decided
@@ -177,6 +178,7 @@ private:
     uint64_t rx_slice_got_ = 0;
     uint64_t rx_dev_ = 0;      // device address of the next WRITE payload byte
     bool stage_wait_ = false;  // receiving waits for a staging buffer
+    bool stage_hold_ = false;  // a run of requests is being read: their copies start after it
     Clock::time_point last_progress_{};
 };
 

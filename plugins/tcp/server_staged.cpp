@@ -116,8 +116,55 @@ bool ServerConn::stage_read(const Header &h, Region *r) {
         staged_.push_back(&it);
         ++staged_in_out_;
     }
-    stage_progress();
+    if (!stage_hold_) stage_progress();
     return !closed_;
+}
+
+// READs of one region small enough to pack, queued one after another from feed_ on, share one
+// buffer: one host copy out of the device for all of them (stage_copy_parts), each part on a
+// 256-byte boundary. Each request is still answered on its own, and a failed copy fails exactly
+// the requests of its buffer, each with an ERROR (none of them was sent). True when it started
+// such a copy or must wait for a buffer; false when the item at feed_ goes alone.
+bool ServerConn::stage_feed_pack() {
+    constexpr uint64_t kPartAlign = 256;
+    const uint64_t slice = ctx_.stager.slice_bytes();
+    const uint64_t max_op = std::min<uint64_t>(ctx_.cfg.staged_pack_max_bytes, slice / 4);
+    ferry_staged::StageWindow &w = *window_;
+    if (max_op == 0 || !w.parts_offered()) return false;
+    auto packable = [&](const Resp *x, const Region *r) {
+        return x->head && !x->dead && !x->ready && !x->slice && x->group == 1 && x->len <= max_op && x->dev_region == r;
+    };
+    Resp *first = staged_[feed_];
+    if (!packable(first, first->dev_region)) return false;
+    std::vector<ferry_stage_part_t> parts;
+    uint64_t end = 0;
+    for (size_t i = feed_; i < staged_.size() && packable(staged_[i], first->dev_region); ++i) {
+        const uint64_t at = (end + kPartAlign - 1) & ~(kPartAlign - 1);
+        if (at + staged_[i]->len > slice) break;
+        parts.push_back({staged_[i]->dev_addr, at, staged_[i]->len});
+        end = at + staged_[i]->len;
+    }
+    if (parts.size() < 2) return false;
+    int code = 0;
+    bool wait = false;
+    std::string why;
+    ferry_staged::SlicePtr s = stage_take(first->dev_region, first->dev_addr, end, &code, &why, &wait);
+    if (wait) return true;
+    if (s) {
+        code = w.copy_parts(s, parts.data(), parts.size(), false, &why);
+        if (code == 0) {
+            w.share(s, static_cast<unsigned>(parts.size()));
+            for (const ferry_stage_part_t &p : parts) {
+                Resp *it = staged_[feed_++];
+                it->data = static_cast<const uint8_t *>(s->buf()) + p.buf_offset;
+                it->slice = s;
+            }
+            return true;
+        }
+        w.release(s);
+    }
+    for (size_t i = 0; i < parts.size(); ++i) stage_fail_read(staged_[feed_ + i], code, why);
+    return true;
 }
 
 void ServerConn::stage_write(const Header &h, Region *r) {
@@ -243,6 +290,12 @@ void ServerConn::stage_progress() {
         Resp *it = staged_[feed_];
         if (it->dead || it->ready || it->slice) {
             ++feed_;
+            continue;
+        }
+        const size_t was = feed_;
+        if (stage_feed_pack()) {
+            if (closed_) return;
+            if (feed_ == was && !staged_[feed_]->ready) break;  // waits for a buffer
             continue;
         }
         int code = 0;

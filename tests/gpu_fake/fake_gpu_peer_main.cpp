@@ -65,7 +65,8 @@ int main(int argc, char **argv) {
             std::printf("SUM %" PRIx64 "\n", ferry::test::fnv1a(host.data(), host.size()));
         } else if (cmd == "stats") {
             auto st = (*engine)->staging_stats();
-            std::printf("STATS %" PRIu64 " %" PRIu64 "\n", st.lent_bytes, st.peak_lent_bytes);
+            std::printf("STATS %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", st.lent_bytes, st.peak_lent_bytes,
+                        st.served_packs, st.served_packed_requests);
         } else if (cmd == "quit") {
             return 0;
         } else {

@@ -107,7 +107,8 @@ TEST_F(GpuTargetTest, DescriptorsSayTheRegionIsGpuMemoryAndAnUnservedOneNamesThe
 
 // A (fake) GPU target engine served over the engine's transport, read and written from host
 // and from (fake) GPU memory, byte-exact, and every pinned slice back with the target's host.
-static void serve_gpu_target(Engine &e, const std::vector<std::string> &peer_options) {
+// packs: the target's transport packs small READs into shared slices (tcp.so).
+static void serve_gpu_target(Engine &e, const std::vector<std::string> &peer_options, bool packs) {
     constexpr uint64_t kSize = 8 << 20;
     std::vector<std::string> args = {"--size",   std::to_string(kSize),
                                      "--option", "gpu_staging_slice_bytes=262144",
@@ -153,6 +154,39 @@ static void serve_gpu_target(Engine &e, const std::vector<std::string> &peer_opt
     EXPECT_TRUE(std::equal(part.begin() + 3, part.begin() + 3 + 65537, host.begin() + 1000001));
     EXPECT_EQ(part[2], 0);
     EXPECT_EQ(part[3 + 65537], 0);
+    // KV-sized READs, 512 in one batch at scattered offsets, into host and into GPU memory: byte-
+    // exact; a tcp target serves them through shared slices (stage_copy_parts of the core).
+    std::vector<Request> small;
+    std::vector<uint8_t> back(kSize, 0);
+    ASSERT_TRUE(e.register_memory(back.data(), kSize));
+    for (uint64_t i = 0; i < 512; ++i) {
+        const uint64_t len = 4096 + (i % 5) * 3001, off = (i * 7 % 512) * 16384 + i % 3;
+        small.push_back({Opcode::Read, back.data() + off, *seg, peer.base + off, len, ""});
+    }
+    ASSERT_TRUE(run(e, small));
+    for (const Request &q : small) {
+        const uint64_t off = q.remote - peer.base;
+        ASSERT_TRUE(std::equal(back.begin() + off, back.begin() + off + q.length, host.begin() + off)) << off;
+    }
+    gpu().htod(reinterpret_cast<uintptr_t>(dev), std::vector<uint8_t>(kSize, 0).data(), kSize);
+    for (Request &q : small) q.local = dev + (q.remote - peer.base);
+    ASSERT_TRUE(run(e, small));
+    gpu().dtoh(got.data(), reinterpret_cast<uintptr_t>(dev), kSize);
+    for (const Request &q : small) {
+        const uint64_t off = q.remote - peer.base;
+        ASSERT_TRUE(std::equal(got.begin() + off, got.begin() + off + q.length, host.begin() + off)) << off;
+    }
+    unsigned long long lent = 1, peak = 0, shared = 0, packed = 0;
+    const std::string stats = peer.command("stats");
+    ASSERT_EQ(sscanf(stats.c_str(), "STATS %llu %llu %llu %llu", &lent, &peak, &shared, &packed), 4) << stats;
+    EXPECT_EQ(lent, 0u) << "the target gave every pinned slice back";
+    if (packs) {
+        EXPECT_GT(shared, 0u) << "no small READ shared a slice on the target";
+        EXPECT_GE(packed, 2 * shared);
+    } else {
+        EXPECT_EQ(shared, 0u);
+    }
+    std::printf("1024 small READs served through %llu shared slices (%llu requests)\n", shared, packed);
 }
 
 // Runs once tcp.so serves device regions through the host staging calls (helper gpuserve's
@@ -163,7 +197,7 @@ TEST_F(GpuTargetTest, GpuTargetServedOverTcpFromHostAndFromGpuMemory) {
     ASSERT_TRUE(e) << e.error().message;
     if (!tcp_serves_staged(**e))
         GTEST_SKIP() << "SKIPPED: tcp.so does not serve staged device memory yet (no FERRY_CAP_STAGED_DEVICE)";
-    serve_gpu_target(**e, {});
+    serve_gpu_target(**e, {}, true);
 }
 
 // The same over efa.so on libfabric's tcp provider (no FI_HMEM): the target serves its GPU
@@ -174,7 +208,7 @@ TEST_F(GpuTargetTest, GpuTargetServedOverEfaWithoutHmem) {
                              {"gpu_staging_slice_bytes", "262144"},
                              {"gpu_staging_max_bytes", "1048576"}});
     if (!e) GTEST_SKIP() << "SKIPPED: efa.so over libfabric's tcp provider is not available: " << e.error().message;
-    serve_gpu_target(**e, {"plugins=efa", "efa.provider=tcp"});
+    serve_gpu_target(**e, {"plugins=efa", "efa.provider=tcp"}, false);
 }
 
 TEST_F(GpuTargetTest, APeerKilledMidPipelineFailsEveryUnfinishedOpAndReturnsThePinnedMemory) {

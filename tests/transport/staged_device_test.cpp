@@ -203,6 +203,7 @@ protected:
     // Target: device region of `dev_len` bytes on a staging host; initiator: host memory.
     void start(uint64_t max_bytes = 4 * kSlice, size_t dev_len = 8 * kMiB, const Options &target_extra = {}) {
         host_ = std::make_unique<StagingHost>(kSlice, max_bytes);
+        if (!host_parts_) host_->offer_parts(false);
         dev_ = std::make_unique<DeviceMemory>(dev_len);
         host_->add_device(*dev_);
         local_ = std::make_unique<Buffer>(dev_len);
@@ -236,6 +237,7 @@ protected:
     std::unique_ptr<Buffer> local_;
     std::unique_ptr<Instance> target_, initiator_;
     uint64_t dev_mem_ = 0, local_mem_ = 0, peer_ = 0, remote_ = 0;
+    bool host_parts_ = true;  // the host offers stage_copy_parts (ABI 1.7)
 };
 
 TEST_P(StagedDevice, AdvertisesTheCap) { EXPECT_NE((*plugin_)->caps & FERRY_CAP_STAGED_DEVICE, 0u); }
@@ -466,6 +468,135 @@ TEST_P(StagedDevice, TargetKilledMidPipelineFailsEveryOp) {
         }
     EXPECT_GT(failed, 0u) << "the kill came after the pipeline";
 }
+
+// tcp.so packs READs of device memory that arrive together into shared staging buffers (one
+// stage_copy_parts each); the other plugins copy per request or per piece.
+class StagedPacking : public StagedDevice {
+protected:
+    void SetUp() override {
+        StagedDevice::SetUp();
+        if (!IsSkipped() && GetParam().name.rfind("tcp", 0) != 0)
+            GTEST_SKIP() << "SKIPPED: packing small READs into shared staging buffers is tcp.so's (" << GetParam().name
+                         << " copies each request on its own)";
+    }
+    // READs of 1 B to 64 KiB + 1 at odd offsets, back to back with gaps; the ones over a quarter
+    // of the test host's buffer (64 KiB) go alone.
+    std::vector<ferry_xfer_op_t> small_reads(size_t n, uint64_t *bytes) const {
+        static constexpr uint64_t kLens[] = {1, 3, 4097, 16384, 16389, 65536, 65537, 777};
+        std::vector<ferry_xfer_op_t> ops;
+        uint64_t off = 5;
+        *bytes = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const uint64_t len = kLens[i % std::size(kLens)];
+            if (off + len > dev_->size()) off = 5 + i % 13;
+            ops.push_back(op(FERRY_OP_READ, off, len, i));
+            *bytes += len;
+            off += len + 17;
+        }
+        return ops;
+    }
+    // Every op reported once; the successful ones byte-exact. Returns how many failed.
+    size_t check(const std::vector<ferry_xfer_op_t> &ops, const std::vector<ferry_completion_t> &got, uint64_t seed) {
+        EXPECT_EQ(got.size(), ops.size());
+        std::vector<int> seen(ops.size(), 0);
+        size_t failed = 0;
+        for (const auto &c : got) {
+            if (c.user_data >= ops.size() || seen[c.user_data]++ != 0) {
+                ADD_FAILURE() << "op " << c.user_data << " reported twice or unknown";
+                continue;
+            }
+            const ferry_xfer_op_t &o = ops[c.user_data];
+            const uint64_t off = o.remote_addr - dev_->addr();
+            if (c.status != 0) {
+                ++failed;
+                EXPECT_EQ(c.status, -EIO) << c.message;
+                EXPECT_NE(strstr(c.message, StagingHost::kFailText), nullptr) << c.message;
+                continue;
+            }
+            EXPECT_EQ(find_mismatch(local_->data() + off, o.length, seed, off), SIZE_MAX)
+                << "READ " << c.user_data << " of " << o.length << " bytes at " << off;
+        }
+        return failed;
+    }
+};
+
+// 600 small READs in one submit: each byte-exact, far fewer buffers and copies than requests.
+TEST_P(StagedPacking, SmallReadsShareStagingBuffersByteExact) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    fill_pattern(dev_->alias(), dev_->size(), 51);
+    host_->set_copy_delay(std::chrono::milliseconds(2));  // later requests queue behind the window
+    uint64_t bytes = 0;
+    auto ops = small_reads(600, &bytes);
+    EXPECT_EQ(check(ops, run(ops), 51), 0u);
+    StagingStats st = host_->stats();
+    EXPECT_GT(st.part_copies, 0u) << "no READs were packed";
+    EXPECT_GE(st.parts, 2 * st.part_copies);
+    EXPECT_LT(st.acquired, ops.size() / 3) << "a buffer per request: " << st.acquired << " for " << ops.size();
+    EXPECT_LT(st.copies, ops.size() / 3);
+}
+
+// Packing off (staged_pack_max_bytes=0), or a host without stage_copy_parts (ABI 1.6): a
+// buffer and a copy per request, as exact.
+TEST_P(StagedPacking, PackingOffOrAnOlderHostCopiesEachRequest) {
+    for (bool old_host : {false, true}) {
+        SCOPED_TRACE(old_host ? "host without stage_copy_parts" : "staged_pack_max_bytes=0");
+        host_parts_ = !old_host;
+        ASSERT_NO_FATAL_FAILURE(old_host ? start() : start(4 * kSlice, 8 * kMiB, {{"staged_pack_max_bytes", "0"}}));
+        fill_pattern(dev_->alias(), dev_->size(), 52);
+        host_->set_copy_delay(std::chrono::milliseconds(1));
+        uint64_t bytes = 0;
+        auto ops = small_reads(96, &bytes);
+        EXPECT_EQ(check(ops, run(ops), 52), 0u);
+        StagingStats st = host_->stats();
+        EXPECT_EQ(st.part_copies, 0u);
+        EXPECT_EQ(st.copies, ops.size());
+        initiator_.reset();
+        target_.reset();
+        ASSERT_TRUE(host_->wait_idle(std::chrono::seconds(30)));
+    }
+}
+
+// A packed copy that fails fails exactly the requests of its buffer, each with the host's
+// message and none twice; every other READ is exact, and the connection keeps serving.
+TEST_P(StagedPacking, FailedPackedCopyFailsItsRequestsOnly) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    fill_pattern(dev_->alias(), dev_->size(), 53);
+    host_->set_copy_delay(std::chrono::milliseconds(2));
+    uint64_t bytes = 0;
+    auto ops = small_reads(400, &bytes);
+    for (auto &o : ops) o.length = std::min<uint64_t>(o.length, 16384);  // all packable
+    host_->fail_copy(3);  // the window's 4th buffer: requests queued behind the first copies
+    const size_t failed = check(ops, run(ops), 53);
+    StagingStats st = host_->stats();
+    EXPECT_EQ(st.failed_copies, 1u);
+    EXPECT_GE(failed, 1u);
+    EXPECT_LT(failed, ops.size() / 2) << "more failed than one buffer's requests";
+    EXPECT_GT(st.part_copies, 0u);
+    host_->set_copy_delay(std::chrono::milliseconds(0));
+    auto again = run({op(FERRY_OP_READ, 0, 4096, 1), op(FERRY_OP_READ, 8192, 4096, 2)});
+    for (const auto &c : again) EXPECT_EQ(c.status, 0) << c.message;
+}
+
+// The initiator dies while packed copies run; the target, destroyed then, gives every buffer
+// back once, each after its copy ended (the test host records a release during a copy).
+TEST_P(StagedPacking, TargetDestroyedWhilePackedCopiesRun) {
+    ASSERT_NO_FATAL_FAILURE(start());
+    host_->set_copy_delay(std::chrono::milliseconds(20));
+    uint64_t bytes = 0;
+    auto ops = small_reads(300, &bytes);
+    ASSERT_EQ(initiator_->submit(peer_, ops), 0) << initiator_->last_error();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (host_->stats().part_copies < 1 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_GT(host_->stats().part_copies, 0u);
+    initiator_.reset();
+    target_.reset();
+    ASSERT_TRUE(host_->wait_idle(std::chrono::seconds(60))) << "buffers not returned";
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugins, StagedPacking, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<StagedParam> &i) { return i.param.name; });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StagedPacking);
 
 INSTANTIATE_TEST_SUITE_P(Plugins, StagedDevice, ::testing::ValuesIn(params()),
                          [](const auto &info) { return info.param.name; });

@@ -43,6 +43,7 @@ StagingHost::StagingHost(uint64_t slice_bytes, uint64_t max_bytes) : slice_(slic
     api_.stage_acquire = acquire_cb;
     api_.stage_release = release_cb;
     api_.stage_copy = copy_cb;
+    api_.stage_copy_parts = copy_parts_cb;
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -59,6 +60,12 @@ StagingHost::~StagingHost() {
 void StagingHost::add_device(const DeviceMemory &m) {
     std::lock_guard lk(mu_);
     devs_.push_back(&m);
+}
+
+void StagingHost::offer_parts(bool on) {
+    std::lock_guard lk(mu_);
+    api_.stage_copy_parts = on ? copy_parts_cb : nullptr;
+    api_.struct_size = on ? sizeof(ferry_host_api_t) : FERRY_HOST_API_SIZE_UNTIL(stage_copy);
 }
 
 void StagingHost::fail_copy(uint64_t n, int status) {
@@ -162,7 +169,34 @@ int StagingHost::copy_cb(void *ctx, uint32_t, int32_t, uint64_t addr, void *buf,
         return -EFAULT;
     }
     h->copying_.insert(buf);
-    h->queue_.push_back(Copy{addr, buf, bytes, to_device != 0, done, arg, h->next_seq_++});
+    h->queue_.push_back(Copy{addr, buf, bytes, to_device != 0, done, arg, h->next_seq_++, {}});
+    h->cv_.notify_all();
+    return 0;
+}
+
+int StagingHost::copy_parts_cb(void *ctx, uint32_t, int32_t, const ferry_stage_part_t *parts, size_t n, void *buf,
+                               int to_device, void (*done)(void *, int, const char *), void *arg, ferry_error_t *err) {
+    auto *h = static_cast<StagingHost *>(ctx);
+    std::lock_guard lk(h->mu_);
+    if (h->lent_.count(buf) == 0 || h->copying_.count(buf) != 0 || done == nullptr || n == 0) {
+        h->st_.misuse.push_back("parts copy on a buffer not lent or already copying, or of no parts");
+        snprintf(err->message, sizeof err->message, "test host: bad copy");
+        return -EINVAL;
+    }
+    std::vector<ferry_stage_part_t> v(parts, parts + n);
+    for (size_t i = 0; i < n; ++i) {
+        if (v[i].length == 0 || v[i].length > h->slice_ || v[i].buf_offset > h->slice_ - v[i].length ||
+            h->translate(v[i].device_addr, v[i].length) == nullptr) {
+            h->st_.misuse.push_back("a part outside its buffer or every device region");
+            snprintf(err->message, sizeof err->message, "test host: bad part");
+            return -EFAULT;
+        }
+        for (size_t j = 0; j < i; ++j)
+            if (v[j].buf_offset < v[i].buf_offset + v[i].length && v[i].buf_offset < v[j].buf_offset + v[j].length)
+                h->st_.misuse.push_back("parts overlapping in the buffer");
+    }
+    h->copying_.insert(buf);
+    h->queue_.push_back(Copy{0, buf, 0, to_device != 0, done, arg, h->next_seq_++, std::move(v)});
     h->cv_.notify_all();
     return 0;
 }
@@ -177,17 +211,23 @@ void StagingHost::loop() {
         const bool fail = fail_at_.erase(c.seq) != 0;
         const auto delay = delay_;
         auto hook = on_copy_;
-        uint8_t *dev = translate(c.dev, c.len);
+        if (c.parts.empty()) c.parts.push_back({c.dev, 0, c.len});
+        std::vector<uint8_t *> dev;
+        for (const ferry_stage_part_t &p : c.parts) dev.push_back(translate(p.device_addr, p.length));
         lk.unlock();
         if (delay.count() > 0)
             std::this_thread::sleep_for(delay);  // a slow device: the pipeline is in flight meanwhile
-        if (!fail) {
-            if (hook) hook(c.to_device, c.dev, c.len);
-            if (c.to_device) memcpy(dev, c.buf, c.len);
-            else memcpy(c.buf, dev, c.len);
-        }
+        if (!fail)
+            for (size_t i = 0; i < c.parts.size(); ++i) {
+                const ferry_stage_part_t &p = c.parts[i];
+                uint8_t *b = static_cast<uint8_t *>(c.buf) + p.buf_offset;
+                if (hook) hook(c.to_device, p.device_addr, p.length);
+                if (c.to_device) memcpy(dev[i], b, p.length);
+                else memcpy(b, dev[i], p.length);
+            }
         lk.lock();
         ++st_.copies;
+        if (c.len == 0) ++st_.part_copies, st_.parts += c.parts.size();
         if (fail) ++st_.failed_copies;
         copying_.erase(c.buf);
         const int status = fail ? fail_status_ : 0;

@@ -41,6 +41,7 @@ private:
 
 struct StagingStats {
     uint64_t acquired = 0, released = 0, eagain = 0, copies = 0, failed_copies = 0;
+    uint64_t part_copies = 0, parts = 0;  // stage_copy_parts calls (counted in copies too), their parts
     uint64_t held = 0, peak_held_bytes = 0;
     std::vector<std::string> misuse;
 };
@@ -54,6 +55,8 @@ public:
 
     const ferry_host_api_t *api() const { return &api_; }
     void add_device(const DeviceMemory &m);
+    // Whether stage_copy_parts is offered (ABI 1.7; default yes): off, the host is an ABI 1.6 one.
+    void offer_parts(bool on);
     // The copy numbered n (0 = the next one started) completes with `status` and a message.
     void fail_copy(uint64_t n, int status = -EIO);
     void set_copy_delay(std::chrono::milliseconds d);  // each copy takes at least this long
@@ -77,11 +80,15 @@ private:
         void (*done)(void *, int, const char *);
         void *arg;
         uint64_t seq;
+        std::vector<ferry_stage_part_t> parts;  // a stage_copy_parts call (dev, len unused)
     };
     static int acquire_cb(void *ctx, uint32_t kind, int32_t dev, uint64_t bytes, void **buf, ferry_error_t *err);
     static void release_cb(void *ctx, void *buf);
     static int copy_cb(void *ctx, uint32_t kind, int32_t dev, uint64_t addr, void *buf, uint64_t bytes, int to_device,
                        void (*done)(void *, int, const char *), void *arg, ferry_error_t *err);
+    static int copy_parts_cb(void *ctx, uint32_t kind, int32_t dev, const ferry_stage_part_t *parts, size_t n,
+                             void *buf, int to_device, void (*done)(void *, int, const char *), void *arg,
+                             ferry_error_t *err);
     void loop();
     uint8_t *translate(uint64_t dev, uint64_t len);  // nullptr: not inside a device region
 
