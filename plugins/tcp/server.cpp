@@ -109,6 +109,8 @@ void ServerConn::progress() {
             break;
         }
     }
+    // Small WRITEs received so far go to the device now, unless one is still arriving.
+    if (!closed_ && pack_ && !rx_in_pack_) stage_flush_pack();
     if (!closed_ && ((ctx_.cfg.op_timeout_ms != 0 && busy()) || !hello_done_ || stage_busy()))
         reactor_.want_timer(this);
 }
@@ -191,8 +193,8 @@ ssize_t ServerConn::do_recv() {
             chunk = static_cast<size_t>(std::min<uint64_t>(left_, SSIZE_MAX - kHeaderSize));
             iov[0] = {dst_, chunk};
         } else if (rx_ == Rx::Staged && rx_slice_) {
-            chunk = static_cast<size_t>(std::min<uint64_t>(left_, rx_slice_->length() - rx_slice_got_));
-            iov[0] = {static_cast<uint8_t *>(rx_slice_->buf()) + rx_slice_got_, chunk};
+            chunk = static_cast<size_t>(std::min<uint64_t>(left_, rx_len_ - rx_slice_got_));
+            iov[0] = {rx_base_ + rx_slice_got_, chunk};
         } else {
             if (scratch_.empty()) scratch_.resize(kScratch);
             chunk = static_cast<size_t>(std::min<uint64_t>(left_, scratch_.size()));
@@ -244,7 +246,7 @@ ssize_t ServerConn::do_recv() {
         dst_ += body;
     } else if (rx_ == Rx::Staged && rx_slice_) {
         rx_slice_got_ += body;
-        if (rx_slice_got_ == rx_slice_->length()) stage_rx_filled();
+        if (rx_slice_got_ == rx_len_) stage_rx_filled();
     }
     if (left_ != 0) return n;
     set_rcvlowat(fd_, &lowat_, 1);

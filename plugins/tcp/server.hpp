@@ -117,6 +117,8 @@ private:
     void stage_rx_done();                          // the payload is in
     void stage_progress();                         // feed copies, mark items ready, acks
     bool stage_feed_pack();                        // small READs at feed_ share one buffer
+    uint64_t stage_pack_max() const;               // largest request packed (0: none)
+    void stage_flush_pack();                       // the packed WRITEs' copy to the device
     void stage_fail_read(Resp *head, int code, const std::string &why);
     void stage_release(Resp &r);  // its slice back; it leaves out_
     void stage_pop();             // staged_.front() is decided
@@ -175,7 +177,17 @@ private:
     size_t staged_in_out_ = 0;             // staged items in out_ (tx_count scans only then)
     std::deque<StagedWrite> writes_;
     ferry_staged::SlicePtr rx_slice_;  // WRITE payload bytes go here
+    uint8_t *rx_base_ = nullptr;       // at rx_base_ (rx_len_ bytes) of its buffer
+    uint64_t rx_len_ = 0;
     uint64_t rx_slice_got_ = 0;
+    bool rx_in_pack_ = false;  // rx_slice_ is pack_: this request's part of it
+    // Small WRITEs received back to back share one buffer (pack_), copied to the device in one
+    // host copy once it is full, another kind of request comes, or nothing more is to be read.
+    ferry_staged::SlicePtr pack_;
+    Region *pack_region_ = nullptr;
+    std::vector<ferry_stage_part_t> pack_parts_;
+    std::vector<StagedWrite *> pack_writes_;  // writes_ keeps its elements in place (a deque)
+    uint64_t pack_end_ = 0;
     uint64_t rx_dev_ = 0;      // device address of the next WRITE payload byte
     bool stage_wait_ = false;  // receiving waits for a staging buffer
     bool stage_hold_ = false;  // a run of requests is being read: their copies start after it

@@ -183,22 +183,52 @@ void ServerConn::stage_write(const Header &h, Region *r) {
     window();
 }
 
+uint64_t ServerConn::stage_pack_max() const {
+    if (!window_ || !window_->parts_offered()) return 0;
+    return std::min<uint64_t>(ctx_.cfg.staged_pack_max_bytes, ctx_.stager.slice_bytes() / 4);
+}
+
 bool ServerConn::stage_rx_slice() {
+    constexpr uint64_t kPartAlign = 256;
     StagedWrite &w = writes_.back();
-    int code = 0;
-    bool wait = false;
-    std::string why;
-    const uint64_t len = std::min<uint64_t>(ctx_.stager.slice_bytes(), left_);
-    ferry_staged::SlicePtr s = stage_take(cur_ref_, rx_dev_, len, &code, &why, &wait);
-    stage_wait_ = wait;
-    if (wait) return false;
-    if (!s) {  // the rest of the payload is drained; the ERROR goes out once started copies ended
-        w.status = code;
-        w.why = why;
-        ctx_.peer_log.log(FERRY_LOG_WARN, "request from %s: %s", name_.c_str(), why.c_str());
-        return true;
+    const uint64_t slice = ctx_.stager.slice_bytes();
+    const uint64_t max_op = stage_pack_max();
+    const bool small = max_op > 0 && cur_.length <= max_op && left_ == cur_.length;
+    const uint64_t at = (pack_end_ + kPartAlign - 1) & ~(kPartAlign - 1);
+    if (pack_ && (!small || pack_region_ != cur_ref_ || at + cur_.length > slice)) stage_flush_pack();
+    if (!pack_) {
+        int code = 0;
+        bool wait = false;
+        std::string why;
+        const uint64_t len = small ? slice : std::min<uint64_t>(slice, left_);
+        ferry_staged::SlicePtr s = stage_take(cur_ref_, rx_dev_, len, &code, &why, &wait);
+        stage_wait_ = wait;
+        if (wait) return false;
+        if (!s) {  // the rest of the payload is drained; the ERROR goes out once started copies ended
+            w.status = code;
+            w.why = why;
+            ctx_.peer_log.log(FERRY_LOG_WARN, "request from %s: %s", name_.c_str(), why.c_str());
+            return true;
+        }
+        if (!small) {
+            rx_slice_ = std::move(s);
+            rx_base_ = static_cast<uint8_t *>(rx_slice_->buf());
+            rx_len_ = rx_slice_->length();
+            rx_slice_got_ = 0;
+            return true;
+        }
+        pack_ = std::move(s);
+        pack_region_ = cur_ref_;
+        pack_end_ = 0;
     }
-    rx_slice_ = std::move(s);
+    // This request's part of the open pack.
+    const uint64_t off = pack_parts_.empty() ? 0 : (pack_end_ + kPartAlign - 1) & ~(kPartAlign - 1);
+    pack_parts_.push_back({rx_dev_, off, cur_.length});
+    pack_end_ = off + cur_.length;
+    rx_slice_ = pack_;
+    rx_in_pack_ = true;
+    rx_base_ = static_cast<uint8_t *>(pack_->buf()) + off;
+    rx_len_ = cur_.length;
     rx_slice_got_ = 0;
     return true;
 }
@@ -207,6 +237,13 @@ void ServerConn::stage_rx_filled() {
     ferry_staged::SlicePtr s = std::move(rx_slice_);
     rx_slice_.reset();
     StagedWrite &w = writes_.back();
+    if (rx_in_pack_) {  // copied with the rest of the pack (stage_flush_pack)
+        rx_in_pack_ = false;
+        rx_dev_ += rx_len_;
+        w.slices.push_back(std::move(s));
+        pack_writes_.push_back(&w);
+        return;
+    }
     rx_dev_ += s->length();
     if (w.status != 0) {  // an earlier slice's copy failed: nothing more is written
         window_->release(s);
@@ -221,6 +258,33 @@ void ServerConn::stage_rx_filled() {
         return;
     }
     w.slices.push_back(std::move(s));
+}
+
+// The WRITEs packed so far: one host copy of all their parts into the device; each is
+// acknowledged once it ended (stage_progress), or refused with its failure.
+void ServerConn::stage_flush_pack() {
+    ferry_staged::SlicePtr s = std::move(pack_);
+    pack_.reset();
+    std::vector<ferry_stage_part_t> parts = std::move(pack_parts_);
+    std::vector<StagedWrite *> writes = std::move(pack_writes_);
+    pack_parts_.clear();
+    pack_writes_.clear();
+    pack_region_ = nullptr;
+    pack_end_ = 0;
+    if (!s) return;
+    std::string why;
+    int rc = writes.empty() ? -ECANCELED : window_->copy_parts(s, parts.data(), parts.size(), true, &why);
+    if (rc == 0) {
+        window_->share(s, static_cast<unsigned>(writes.size()));
+        return;
+    }
+    for (StagedWrite *w : writes) {
+        w->slices.erase(std::remove(w->slices.begin(), w->slices.end(), s), w->slices.end());
+        w->status = rc;
+        w->why = why;
+    }
+    window_->release(s);
+    stage_progress();
 }
 
 void ServerConn::stage_rx_done() {
@@ -388,6 +452,10 @@ void ServerConn::stage_teardown() {
     for (StagedWrite &sw : writes_)
         for (auto &s : sw.slices) window_->release(s);
     if (rx_slice_) window_->release(rx_slice_);
+    if (pack_) window_->release(pack_);  // not copied yet: one release gives it back
+    pack_.reset();
+    pack_parts_.clear();
+    pack_writes_.clear();
     staged_.clear();
     writes_.clear();
     rx_slice_.reset();

@@ -469,19 +469,19 @@ TEST_P(StagedDevice, TargetKilledMidPipelineFailsEveryOp) {
     EXPECT_GT(failed, 0u) << "the kill came after the pipeline";
 }
 
-// tcp.so packs READs of device memory that arrive together into shared staging buffers (one
-// stage_copy_parts each); the other plugins copy per request or per piece.
+// tcp.so packs small READs and WRITEs of device memory that arrive together into shared staging
+// buffers (one stage_copy_parts each); the other plugins copy per request or per piece.
 class StagedPacking : public StagedDevice {
 protected:
     void SetUp() override {
         StagedDevice::SetUp();
         if (!IsSkipped() && GetParam().name.rfind("tcp", 0) != 0)
-            GTEST_SKIP() << "SKIPPED: packing small READs into shared staging buffers is tcp.so's (" << GetParam().name
+            GTEST_SKIP() << "SKIPPED: packing small requests into shared staging buffers is tcp.so's (" << GetParam().name
                          << " copies each request on its own)";
     }
-    // READs of 1 B to 64 KiB + 1 at odd offsets, back to back with gaps; the ones over a quarter
+    // Ops of 1 B to 64 KiB + 1 at odd offsets, back to back with gaps; the ones over a quarter
     // of the test host's buffer (64 KiB) go alone.
-    std::vector<ferry_xfer_op_t> small_reads(size_t n, uint64_t *bytes) const {
+    std::vector<ferry_xfer_op_t> small_ops(uint32_t code, size_t n, uint64_t *bytes) const {
         static constexpr uint64_t kLens[] = {1, 3, 4097, 16384, 16389, 65536, 65537, 777};
         std::vector<ferry_xfer_op_t> ops;
         uint64_t off = 5;
@@ -489,13 +489,15 @@ protected:
         for (size_t i = 0; i < n; ++i) {
             const uint64_t len = kLens[i % std::size(kLens)];
             if (off + len > dev_->size()) off = 5 + i % 13;
-            ops.push_back(op(FERRY_OP_READ, off, len, i));
+            ops.push_back(op(code, off, len, i));
             *bytes += len;
             off += len + 17;
         }
         return ops;
     }
-    // Every op reported once; the successful ones byte-exact. Returns how many failed.
+    // Every op reported once; the successful ones byte-exact where they landed (READ: local
+    // memory, WRITE: device memory), and no failed WRITE's byte in device memory. Returns how
+    // many failed.
     size_t check(const std::vector<ferry_xfer_op_t> &ops, const std::vector<ferry_completion_t> &got, uint64_t seed) {
         EXPECT_EQ(got.size(), ops.size());
         std::vector<int> seen(ops.size(), 0);
@@ -507,32 +509,55 @@ protected:
             }
             const ferry_xfer_op_t &o = ops[c.user_data];
             const uint64_t off = o.remote_addr - dev_->addr();
+            const bool read = o.opcode == FERRY_OP_READ;
+            const uint8_t *landed = (read ? local_->data() : dev_->alias()) + off;
             if (c.status != 0) {
                 ++failed;
                 EXPECT_EQ(c.status, -EIO) << c.message;
                 EXPECT_NE(strstr(c.message, StagingHost::kFailText), nullptr) << c.message;
+                if (!read)
+                    EXPECT_TRUE(std::all_of(landed, landed + o.length, [](uint8_t b) { return b == 0; }))
+                        << "a failed WRITE's bytes reached device memory";
                 continue;
             }
-            EXPECT_EQ(find_mismatch(local_->data() + off, o.length, seed, off), SIZE_MAX)
-                << "READ " << c.user_data << " of " << o.length << " bytes at " << off;
+            EXPECT_EQ(find_mismatch(landed, o.length, seed, off), SIZE_MAX)
+                << (read ? "READ " : "WRITE ") << c.user_data << " of " << o.length << " bytes at " << off;
         }
         return failed;
     }
 };
 
-// 600 small READs in one submit: each byte-exact, far fewer buffers and copies than requests.
-TEST_P(StagedPacking, SmallReadsShareStagingBuffersByteExact) {
-    ASSERT_NO_FATAL_FAILURE(start());
-    fill_pattern(dev_->alias(), dev_->size(), 51);
-    host_->set_copy_delay(std::chrono::milliseconds(2));  // later requests queue behind the window
-    uint64_t bytes = 0;
-    auto ops = small_reads(600, &bytes);
-    EXPECT_EQ(check(ops, run(ops), 51), 0u);
-    StagingStats st = host_->stats();
-    EXPECT_GT(st.part_copies, 0u) << "no READs were packed";
-    EXPECT_GE(st.parts, 2 * st.part_copies);
-    EXPECT_LT(st.acquired, ops.size() / 3) << "a buffer per request: " << st.acquired << " for " << ops.size();
-    EXPECT_LT(st.copies, ops.size() / 3);
+// 600 small READs, then 600 small WRITEs, in one submit each: each byte-exact, far fewer buffers
+// and copies than requests.
+TEST_P(StagedPacking, SmallOpsShareStagingBuffersByteExact) {
+    for (uint32_t code : {FERRY_OP_READ, FERRY_OP_WRITE}) {
+        SCOPED_TRACE(code == FERRY_OP_READ ? "READ" : "WRITE");
+        ASSERT_NO_FATAL_FAILURE(start());
+        if (code == FERRY_OP_READ) fill_pattern(dev_->alias(), dev_->size(), 51);
+        else fill_pattern(local_->data(), local_->size(), 51), memset(dev_->alias(), 0, dev_->size());
+        host_->set_copy_delay(std::chrono::milliseconds(2));  // later requests queue behind the window
+        uint64_t bytes = 0;
+        auto ops = small_ops(code, 600, &bytes);
+        EXPECT_EQ(check(ops, run(ops), 51), 0u);
+        StagingStats st = host_->stats();
+        EXPECT_GT(st.part_copies, 0u) << "nothing was packed";
+        EXPECT_GE(st.parts, 2 * st.part_copies);
+        EXPECT_LT(st.acquired, ops.size() / 3) << "a buffer per request: " << st.acquired << " for " << ops.size();
+        EXPECT_LT(st.copies, ops.size() / 3);
+        if (code == FERRY_OP_WRITE) {  // the gaps between the WRITEs stay untouched
+            std::vector<bool> written(dev_->size());
+            for (const auto &o : ops)
+                for (uint64_t i = 0; i < o.length; ++i) written[o.remote_addr - dev_->addr() + i] = true;
+            for (size_t i = 0; i < dev_->size(); ++i)
+                if (!written[i] && dev_->alias()[i] != 0) {
+                    ADD_FAILURE() << "byte " << i << " between WRITEs was written";
+                    break;
+                }
+        }
+        initiator_.reset();
+        target_.reset();
+        ASSERT_TRUE(host_->wait_idle(std::chrono::seconds(30)));
+    }
 }
 
 // Packing off (staged_pack_max_bytes=0), or a host without stage_copy_parts (ABI 1.6): a
@@ -543,9 +568,13 @@ TEST_P(StagedPacking, PackingOffOrAnOlderHostCopiesEachRequest) {
         host_parts_ = !old_host;
         ASSERT_NO_FATAL_FAILURE(old_host ? start() : start(4 * kSlice, 8 * kMiB, {{"staged_pack_max_bytes", "0"}}));
         fill_pattern(dev_->alias(), dev_->size(), 52);
+        fill_pattern(local_->data(), local_->size(), 52);
         host_->set_copy_delay(std::chrono::milliseconds(1));
         uint64_t bytes = 0;
-        auto ops = small_reads(96, &bytes);
+        auto ops = small_ops(FERRY_OP_READ, 96, &bytes);
+        auto writes = small_ops(FERRY_OP_WRITE, 96, &bytes);
+        ops.insert(ops.end(), writes.begin(), writes.end());
+        for (size_t i = 0; i < ops.size(); ++i) ops[i].user_data = i;
         EXPECT_EQ(check(ops, run(ops), 52), 0u);
         StagingStats st = host_->stats();
         EXPECT_EQ(st.part_copies, 0u);
@@ -557,23 +586,30 @@ TEST_P(StagedPacking, PackingOffOrAnOlderHostCopiesEachRequest) {
 }
 
 // A packed copy that fails fails exactly the requests of its buffer, each with the host's
-// message and none twice; every other READ is exact, and the connection keeps serving.
+// message and none twice (a failed WRITE lands nothing); every other op is exact, and the
+// connection keeps serving.
 TEST_P(StagedPacking, FailedPackedCopyFailsItsRequestsOnly) {
     ASSERT_NO_FATAL_FAILURE(start());
     fill_pattern(dev_->alias(), dev_->size(), 53);
     host_->set_copy_delay(std::chrono::milliseconds(2));
-    uint64_t bytes = 0;
-    auto ops = small_reads(400, &bytes);
-    for (auto &o : ops) o.length = std::min<uint64_t>(o.length, 16384);  // all packable
-    host_->fail_copy(3);  // the window's 4th buffer: requests queued behind the first copies
-    const size_t failed = check(ops, run(ops), 53);
-    StagingStats st = host_->stats();
-    EXPECT_EQ(st.failed_copies, 1u);
-    EXPECT_GE(failed, 1u);
-    EXPECT_LT(failed, ops.size() / 2) << "more failed than one buffer's requests";
-    EXPECT_GT(st.part_copies, 0u);
+    fill_pattern(local_->data(), local_->size(), 53);
+    for (uint32_t code : {FERRY_OP_READ, FERRY_OP_WRITE}) {
+        SCOPED_TRACE(code == FERRY_OP_READ ? "READ" : "WRITE");
+        if (code == FERRY_OP_WRITE) memset(dev_->alias(), 0, dev_->size());
+        uint64_t bytes = 0;
+        auto ops = small_ops(code, 400, &bytes);
+        for (auto &o : ops) o.length = std::min<uint64_t>(o.length, 16384);  // all packable
+        const StagingStats before = host_->stats();
+        host_->fail_copy(3);  // the window's 4th buffer: requests queued behind the first copies
+        const size_t failed = check(ops, run(ops), 53);
+        StagingStats st = host_->stats();
+        EXPECT_EQ(st.failed_copies - before.failed_copies, 1u);
+        EXPECT_GE(failed, 1u);
+        EXPECT_LT(failed, ops.size() / 2) << "more failed than one buffer's requests";
+        EXPECT_GT(st.part_copies, before.part_copies);
+    }
     host_->set_copy_delay(std::chrono::milliseconds(0));
-    auto again = run({op(FERRY_OP_READ, 0, 4096, 1), op(FERRY_OP_READ, 8192, 4096, 2)});
+    auto again = run({op(FERRY_OP_READ, 0, 4096, 1), op(FERRY_OP_WRITE, 8192, 4096, 2)});
     for (const auto &c : again) EXPECT_EQ(c.status, 0) << c.message;
 }
 
@@ -583,7 +619,9 @@ TEST_P(StagedPacking, TargetDestroyedWhilePackedCopiesRun) {
     ASSERT_NO_FATAL_FAILURE(start());
     host_->set_copy_delay(std::chrono::milliseconds(20));
     uint64_t bytes = 0;
-    auto ops = small_reads(300, &bytes);
+    auto ops = small_ops(FERRY_OP_READ, 300, &bytes);
+    auto writes = small_ops(FERRY_OP_WRITE, 300, &bytes);
+    ops.insert(ops.end(), writes.begin(), writes.end());
     ASSERT_EQ(initiator_->submit(peer_, ops), 0) << initiator_->last_error();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (host_->stats().part_copies < 1 && std::chrono::steady_clock::now() < deadline)
