@@ -110,8 +110,8 @@ constexpr ferry_plugin::OptionTable<Config, kOptionCount> kOptions = ferry_plugi
     ferry_plugin::uint_option<Config>("max_connections_per_ip", "256", 1, 65535,
         "of those, from one peer address", store<&Config::max_connections_per_ip>),
     ferry_plugin::size_option<Config>("staged_pack_max_bytes", "1m", 0, 64ull << 20,
-        "serving GPU memory: READ requests up to this size that arrive together share one staging buffer and one "
-        "copy (at most a quarter of the buffer; 0: a buffer per request)", store<&Config::staged_pack_max_bytes>));
+        "serving GPU memory: READ and WRITE requests up to this size that arrive together share one staging "
+        "buffer and one copy (at most a quarter of the buffer; 0: a buffer per request)", store<&Config::staged_pack_max_bytes>));
 // clang-format on
 
 int parse_config(const ferry_kv_t *options, size_t n_options, Config *cfg, ferry_error_t *err) {

@@ -56,9 +56,10 @@ struct Config {
     unsigned max_handshakes_per_ip = 64;  // >= lanes (64 at most) of one honest peer
     unsigned max_connections = 0;         // 0 = auto: half the RLIMIT_NOFILE soft limit, 64..65535
     unsigned max_connections_per_ip = 256;
-    // Serving GPU memory (server_staged.cpp): READ requests of up to this many bytes that arrive
-    // together on a connection share one staging buffer and one host copy. A KV cache's 16-256
-    // KiB blocks otherwise cost a whole buffer, a copy and its completion each, four in flight.
+    // Serving GPU memory (server_staged.cpp): READ and WRITE requests of up to this many bytes
+    // that arrive together on a connection share one staging buffer and one host copy. A KV
+    // cache's 16-256 KiB blocks otherwise cost a whole buffer, a copy and its completion each,
+    // four in flight.
     // Capped at a quarter of the host's staging buffer; 0 = a buffer per request.
     uint64_t staged_pack_max_bytes = 1u << 20;
 };
