@@ -476,8 +476,8 @@ protected:
     void SetUp() override {
         StagedDevice::SetUp();
         if (!IsSkipped() && GetParam().name.rfind("tcp", 0) != 0)
-            GTEST_SKIP() << "SKIPPED: packing small requests into shared staging buffers is tcp.so's (" << GetParam().name
-                         << " copies each request on its own)";
+            GTEST_SKIP() << "SKIPPED: packing small requests into shared staging buffers is tcp.so's ("
+                         << GetParam().name << " copies each request on its own)";
     }
     // Ops of 1 B to 64 KiB + 1 at odd offsets, back to back with gaps; the ones over a quarter
     // of the test host's buffer (64 KiB) go alone.
