@@ -195,7 +195,10 @@ bool ServerConn::stage_rx_slice() {
     const uint64_t max_op = stage_pack_max();
     const bool small = max_op > 0 && cur_.length <= max_op && left_ == cur_.length;
     const uint64_t at = (pack_end_ + kPartAlign - 1) & ~(kPartAlign - 1);
-    if (pack_ && (!small || pack_region_ != cur_ref_ || at + cur_.length > slice)) stage_flush_pack();
+    if (pack_ && (!small || pack_region_ != cur_ref_ || at + cur_.length > slice)) {
+        stage_flush_pack();
+        if (closed_) return false;
+    }
     if (!pack_) {
         int code = 0;
         bool wait = false;
@@ -284,7 +287,7 @@ void ServerConn::stage_flush_pack() {
         w->why = why;
     }
     window_->release(s);
-    stage_progress();
+    reactor_.kick(this);  // their ERRORs go out from the next progress step, not from inside this one
 }
 
 void ServerConn::stage_rx_done() {
