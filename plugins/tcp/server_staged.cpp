@@ -23,6 +23,11 @@
 
 namespace ferry_tcp {
 
+namespace {
+// Packed requests' parts start on this boundary of their shared buffer.
+uint64_t align_part(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
+}  // namespace
+
 ServerConn::FdCloser::~FdCloser() {
     if (fd >= 0) close(fd);
 }
@@ -126,11 +131,10 @@ bool ServerConn::stage_read(const Header &h, Region *r) {
 // the requests of its buffer, each with an ERROR (none of them was sent). True when it started
 // such a copy or must wait for a buffer; false when the item at feed_ goes alone.
 bool ServerConn::stage_feed_pack() {
-    constexpr uint64_t kPartAlign = 256;
     const uint64_t slice = ctx_.stager.slice_bytes();
-    const uint64_t max_op = std::min<uint64_t>(ctx_.cfg.staged_pack_max_bytes, slice / 4);
+    const uint64_t max_op = stage_pack_max();
+    if (max_op == 0) return false;
     ferry_staged::StageWindow &w = *window_;
-    if (max_op == 0 || !w.parts_offered()) return false;
     auto packable = [&](const Resp *x, const Region *r) {
         return x->head && !x->dead && !x->ready && !x->slice && x->group == 1 && x->len <= max_op && x->dev_region == r;
     };
@@ -139,7 +143,7 @@ bool ServerConn::stage_feed_pack() {
     std::vector<ferry_stage_part_t> parts;
     uint64_t end = 0;
     for (size_t i = feed_; i < staged_.size() && packable(staged_[i], first->dev_region); ++i) {
-        const uint64_t at = (end + kPartAlign - 1) & ~(kPartAlign - 1);
+        const uint64_t at = align_part(end);
         if (at + staged_[i]->len > slice) break;
         parts.push_back({staged_[i]->dev_addr, at, staged_[i]->len});
         end = at + staged_[i]->len;
@@ -189,13 +193,11 @@ uint64_t ServerConn::stage_pack_max() const {
 }
 
 bool ServerConn::stage_rx_slice() {
-    constexpr uint64_t kPartAlign = 256;
     StagedWrite &w = writes_.back();
     const uint64_t slice = ctx_.stager.slice_bytes();
     const uint64_t max_op = stage_pack_max();
     const bool small = max_op > 0 && cur_.length <= max_op && left_ == cur_.length;
-    const uint64_t at = (pack_end_ + kPartAlign - 1) & ~(kPartAlign - 1);
-    if (pack_ && (!small || pack_region_ != cur_ref_ || at + cur_.length > slice)) {
+    if (pack_ && (!small || pack_region_ != cur_ref_ || align_part(pack_end_) + cur_.length > slice)) {
         stage_flush_pack();
         if (closed_) return false;
     }
@@ -225,7 +227,7 @@ bool ServerConn::stage_rx_slice() {
         pack_end_ = 0;
     }
     // This request's part of the open pack.
-    const uint64_t off = pack_parts_.empty() ? 0 : (pack_end_ + kPartAlign - 1) & ~(kPartAlign - 1);
+    const uint64_t off = align_part(pack_end_);
     pack_parts_.push_back({rx_dev_, off, cur_.length});
     pack_end_ = off + cur_.length;
     rx_slice_ = pack_;
